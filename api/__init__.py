@@ -1,0 +1,1 @@
+"""semworld's HTTP service (FastAPI). Imports pipeline/, which imports models/."""

@@ -1,0 +1,57 @@
+"""The `semworld` command line: one argparse tree, each command group registered by its own module."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+from pipeline.errors import UserError
+
+# Each module exposes `register(subparsers)` and sets `func` on the parsers it adds.
+COMMAND_MODULES = (
+    "pipeline.commands.presets",
+    "pipeline.commands.world",
+    "pipeline.commands.train",
+    "pipeline.commands.eval",
+    "pipeline.commands.demo",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="semworld", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 2
+    try:
+        rc = args.func(args)
+    except (UserError, ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as err:
+        # One line for the user; SEMWORLD_DEBUG=1 shows the traceback for developers.
+        if os.environ.get("SEMWORLD_DEBUG"):
+            raise
+        print(f"semworld: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("semworld: interrupted", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

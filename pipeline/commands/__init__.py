@@ -1,0 +1,1 @@
+"""One module per command group of the `semworld` CLI."""
