@@ -1,0 +1,450 @@
+"""The 4-tensor attention predictor (sections 2-5 of seeds/four-tensor-attention.txt), top to bottom:
+config, input construction, rank-4 attention, Pre-LN layer, tied rank-1 readout, loss, scoring, decoding, files.
+
+Notation used for tensor shapes:
+    B  batch                      N  token slots per sentence (spatial column x)
+    T  sentences in the input     d_x, d_t  semantic (n) and temporal-context (q) fibers
+    H  heads (each a full fiber)  V  vocabulary size        d = d_x * d_t
+The flat fiber index is phi(n, q) = n * d_t + q everywhere: the Q/K/V weight view, the LayerNorms, the MLP and
+the readout matrix M. Activations are stored as (B, N, T, d_x, d_t); token ids arrive as (B, T, N).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from einops import einsum, rearrange
+from torch import Tensor, nn
+
+logger = logging.getLogger(__name__)
+
+MODEL_KIND = "four_tensor"
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass
+class FourTensorConfig:
+    """Hyper-parameters of the 4-tensor predictor; saved as config.json beside the weights.
+
+    vocab_size: |V|, including the padding id. d_x / d_t: widths of the semantic and temporal-context fibers.
+    n_heads: H full-fiber heads per layer, summed. n_layers: L Pre-LN layers. N: token slots per sentence.
+    T: sentences in the input window (a stored window holds T + 1). dropout: the single rate p of both residual
+    branches. padding_idx: the padding id (zero row, no gradient, masked as a key, ignored as a target).
+    end_ids: sentence-final token ids ('.', '!', '?'); a decoded sentence stops after the first one (empty: no
+    cut). slice_causal: beyond the paper; when True a query at sentence t may not attend to keys at t' > t, so
+    every slice is a forecast rather than a copy of the next input sentence.
+    """
+
+    vocab_size: int
+    d_x: int
+    d_t: int
+    n_heads: int
+    n_layers: int
+    N: int
+    T: int
+    dropout: float = 0.1
+    padding_idx: int = 0
+    end_ids: tuple[int, ...] = ()
+    slice_causal: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_x", "d_t", "n_heads", "n_layers", "N", "T"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"FourTensorConfig.{name} must be a positive integer, got {value!r}")
+        if self.vocab_size < 2:
+            raise ValueError(f"FourTensorConfig.vocab_size must be at least 2, got {self.vocab_size}")
+        if not isinstance(self.dropout, int | float) or not 0.0 <= float(self.dropout) < 1.0:
+            raise ValueError(f"FourTensorConfig.dropout must be in [0, 1), got {self.dropout!r}")
+        self.dropout = float(self.dropout)
+        if not isinstance(self.padding_idx, int) or not 0 <= self.padding_idx < self.vocab_size:
+            raise ValueError(
+                f"FourTensorConfig.padding_idx must be in [0, vocab_size={self.vocab_size}), got {self.padding_idx!r}"
+            )
+        self.end_ids = tuple(int(i) for i in self.end_ids)
+        for i in self.end_ids:
+            if not 0 <= i < self.vocab_size or i == self.padding_idx:
+                raise ValueError(
+                    f"FourTensorConfig.end_ids must be non-padding ids below vocab_size={self.vocab_size}, got {i}"
+                )
+        if not isinstance(self.slice_causal, bool):
+            raise ValueError(f"FourTensorConfig.slice_causal must be a bool, got {self.slice_causal!r}")
+
+    @property
+    def d(self) -> int:
+        """Joint fiber width d_x * d_t."""
+        return self.d_x * self.d_t
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["end_ids"] = list(self.end_ids)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FourTensorConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known - {"semworld_model"})
+        if unknown:
+            raise ValueError(f"FourTensorConfig: unknown field(s) {unknown}")
+        kwargs = {k: v for k, v in d.items() if k in known}
+        if "end_ids" in kwargs:
+            kwargs["end_ids"] = tuple(kwargs["end_ids"])
+        return cls(**kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Step 1: input construction (Stages A-D)
+
+
+def sinusoidal_pe(positions: Tensor, dim: int) -> Tensor:
+    """(...,) real positions -> (..., dim): even slot 2i holds sin(pos / 10000^(2i/dim)), odd slot 2i+1 the cos.
+
+    With an odd dim the last slot stays zero.
+    """
+    half = dim // 2
+    i = torch.arange(half, device=positions.device, dtype=positions.dtype)
+    angle = positions.unsqueeze(-1) / (10000.0 ** (2 * i / dim))  # (..., half)
+    pe = positions.new_zeros(*positions.shape, dim)
+    pe[..., 0 : 2 * half : 2] = torch.sin(angle)
+    pe[..., 1 : 2 * half : 2] = torch.cos(angle)
+    return pe
+
+
+def fiber_norm(ln: nn.LayerNorm, X: Tensor) -> Tensor:
+    """LayerNorm over the joint (n, q) fiber at index phi(n, q) = n * d_t + q. (B, N, T, d_x, d_t) -> same."""
+    B, N, T, d_x, d_t = X.shape
+    return ln(X.reshape(B, N, T, d_x * d_t)).view(B, N, T, d_x, d_t)
+
+
+class InputConstruction(nn.Module):
+    """Dual-dictionary outer-product embedding plus P (phase x) and the joint-phase T_emb (phase x + t)."""
+
+    def __init__(self, config: FourTensorConfig) -> None:
+        super().__init__()
+        c = config
+        self.padding_idx = c.padding_idx
+        # Stage A dictionaries; the padding row is zero at init, and _tables() keeps it out of every path.
+        self.E_sem = nn.Embedding(c.vocab_size, c.d_x, padding_idx=c.padding_idx)
+        self.E_temp = nn.Embedding(c.vocab_size, c.d_t, padding_idx=c.padding_idx)
+        keep = torch.ones(c.vocab_size)
+        keep[c.padding_idx] = 0.0
+        self.register_buffer("keep_rows", keep, persistent=False)  # (V,)
+        x_idx = torch.arange(c.N, dtype=torch.float32)
+        t_idx = torch.arange(c.T, dtype=torch.float32)
+        # Stage B: P[x, n], phase x. Stage D: Temb[x, t, q], phase x + t (column independent, offset consistent).
+        self.register_buffer("P", sinusoidal_pe(x_idx, c.d_x), persistent=False)  # (N, d_x)
+        phase = x_idx[:, None] + t_idx[None, :]  # (N, T)
+        self.register_buffer("Temb", sinusoidal_pe(phase, c.d_t), persistent=False)  # (N, T, d_t)
+
+    def tables(self) -> tuple[Tensor, Tensor]:
+        """E_sem (V, d_x) and E_temp (V, d_t) with the padding row forced to zero.
+
+        The readout reuses E_sem, so nn.Embedding's padding_idx alone would let the readout path write a gradient
+        into the padding row; multiplying by keep_rows holds that row at zero on every path.
+        """
+        keep = self.keep_rows.to(self.E_sem.weight.dtype)[:, None]
+        return self.E_sem.weight * keep, self.E_temp.weight * keep
+
+    def forward(self, token_ids: Tensor) -> Tensor:
+        """token_ids (B, T, N) -> X (B, N, T, d_x, d_t) = S + P + T_emb."""
+        E_sem, E_temp = self.tables()
+        e_n = F.embedding(token_ids, E_sem)  # (B, T, N, d_x)
+        e_q = F.embedding(token_ids, E_temp)  # (B, T, N, d_t)
+        # Stages A and C: outer product per slot, stored with the column axis before the sentence axis.
+        S = einsum(e_n, e_q, "b t x n, b t x q -> b x t n q")  # (B, N, T, d_x, d_t)
+        S = S + self.P[None, :, None, :, None]  # Stage B: broadcast over t and q
+        return S + self.Temb[None, :, :, None, :]  # Stage D: broadcast over n
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Steps 2-5: rank-4 attention, H full-fiber heads summed
+
+
+def _rank4_weights(n_heads: int, d_x: int, d_t: int) -> nn.Parameter:
+    """(H, m, p, n, q) weights; Xavier uniform on each head's flat (m p, n q) matrix, then viewed to rank 4.
+
+    Initialising the rank-4 array directly would take fan-in from its trailing dims and mis-estimate it.
+    """
+    d = d_x * d_t
+    W = torch.empty(n_heads, d, d)
+    for h in range(n_heads):
+        nn.init.xavier_uniform_(W[h])
+    return nn.Parameter(W.view(n_heads, d_x, d_t, d_x, d_t))
+
+
+class FourTensorAttention(nn.Module):
+    """Joint softmax over all N*T keys; every head keeps a full (d_x, d_t) fiber; heads are summed."""
+
+    def __init__(self, config: FourTensorConfig) -> None:
+        super().__init__()
+        c = config
+        self.n_heads, self.d_x, self.d_t = c.n_heads, c.d_x, c.d_t
+        self.scale = 1.0 / math.sqrt(c.d_x * c.d_t)  # per head; no 1/sqrt(H) anywhere
+        self.W_Q = _rank4_weights(c.n_heads, c.d_x, c.d_t)  # (H, m, p, n, q)
+        self.W_K = _rank4_weights(c.n_heads, c.d_x, c.d_t)
+        self.W_V = _rank4_weights(c.n_heads, c.d_x, c.d_t)
+
+    def _contract(self, X_flat: Tensor, W: Tensor) -> Tensor:
+        """Y[b, s, h, m, p] = sum_{n, q} W[h, m, p, n, q] X[b, s, n, q] on flat fibers: (B, NT, d) -> (B, H, NT, d)."""
+        H, d = self.n_heads, self.d_x * self.d_t
+        Y = F.linear(X_flat, W.reshape(H * d, d))  # (B, NT, H*d), a view of W: no copy
+        return rearrange(Y, "b s (h d) -> b h s d", h=H)
+
+    def probabilities(self, X: Tensor, key_mask: Tensor, future_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Attention weights (B, H, NT, NT) over flat slots s = x * T + t, and the values V (B, H, NT, d).
+
+        key_mask (B, N, T) is True at padding keys: their scores get the dtype's smallest finite value, so a
+        query whose keys are all padding still has a finite maximum and a uniform distribution. Queries are not
+        masked. future_mask (NT, NT), True where t' > t, is the optional slice-causal restriction (see config).
+        """
+        B, N, T, d_x, d_t = X.shape
+        X_flat = X.reshape(B, N * T, d_x * d_t)  # (B, NT, d)
+        Q = self._contract(X_flat, self.W_Q)  # (B, H, NT, d)
+        K = self._contract(X_flat, self.W_K)
+        V = self._contract(X_flat, self.W_V)
+        scores = self.scale * (Q @ K.transpose(-1, -2))  # (B, H, NT, NT): query s, key s'
+        keys = key_mask.reshape(B, 1, 1, N * T)  # (B, 1, 1, NT): key axes only
+        scores = scores.masked_fill(keys, torch.finfo(scores.dtype).min)
+        if future_mask is not None:
+            # Every query keeps its own sentence unmasked here, so -inf never empties a row.
+            scores = scores.masked_fill(future_mask, float("-inf"))
+        return F.softmax(scores, dim=-1), V
+
+    def forward(self, X: Tensor, key_mask: Tensor, future_mask: Tensor | None = None) -> Tensor:
+        """X (B, N, T, d_x, d_t) -> summed head outputs, same shape."""
+        B, N, T, d_x, d_t = X.shape
+        A, V = self.probabilities(X, key_mask, future_mask)
+        heads = A @ V  # (B, H, NT, d)
+        return heads.sum(dim=1).view(B, N, T, d_x, d_t)  # plain sum over heads
+
+
+class FourTensorLayer(nn.Module):
+    """Pre-LN layer: X' = X + drop(Attn(LN_attn(X))); X_out = X' + drop(MLP(LN_mlp(X'))). No mask reaches the MLP."""
+
+    def __init__(self, config: FourTensorConfig) -> None:
+        super().__init__()
+        d = config.d
+        self.ln_attn = nn.LayerNorm(d)
+        self.attention = FourTensorAttention(config)
+        self.ln_mlp = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d)  # d_ff = 4 d_x d_t
+        self.fc2 = nn.Linear(4 * d, d)
+        self.dropout = nn.Dropout(config.dropout)  # one rate, used on both residual branches only
+
+    def mlp(self, X: Tensor) -> Tensor:
+        """Position-wise MLP on the normalised fiber: (B, N, T, d_x, d_t) -> same; no slot sees another."""
+        B, N, T, d_x, d_t = X.shape
+        v = self.ln_mlp(X.reshape(B, N, T, d_x * d_t))  # (B, N, T, d)
+        return self.fc2(F.gelu(self.fc1(v))).view(B, N, T, d_x, d_t)
+
+    def forward(self, X: Tensor, key_mask: Tensor, future_mask: Tensor | None = None) -> Tensor:
+        X = X + self.dropout(self.attention(fiber_norm(self.ln_attn, X), key_mask, future_mask))
+        return X + self.dropout(self.mlp(X))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The model: readout, loss, scoring, decoding, files
+
+
+def build_pad_mask(token_ids: Tensor, padding_idx: int) -> Tensor:
+    """Key mask from token identifiers (never from the norm of X): (B, T, N) -> (B, N, T), True at padding."""
+    return rearrange(token_ids == padding_idx, "b t x -> b x t")
+
+
+def window_cross_entropy(logits: Tensor, Y: Tensor, padding_idx: int, reduction: str = "mean") -> Tensor:
+    """Cross-entropy of logits (B, N, T, V) against integer targets Y (B, T, N); padding targets are ignored."""
+    tgt = rearrange(Y, "b t x -> (b x t)")  # the (B, T, N) -> (B, N, T) bridge
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), tgt, ignore_index=padding_idx, reduction=reduction
+    )
+
+
+def vocab_probabilities(logits: Tensor) -> Tensor:
+    """Diagnostic only: p_xv(t) on the vocabulary simplex, (B, N, T, V). Training never calls it."""
+    return F.softmax(logits, dim=-1)
+
+
+def one_hot_targets(Y: Tensor, vocab_size: int) -> Tensor:
+    """Diagnostic only: one-hot targets laid out like the logits, (B, T, N) -> (B, N, T, V). Training never calls it."""
+    return F.one_hot(rearrange(Y, "b t x -> b x t"), vocab_size)
+
+
+def cut_at_end(ids: Tensor, end_ids: tuple[int, ...], padding_idx: int) -> Tensor:
+    """Keep each row (..., N) up to and including its first sentence-final id; later slots become padding."""
+    if not end_ids:
+        return ids
+    is_end = torch.zeros_like(ids, dtype=torch.bool)
+    for e in end_ids:
+        is_end |= ids == e
+    # Slots strictly after the first end id: at least one end id at an earlier position.
+    after = (torch.cumsum(is_end.long(), dim=-1) - is_end.long()) > 0
+    return ids.masked_fill(after, padding_idx)
+
+
+class FourTensorModel(nn.Module):
+    """The 4-tensor predictor: logits (B, N, T, V) for S(1..T) from the window prefix S(0..T-1) in one forward."""
+
+    def __init__(self, config: FourTensorConfig) -> None:
+        super().__init__()
+        self.config = config
+        c = config
+        self.input_construction = InputConstruction(c)
+        self.layers = nn.ModuleList(FourTensorLayer(c) for _ in range(c.n_layers))
+        self.final_norm = nn.LayerNorm(c.d)  # readout-boundary norm on the raw residual sum
+        self.W_prime = nn.Parameter(torch.empty(c.d_t, c.vocab_size))  # (d_t, V), temporal factor of the readout
+        nn.init.xavier_uniform_(self.W_prime)
+        s = torch.arange(c.N * c.T)
+        t_of = s % c.T  # flat slot s = x * T + t
+        self.register_buffer("future_mask", t_of[None, :] > t_of[:, None], persistent=False)  # (NT, NT)
+
+    # --- input checks ---------------------------------------------------------------------------------------------
+    def _check_ids(self, token_ids: Tensor, n_sentences: int, what: str) -> None:
+        c = self.config
+        expected = f"(B, {what}, N) = (B, {n_sentences}, {c.N}) with B >= 1"
+        if not isinstance(token_ids, Tensor):
+            raise ValueError(f"token_ids: expected a LongTensor of shape {expected}, got {type(token_ids).__name__}")
+        if token_ids.dim() != 3 or token_ids.shape[0] < 1 or tuple(token_ids.shape[1:]) != (n_sentences, c.N):
+            raise ValueError(f"token_ids: expected shape {expected}, got {tuple(token_ids.shape)}")
+        if token_ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"token_ids: expected integer ids (torch.long), got dtype {token_ids.dtype}")
+
+    # --- forward --------------------------------------------------------------------------------------------------
+    def readout_matrix(self) -> Tensor:
+        """M[phi(n, q), v] = E_sem[v, n] * W'[q, v], materialised once per call: (d, V)."""
+        E_sem, _ = self.input_construction.tables()
+        M = einsum(E_sem, self.W_prime, "v n, q v -> n q v")  # (d_x, d_t, V)
+        return M.reshape(self.config.d, self.config.vocab_size)  # rows at phi(n, q) = n * d_t + q
+
+    def hidden_states(self, token_ids: Tensor) -> Tensor:
+        """token_ids (B, T, N) -> X_norm (B, N, T, d_x, d_t), after the last layer and final_norm."""
+        key_mask = build_pad_mask(token_ids, self.config.padding_idx)  # (B, N, T), local to this call
+        future = self.future_mask if self.config.slice_causal else None
+        X = self.input_construction(token_ids)  # (B, N, T, d_x, d_t)
+        for layer in self.layers:
+            X = layer(X, key_mask, future)  # every layer reuses this call's mask
+        return fiber_norm(self.final_norm, X)
+
+    def forward(self, token_ids: Tensor) -> Tensor:
+        """token_ids (B, T, N) -> logits (B, N, T, V); slice t predicts sentence t + 1 of the window."""
+        self._check_ids(token_ids, self.config.T, "T")
+        X_norm = self.hidden_states(token_ids)
+        B, N, T, d_x, d_t = X_norm.shape
+        logits = X_norm.reshape(B * N * T, d_x * d_t) @ self.readout_matrix()  # (BNT, V)
+        return logits.view(B, N, T, self.config.vocab_size)
+
+    # --- training -------------------------------------------------------------------------------------------------
+    def split_window(self, token_ids_full: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, T+1, N) -> input prefix S(0..T-1) (B, T, N) and shifted targets Y = S(1..T) (B, T, N)."""
+        self._check_ids(token_ids_full, self.config.T + 1, "T+1")
+        return token_ids_full[:, :-1, :], token_ids_full[:, 1:, :].contiguous()
+
+    def training_step(self, token_ids_full: Tensor) -> Tensor:
+        """(B, T+1, N) -> teacher-forced window cross-entropy over S(1..T), padding ignored (selection loss)."""
+        token_ids, Y = self.split_window(token_ids_full)
+        return window_cross_entropy(self(token_ids), Y, self.config.padding_idx)
+
+    # --- evaluation -----------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def score(self, token_ids_full: Tensor) -> dict[str, float]:
+        """Batch sums for evaluation; the caller adds them up over batches and divides.
+
+        selection_loss_sum / selection_count: window CE over S(1..T). last_ce_sum / last_tokens: L_S(T) on the
+        non-padding tokens of S(T); last_correct: argmax matches there. exact_sentences / sentences: decoded S(T)
+        (cut at the first end id) equals gold S(T) cut the same way; without end ids only gold's content slots count.
+        """
+        c = self.config
+        token_ids, Y = self.split_window(token_ids_full)
+        logits = self(token_ids)  # (B, N, T, V)
+        sel = window_cross_entropy(logits, Y, c.padding_idx, reduction="sum")
+        last = logits[:, :, -1, :]  # (B, N, V): the slice that predicts S(T)
+        gold = token_ids_full[:, -1, :]  # (B, N)
+        live = gold != c.padding_idx
+        last_ce = F.cross_entropy(last.reshape(-1, c.vocab_size), gold.reshape(-1), ignore_index=c.padding_idx,
+                                  reduction="sum")
+        correct = ((last.argmax(dim=-1) == gold) & live).sum()
+        pred = self._decode(last)
+        gold_cut = cut_at_end(gold, c.end_ids, c.padding_idx)
+        if not c.end_ids:
+            pred = pred.masked_fill(gold_cut == c.padding_idx, c.padding_idx)
+        exact = (pred == gold_cut).all(dim=-1).sum()
+        return {
+            "selection_loss_sum": float(sel),
+            "selection_count": float((Y != c.padding_idx).sum()),
+            "last_ce_sum": float(last_ce),
+            "last_tokens": float(live.sum()),
+            "last_correct": float(correct),
+            "exact_sentences": float(exact),
+            "sentences": float(gold.shape[0]),
+        }
+
+    def _decode(self, last_logits: Tensor) -> Tensor:
+        """(B, N, V) -> ids (B, N): argmax over non-padding ids, then the sentence cut at the first end id."""
+        pad = self.config.padding_idx
+        ids = last_logits.index_fill(-1, torch.tensor([pad], device=last_logits.device), float("-inf")).argmax(-1)
+        return cut_at_end(ids, self.config.end_ids, pad)
+
+    @torch.no_grad()
+    def predict_next(self, token_ids: Tensor, state: object | None = None) -> tuple[Tensor, object | None]:
+        """(B, T, N) window -> next state S(T) ids (B, N), padded with padding_idx, and the recurrent state.
+
+        The window is embedded at positions 0..T-1 on every call (section 2.3), so a rollout slides it and calls
+        again. `state` is carried unchanged (None here); a later recurrent memory hands its state through it.
+        """
+        logits = self(token_ids)  # (B, N, T, V)
+        return self._decode(logits[:, :, -1, :]), state
+
+    # --- files ----------------------------------------------------------------------------------------------------
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write config.json (with "semworld_model": "four_tensor") and model.safetensors into directory."""
+        from safetensors.torch import save_file
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        cfg = {"semworld_model": MODEL_KIND, **self.config.to_dict()}
+        (out / CONFIG_NAME).write_text(json.dumps(cfg, indent=2) + "\n")
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        save_file(state, str(out / WEIGHTS_NAME), metadata={"semworld_model": MODEL_KIND})
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, map_location: str | torch.device = "cpu") -> FourTensorModel:
+        """Rebuild the model from config.json and model.safetensors in directory."""
+        from safetensors.torch import load_file
+
+        root = Path(directory)
+        cfg_path, w_path = root / CONFIG_NAME, root / WEIGHTS_NAME
+        if not cfg_path.is_file():
+            raise FileNotFoundError(f"{root}: no {CONFIG_NAME} (not a saved 4-tensor model directory)")
+        if not w_path.is_file():
+            raise FileNotFoundError(f"{root}: no {WEIGHTS_NAME} beside {CONFIG_NAME}")
+        try:
+            raw = json.loads(cfg_path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{cfg_path}: not valid JSON ({err.msg}, line {err.lineno})") from None
+        kind = raw.get("semworld_model", MODEL_KIND)
+        if kind != MODEL_KIND:
+            raise ValueError(f"{cfg_path}: semworld_model is {kind!r}, not {MODEL_KIND!r}")
+        model = cls(FourTensorConfig.from_dict(raw))
+        try:
+            model.load_state_dict(load_file(str(w_path), device=str(map_location)))
+        except RuntimeError as err:
+            raise ValueError(f"{w_path}: weights do not match {CONFIG_NAME}: {str(err).splitlines()[0]}") from None
+        return model.to(map_location)
+
+
+def count_parameters(config: FourTensorConfig) -> int:
+    """Parameter count of a FourTensorModel built on the meta device (no memory allocated)."""
+    with torch.device("meta"):
+        model = FourTensorModel(config)
+    return sum(p.numel() for p in model.parameters())
