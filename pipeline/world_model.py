@@ -1,0 +1,323 @@
+"""`WorldModelPipeline`: clip -> captioned states -> predicted states -> rendered frames, as numbered steps.
+
+The three stages sit behind small interfaces (`Captioner`, `Predictor`, `Renderer` below) and load from one
+weights directory whose `model_index.json` names a folder per stage, like a diffusers pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from pipeline.errors import UserError
+from pipeline.video import SampledClip, VideoLimits, VideoSource, encode_mp4, read_video
+
+logger = logging.getLogger(__name__)
+
+MODEL_INDEX = "model_index.json"
+STAGES = ("captioner", "predictor", "renderer")
+
+# callback(stage, done, total): called as each stage starts (done=0) and after each batch. It may raise
+# (e.g. to cancel a job or on a deadline); the exception propagates out of the call unchanged.
+ProgressCallback = Callable[[str, int, int], None]
+
+
+class Captioner(Protocol):
+    def caption(self, frames: list[np.ndarray]) -> list[str]: ...
+
+
+class Predictor(Protocol):
+    def predict(self, states: list[list[str]], k: int) -> list[list[str]]: ...
+
+
+class Renderer(Protocol):
+    def render(
+        self,
+        states: list[str],
+        generator: torch.Generator | None = None,
+        steps: int | None = None,
+        guidance: float | None = None,
+    ) -> list[np.ndarray]: ...
+
+
+@dataclass
+class WorldModelOutput:
+    """What one call produced. Frames are (H, W, 3) uint8 RGB; `video` is the predicted frames as MP4."""
+
+    observed_states: list[str]
+    predicted_states: list[str]
+    observed_frames: list[np.ndarray]  # the sampled input frames (empty when starting from states)
+    predicted_frames: list[np.ndarray]  # one per predicted state (empty when render=False)
+    state_rate: float  # states per second: the frame rate of the predicted video
+    source_indices: list[int] = field(default_factory=list)  # frame index in the clip of each observed state
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage, and "total"
+    video: bytes | None = None  # H.264 MP4 of the predicted frames, when asked for
+
+
+def _stage_folder(weights_dir: Path, index: dict[str, Any], stage: str) -> Path:
+    entry = index.get(stage)
+    if entry is None:
+        raise UserError(
+            f"{weights_dir / MODEL_INDEX}: no '{stage}' entry (expected keys: {', '.join(STAGES)})"
+        )
+    # Either a folder name, or a diffusers-style [library, class] pair whose folder is the stage's name.
+    folder = weights_dir / (entry if isinstance(entry, str) else stage)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: missing folder for the {stage} named in {MODEL_INDEX}")
+    return folder
+
+
+class WorldModelPipeline:
+    """Caption a clip into states, forecast the next ones, and draw them.
+
+    Args:
+        captioner: frames -> one state per frame.
+        predictor: batch of state histories -> the next `k` states of each.
+        renderer: states -> one frame per state.
+        limits: what an input clip may be (frames, resolution, duration).
+        caption_batch_size / render_batch_size: frames per forward pass of those stages.
+    """
+
+    def __init__(
+        self,
+        captioner: Captioner,
+        predictor: Predictor,
+        renderer: Renderer,
+        *,
+        limits: VideoLimits | None = None,
+        caption_batch_size: int = 16,
+        render_batch_size: int = 8,
+        max_horizon: int = 64,
+    ) -> None:
+        if caption_batch_size < 1 or render_batch_size < 1:
+            raise ValueError(
+                f"batch sizes must be >= 1, got caption={caption_batch_size} render={render_batch_size}"
+            )
+        self.captioner = captioner
+        self.predictor = predictor
+        self.renderer = renderer
+        self.limits = limits or VideoLimits()
+        self.caption_batch_size = caption_batch_size
+        self.render_batch_size = render_batch_size
+        self.max_horizon = max_horizon
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        weights_dir: str | Path,
+        *,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        **kwargs: Any,
+    ) -> WorldModelPipeline:
+        """Load the three stages named by `weights_dir/model_index.json` (offline, local files only)."""
+        weights_dir = Path(weights_dir)
+        if not weights_dir.is_dir():
+            raise FileNotFoundError(
+                f"{weights_dir}: weights directory not found (expected {MODEL_INDEX} inside)"
+            )
+        index_path = weights_dir / MODEL_INDEX
+        if not index_path.is_file():
+            raise UserError(
+                f"{weights_dir}: no {MODEL_INDEX} (expected one naming {', '.join(STAGES)} folders)"
+            )
+        try:
+            index = json.loads(index_path.read_text())
+        except json.JSONDecodeError as err:
+            raise UserError(f"{index_path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+        if not isinstance(index, dict):
+            raise UserError(f"{index_path}: expected a JSON object naming the stage folders")
+
+        # The stage modules are imported here so that the pipeline itself stays cheap to import.
+        from pipeline.captioner import Captioner as HFCaptioner
+        from pipeline.renderer import Renderer as HFRenderer
+        from pipeline.rollout import Predictor as TensorPredictor
+
+        t0 = time.perf_counter()
+        captioner = HFCaptioner.from_pretrained(
+            _stage_folder(weights_dir, index, "captioner"), device=device, dtype=dtype
+        )
+        predictor = TensorPredictor.from_pretrained(_stage_folder(weights_dir, index, "predictor"))
+        renderer = HFRenderer.from_pretrained(
+            _stage_folder(weights_dir, index, "renderer"), device=device, dtype=dtype
+        )
+        logger.info("loaded pipeline from %s in %.1f s", weights_dir, time.perf_counter() - t0)
+        return cls(captioner, predictor, renderer, **kwargs)
+
+    # ---- step 1 ---------------------------------------------------------------------------------------------
+    def check_inputs(
+        self,
+        video: VideoSource | None,
+        states: Sequence[str] | None,
+        horizon: int,
+        stride: int | None,
+        state_rate: float | None,
+        steps: int | None,
+        guidance: float | None,
+    ) -> None:
+        if (video is None) == (states is None):
+            raise ValueError("give exactly one of video or states")
+        if isinstance(horizon, bool) or not isinstance(horizon, int) or not 1 <= horizon <= self.max_horizon:
+            raise ValueError(f"horizon must be an integer in 1..{self.max_horizon}, got {horizon!r}")
+        if stride is not None and state_rate is not None:
+            raise ValueError("give either stride or state_rate, not both")
+        if stride is not None and stride < 1:
+            raise ValueError(f"stride must be >= 1, got {stride}")
+        if state_rate is not None and not state_rate > 0:
+            raise ValueError(f"state_rate must be > 0, got {state_rate}")
+        if steps is not None and not 1 <= steps <= 1000:
+            raise ValueError(f"steps must be in 1..1000, got {steps}")
+        if guidance is not None and not 0 <= guidance <= 50:
+            raise ValueError(f"guidance must be in 0..50, got {guidance}")
+        if states is not None:
+            if len(states) == 0:
+                raise ValueError("states is empty: give at least one state")
+            if len(states) > self.limits.max_frames:
+                raise ValueError(f"got {len(states)} states; the limit is {self.limits.max_frames}")
+            for i, s in enumerate(states):
+                if not isinstance(s, str) or not s.strip():
+                    raise ValueError(f"states[{i}] must be a non-empty string")
+
+    def __call__(
+        self,
+        video: VideoSource | None = None,
+        *,
+        states: Sequence[str] | None = None,
+        horizon: int = 8,
+        stride: int | None = None,
+        state_rate: float | None = None,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        steps: int | None = None,
+        guidance: float | None = None,
+        render: bool = True,
+        encode_video: bool = False,
+        callback: ProgressCallback | None = None,
+    ) -> WorldModelOutput:
+        """Forecast `horizon` states after a clip (`video`: path, bytes or file) or after given `states`.
+
+        `seed` (or a `generator`) makes rendering reproducible; `steps`/`guidance` override the renderer's
+        defaults. With `encode_video`, the predicted frames also come back as MP4 bytes in `output.video`.
+        """
+        notify = callback or (lambda stage, done, total: None)
+        timings: dict[str, float] = {}
+        t_start = time.perf_counter()
+
+        # 1. check inputs
+        self.check_inputs(video, states, horizon, stride, state_rate, steps, guidance)
+
+        # 2. decode and sample
+        clip: SampledClip | None = None
+        if video is not None:
+            notify("decode", 0, 1)
+            t = time.perf_counter()
+            clip = read_video(video, stride=stride, state_rate=state_rate, limits=self.limits)
+            timings["decode"] = time.perf_counter() - t
+            notify("decode", 1, 1)
+
+        # 3. caption, batched
+        if clip is not None:
+            t = time.perf_counter()
+            observed = self.caption(clip.frames, notify)
+            timings["caption"] = time.perf_counter() - t
+        else:
+            observed = [s.strip() for s in states or ()]
+
+        # 4. predict
+        notify("predict", 0, 1)
+        t = time.perf_counter()
+        predicted = self.predict(observed, horizon)
+        timings["predict"] = time.perf_counter() - t
+        notify("predict", 1, 1)
+
+        # 5. render, batched
+        frames: list[np.ndarray] = []
+        if render:
+            if generator is None and seed is not None:
+                generator = torch.Generator("cpu").manual_seed(seed)
+            t = time.perf_counter()
+            frames = self.render(
+                predicted, generator=generator, steps=steps, guidance=guidance, notify=notify
+            )
+            timings["render"] = time.perf_counter() - t
+
+        # 6. encode
+        rate = clip.state_rate if clip is not None else float(state_rate or 1.0)
+        mp4: bytes | None = None
+        if encode_video and frames:
+            notify("encode", 0, 1)
+            t = time.perf_counter()
+            mp4 = encode_mp4(frames, rate)
+            timings["encode"] = time.perf_counter() - t
+            notify("encode", 1, 1)
+
+        timings["total"] = time.perf_counter() - t_start
+        return WorldModelOutput(
+            observed_states=observed,
+            predicted_states=predicted,
+            observed_frames=clip.frames if clip is not None else [],
+            predicted_frames=frames,
+            state_rate=rate,
+            source_indices=clip.indices if clip is not None else [],
+            timings=timings,
+            video=mp4,
+        )
+
+    # ---- the stages, each usable on its own -----------------------------------------------------------------
+    def caption(self, frames: Sequence[np.ndarray], notify: ProgressCallback | None = None) -> list[str]:
+        """One state per frame, in batches of `caption_batch_size`."""
+        notify = notify or (lambda stage, done, total: None)
+        out: list[str] = []
+        notify("caption", 0, len(frames))
+        for i in range(0, len(frames), self.caption_batch_size):
+            batch = list(frames[i : i + self.caption_batch_size])
+            states = self.captioner.caption(batch)
+            if len(states) != len(batch):
+                raise RuntimeError(f"captioner returned {len(states)} states for {len(batch)} frames")
+            out.extend(states)
+            notify("caption", len(out), len(frames))
+        return out
+
+    def predict(self, states: Sequence[str], horizon: int) -> list[str]:
+        """The next `horizon` states after `states`."""
+        (predicted,) = self.predictor.predict([list(states)], horizon)
+        if len(predicted) != horizon:
+            raise RuntimeError(f"predictor returned {len(predicted)} states for horizon {horizon}")
+        return list(predicted)
+
+    def render(
+        self,
+        states: Sequence[str],
+        *,
+        generator: torch.Generator | None = None,
+        steps: int | None = None,
+        guidance: float | None = None,
+        notify: ProgressCallback | None = None,
+    ) -> list[np.ndarray]:
+        """One frame per state, in batches of `render_batch_size`."""
+        notify = notify or (lambda stage, done, total: None)
+        frames: list[np.ndarray] = []
+        notify("render", 0, len(states))
+        for i in range(0, len(states), self.render_batch_size):
+            batch = list(states[i : i + self.render_batch_size])
+            drawn = self.renderer.render(batch, generator=generator, steps=steps, guidance=guidance)
+            if len(drawn) != len(batch):
+                raise RuntimeError(f"renderer returned {len(drawn)} frames for {len(batch)} states")
+            frames.extend(np.asarray(f, dtype=np.uint8) for f in drawn)
+            notify("render", len(frames), len(states))
+        return frames
+
+    def warmup(self) -> None:
+        """Run every stage once on a tiny input, so the first request does not pay for lazy initialisation."""
+        blank = np.zeros((64, 64, 3), dtype=np.uint8)
+        states = self.caption([blank])
+        predicted = self.predict(states, 1)
+        self.render(predicted, generator=torch.Generator("cpu").manual_seed(0))

@@ -1,0 +1,180 @@
+"""WorldModelPipeline with stand-in stages (structure, steps, errors) and with tiny real stages when they exist."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from pipeline.errors import UserError
+from pipeline.outputs import make_strip, states_document, write_outputs, zip_outputs
+from pipeline.video import VideoLimits, read_video
+from pipeline.world_model import WorldModelOutput, WorldModelPipeline
+
+ASSET = Path(__file__).resolve().parents[1] / "assets" / "bigbuckbunny_160x90.mp4"
+
+
+class BrightnessCaptioner:
+    """States in words from the frame's mean brightness, so tests can check which frame gave which state."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def caption(self, frames: list[np.ndarray]) -> list[str]:
+        self.batches.append(len(frames))
+        return [f"a scene of brightness {int(f.mean()) // 16}." for f in frames]
+
+
+class EchoPredictor:
+    """Predicts state i of the future as "next <i> after <last state>"."""
+
+    def predict(self, states: list[list[str]], k: int) -> list[list[str]]:
+        return [[f"next {i} after {seq[-1]}" for i in range(k)] for seq in states]
+
+
+class NoiseRenderer:
+    """A 24x32 frame of seeded noise per state: same generator state gives the same frames."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def render(self, states, generator=None, steps=None, guidance=None):
+        self.batches.append(len(states))
+        g = generator or torch.Generator().manual_seed(0)
+        return [(torch.rand(24, 32, 3, generator=g) * 255).to(torch.uint8).numpy() for _ in states]
+
+
+@pytest.fixture
+def pipe() -> WorldModelPipeline:
+    return WorldModelPipeline(
+        BrightnessCaptioner(), EchoPredictor(), NoiseRenderer(), caption_batch_size=5, render_batch_size=3
+    )
+
+
+def test_clip_to_predicted_frames_runs_numbered_steps(pipe):
+    events = []
+    out = pipe(ASSET, horizon=4, stride=2, seed=3, encode_video=True, callback=lambda *e: events.append(e))
+    assert isinstance(out, WorldModelOutput)
+    assert len(out.observed_states) == 8 and out.source_indices == list(range(0, 16, 2))
+    frames = read_video(ASSET, stride=2).frames
+    assert out.observed_states == [f"a scene of brightness {int(f.mean()) // 16}." for f in frames]
+    assert out.predicted_states == [f"next {i} after {out.observed_states[-1]}" for i in range(4)]
+    assert len(out.predicted_frames) == 4 and out.predicted_frames[0].shape == (24, 32, 3)
+    assert out.video is not None and out.video[4:8] == b"ftyp"
+    assert out.state_rate == pytest.approx(6.25 / 2)
+    # batched: 8 frames in batches of 5, 4 states in batches of 3
+    assert pipe.captioner.batches == [5, 3] and pipe.renderer.batches == [3, 1]
+    stages = [e[0] for e in events]
+    assert stages.index("decode") < stages.index("caption") < stages.index("predict") < stages.index("render")
+    assert ("caption", 8, 8) in events and ("render", 4, 4) in events and ("encode", 1, 1) in events
+    assert set(out.timings) >= {"decode", "caption", "predict", "render", "encode", "total"}
+
+
+def test_seed_makes_frames_reproducible(pipe):
+    a = pipe(states=["a ball."], horizon=2, seed=7)
+    b = pipe(states=["a ball."], horizon=2, seed=7)
+    c = pipe(states=["a ball."], horizon=2, seed=8)
+    assert all(np.array_equal(x, y) for x, y in zip(a.predicted_frames, b.predicted_frames))
+    assert not np.array_equal(a.predicted_frames[0], c.predicted_frames[0])
+
+
+def test_from_states_skips_video(pipe):
+    out = pipe(states=["  a red ball at the left.  ", "a red ball in the middle."], horizon=3, render=False)
+    assert out.observed_states == ["a red ball at the left.", "a red ball in the middle."]
+    assert out.observed_frames == [] and out.predicted_frames == [] and len(out.predicted_states) == 3
+    assert "caption" not in out.timings and "decode" not in out.timings
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"states": ["x."], "horizon": 0}, "horizon must be an integer in 1..64, got 0"),
+        ({"states": ["x."], "horizon": 65}, "horizon must be an integer in 1..64, got 65"),
+        ({"states": []}, "states is empty"),
+        ({"states": ["x.", " "]}, r"states\[1\] must be a non-empty string"),
+        ({}, "give exactly one of video or states"),
+        ({"states": ["x."], "stride": 2, "state_rate": 1.0}, "either stride or state_rate"),
+        ({"states": ["x."], "steps": 0}, "steps must be in 1..1000, got 0"),
+    ],
+)
+def test_check_inputs_names_the_argument(pipe, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        pipe(**kwargs)
+
+
+def test_too_many_sampled_frames_is_a_user_error():
+    pipe = WorldModelPipeline(
+        BrightnessCaptioner(), EchoPredictor(), NoiseRenderer(), limits=VideoLimits(max_frames=4)
+    )
+    with pytest.raises(UserError, match="more than 4 states at stride 2"):
+        pipe(ASSET, horizon=1, stride=2)
+    assert len(pipe(ASSET, horizon=1, stride=4).observed_states) == 4
+
+
+def test_a_stage_returning_the_wrong_count_is_caught(pipe):
+    pipe.predictor = type("Short", (), {"predict": lambda self, s, k: [["only one."]]})()
+    with pytest.raises(RuntimeError, match="predictor returned 1 states for horizon 3"):
+        pipe(states=["x."], horizon=3)
+
+
+def test_write_outputs_files(pipe, tmp_path):
+    out = pipe(ASSET, horizon=3, stride=4, seed=0)
+    files = write_outputs(out, tmp_path / "o")
+    assert [p.name for p in files.predicted_frames] == [
+        "predicted_000.png",
+        "predicted_001.png",
+        "predicted_002.png",
+    ]
+    assert np.array_equal(np.asarray(Image.open(files.predicted_frames[1])), out.predicted_frames[1])
+    assert len(files.observed_frames) == 4
+    doc = json.loads(files.states.read_text())
+    assert doc["observed_states"] == out.observed_states and doc["predicted_states"] == out.predicted_states
+    assert [s["kind"] for s in doc["steps"]] == ["observed"] * 4 + ["predicted"] * 3
+    assert doc["steps"][2]["frame_index"] == 8
+    decoded = read_video(files.video)
+    assert len(decoded.frames) == 3 and decoded.size == (32, 24)
+    strip = np.asarray(Image.open(files.strip))
+    assert strip.shape[1] > 7 * 96 and strip.shape[0] > 96
+    assert not list(tmp_path.glob("o/.*.tmp"))  # no temporary files left behind
+
+
+def test_zip_has_everything(pipe):
+    import io
+    import zipfile
+
+    out = pipe(states=["a.", "b."], horizon=2, seed=0)
+    names = zipfile.ZipFile(io.BytesIO(zip_outputs(out))).namelist()
+    assert set(names) == {
+        "predicted_000.png",
+        "predicted_001.png",
+        "predicted.mp4",
+        "states.json",
+        "strip.png",
+    }
+    assert states_document(out)["steps"][0] == {
+        "step": 0,
+        "kind": "observed",
+        "state": "a.",
+        "frame_index": None,
+    }
+
+
+def test_strip_without_observed_frames():
+    img = make_strip([], ["a."], [np.zeros((10, 20, 3), np.uint8)], ["b."], height=40)
+    assert img.shape[0] > 40 and img.dtype == np.uint8
+    with pytest.raises(ValueError, match="nothing to draw"):
+        make_strip([], [], [], [])
+
+
+def test_from_pretrained_errors_name_the_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope: weights directory not found"):
+        WorldModelPipeline.from_pretrained(tmp_path / "nope")
+    with pytest.raises(UserError, match="no model_index.json"):
+        WorldModelPipeline.from_pretrained(tmp_path)
+    (tmp_path / "model_index.json").write_text("{nope")
+    with pytest.raises(UserError, match="not valid JSON"):
+        WorldModelPipeline.from_pretrained(tmp_path)
