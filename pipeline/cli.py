@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "pipeline.commands.train",
     "pipeline.commands.eval",
     "pipeline.commands.demo",
+    "pipeline.commands.predict",
 )
 
 

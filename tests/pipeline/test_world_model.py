@@ -178,3 +178,70 @@ def test_from_pretrained_errors_name_the_directory(tmp_path):
     (tmp_path / "model_index.json").write_text("{nope")
     with pytest.raises(UserError, match="not valid JSON"):
         WorldModelPipeline.from_pretrained(tmp_path)
+
+
+# ---- `semworld predict` -------------------------------------------------------------------------------------
+@pytest.fixture
+def fake_weights(monkeypatch, pipe):
+    seen = {}
+
+    def load(weights_dir, **kwargs):
+        seen["dir"], seen["kwargs"] = weights_dir, kwargs
+        return pipe
+
+    monkeypatch.setattr(WorldModelPipeline, "from_pretrained", staticmethod(load))
+    return seen
+
+
+def test_cli_predict_clip_json(fake_weights, tmp_path, capsys):
+    from pipeline import cli
+
+    rc = cli.main([
+        "predict", str(ASSET), "--horizon", "3", "--stride", "4", "--out", str(tmp_path / "o"),
+        "--weights", str(tmp_path), "--json",
+    ])  # fmt: skip
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["observed_states"]) == 4 and len(doc["predicted_states"]) == 3
+    assert [Path(p).name for p in doc["frames"]] == [f"predicted_{j:03d}.png" for j in range(3)]
+    assert Path(doc["video"]).is_file() and Path(doc["video"]).read_bytes()[4:8] == b"ftyp"
+    assert fake_weights["dir"] == tmp_path
+
+
+def test_cli_predict_from_states_file(fake_weights, tmp_path, capsys):
+    from pipeline import cli
+
+    states = tmp_path / "states.txt"
+    states.write_text("# what if the ball went left?\na red ball at the left.\n\na red ball in the middle.\n")
+    assert cli.main(["predict", "--states", str(states), "-k", "2", "--out", str(tmp_path / "o")]) == 0
+    text = capsys.readouterr().out
+    assert "read 2 states from" in text and "t=3   next 1 after a red ball in the middle." in text
+    assert (
+        json.loads((tmp_path / "o" / "states.json").read_text())["observed_states"][0]
+        == "a red ball at the left."
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["predict", "--out", "o"], "give either a CLIP or --states FILE"),
+        (["predict", "/nope.mp4", "--out", "o"], "/nope.mp4: no such file"),
+        (["predict", "--states", "/nope.txt", "--out", "o"], "--states /nope.txt: no such file"),
+    ],
+)
+def test_cli_predict_errors_are_one_line(fake_weights, capsys, argv, message):
+    from pipeline import cli
+
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("semworld: error: ") and message in err and "\n" not in err
+
+
+def test_cli_predict_bad_clip_is_one_line(fake_weights, tmp_path, capsys):
+    from pipeline import cli
+
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"not a video" * 50)
+    assert cli.main(["predict", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == "semworld: error: not a readable video (InvalidDataError)"

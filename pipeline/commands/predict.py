@@ -1,0 +1,163 @@
+"""`semworld predict` (clip or states in words -> predicted states and frames) and `semworld serve` (the API)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+
+from pipeline.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+
+def default_weights_dir() -> Path:
+    """`$SEMWORLD_WEIGHTS_DIR`, else the repository's shipped `weights/`."""
+    env = os.environ.get("SEMWORLD_WEIGHTS_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "weights"
+
+
+def read_states_file(path: Path) -> list[str]:
+    """One state per non-empty line; lines starting with '#' are comments."""
+    if not path.is_file():
+        raise UserError(f"--states {path}: no such file")
+    states = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    states = [s for s in states if s and not s.startswith("#")]
+    if not states:
+        raise UserError(f"--states {path}: no states in the file (write one state per line)")
+    return states
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="read a clip (or states in words), forecast the next states and draw them",
+        description="Caption CLIP into states, predict the next --horizon states and render them into --out: "
+        "predicted_NNN.png, observed_NNN.png, predicted.mp4 (H.264), states.json and strip.png.",
+    )
+    p.add_argument("clip", nargs="?", type=Path, help="a video file (omit with --states)")
+    p.add_argument("--states", type=Path, help="start from states in words, one per line, instead of a clip")
+    p.add_argument("--horizon", "-k", type=_positive_int, default=8, help="states to predict (default 8)")
+    p.add_argument("--out", type=Path, required=True, help="output directory (created if missing)")
+    rate = p.add_mutually_exclusive_group()
+    rate.add_argument("--stride", type=_positive_int, help="take every K-th frame of the clip (default 1)")
+    rate.add_argument("--state-rate", type=_positive_float, metavar="HZ", help="take frames HZ per second")
+    p.add_argument("--weights", type=Path, default=None, help="weights directory (default: shipped weights/)")
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--seed", type=int, default=0, help="renderer seed (default 0)")
+    p.add_argument(
+        "--steps", type=_positive_int, default=None, help="denoising steps (default: the renderer's)"
+    )
+    p.add_argument("--guidance", type=float, default=None, help="guidance scale (default: the renderer's)")
+    p.add_argument("--max-frames", type=_positive_int, default=64, help="most states a clip may give")
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+    p.set_defaults(func=run_predict)
+
+    s = sub.add_parser(
+        "serve",
+        help="run the HTTP API and web page (uvicorn, one worker: one process owns the models)",
+        description="Serve api.main:app with uvicorn. Settings come from SEMWORLD_* environment variables "
+        "(see docs/api.md); the flags below override the most common ones.",
+    )
+    s.add_argument("--host", default=os.environ.get("SEMWORLD_HOST", "127.0.0.1"))
+    s.add_argument("--port", type=int, default=int(os.environ.get("SEMWORLD_PORT", "8000")))
+    s.add_argument("--weights", type=Path, default=None, help="weights directory (SEMWORLD_WEIGHTS_DIR)")
+    s.add_argument("--device", default=None, help="torch device (SEMWORLD_DEVICE)")
+    s.add_argument(
+        "--data-dir", type=Path, default=None, help="jobs database and results (SEMWORLD_DATA_DIR)"
+    )
+    s.add_argument("--log-level", default="info")
+    s.set_defaults(func=run_serve)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from pipeline.outputs import write_outputs
+    from pipeline.video import VideoLimits
+    from pipeline.world_model import WorldModelPipeline
+
+    if (args.clip is None) == (args.states is None):
+        raise UserError("give either a CLIP or --states FILE (not both)")
+    if args.clip is not None and not args.clip.is_file():
+        raise UserError(f"{args.clip}: no such file")
+    states = read_states_file(args.states) if args.states is not None else None
+    if states is not None and (args.stride or args.state_rate):
+        logger.info("--stride/--state-rate ignored: starting from states")
+
+    pipe = WorldModelPipeline.from_pretrained(
+        args.weights or default_weights_dir(),
+        device=args.device,
+        limits=VideoLimits(max_frames=args.max_frames),
+    )
+    output = pipe(
+        args.clip,
+        states=states,
+        horizon=args.horizon,
+        stride=args.stride if states is None else None,
+        state_rate=args.state_rate if states is None else None,
+        seed=args.seed,
+        steps=args.steps,
+        guidance=args.guidance,
+        encode_video=True,
+    )
+    files = write_outputs(output, args.out)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "observed_states": output.observed_states,
+                    "predicted_states": output.predicted_states,
+                    "frames": [str(p) for p in files.predicted_frames],
+                    "video": str(files.video) if files.video else None,
+                    "states_file": str(files.states),
+                    "strip": str(files.strip),
+                    "timings": {k: round(v, 4) for k, v in output.timings.items()},
+                },
+                indent=2,
+            )
+        )
+        return 0
+    source = f"{args.clip}" if args.clip else f"{args.states} (states in words)"
+    print(f"read {len(output.observed_states)} states from {source}:")
+    for i, s in enumerate(output.observed_states):
+        print(f"  t={i:<3d} {s}")
+    n = len(output.observed_states)
+    print(f"predicted {len(output.predicted_states)} states:")
+    for j, s in enumerate(output.predicted_states):
+        print(f"  t={n + j:<3d} {s}")
+    print(f"wrote {len(files.predicted_frames)} frames, {files.video}, {files.states} and {files.strip}")
+    print(f"took {output.timings['total']:.2f} s")
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn  # the server only; the app is imported by uvicorn from its path, so pipeline stays FastAPI-free
+
+    if args.weights is not None:
+        os.environ["SEMWORLD_WEIGHTS_DIR"] = str(args.weights)
+    if args.device is not None:
+        os.environ["SEMWORLD_DEVICE"] = args.device
+    if args.data_dir is not None:
+        os.environ["SEMWORLD_DATA_DIR"] = str(args.data_dir)
+    if not os.environ.get("SEMWORLD_PIPELINE_FACTORY"):
+        weights = Path(os.environ.get("SEMWORLD_WEIGHTS_DIR") or default_weights_dir())
+        if not (weights / "model_index.json").is_file():
+            raise UserError(f"{weights}: no model_index.json (set --weights or SEMWORLD_WEIGHTS_DIR)")
+    # One worker: one process owns the models (and the GPU); requests share it.
+    uvicorn.run("api.main:app", host=args.host, port=args.port, workers=1, log_level=args.log_level)
+    return 0
