@@ -337,6 +337,10 @@ class BaselineModel(nn.Module):
         ids, mask = packed.prefix, packed.prefix_mask  # (B, P)
         if bool((mask[:, -1] == 0).any()):
             raise ValueError("free_run expects a left-padded prefix (pack(..., side='left'))")
+        if ids.shape[1] + n_steps - 1 > cfg.n_positions:
+            raise ValueError(
+                f"n_steps={n_steps} after a prefix of {ids.shape[1]} tokens exceeds n_positions={cfg.n_positions}"
+            )
         B = ids.shape[0]
         device = ids.device
         zero = torch.zeros((), device=device)
