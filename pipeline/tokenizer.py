@@ -28,6 +28,7 @@ TOKENIZER_FILE = "tokenizer.json"
 # Detokenizing: no space before closing punctuation, none after an opening bracket.
 _SPACE_BEFORE = re.compile(r" ([.,!?;:)\]}])")
 _SPACE_AFTER = re.compile(r"([(\[{]) ")
+_APOSTROPHE = re.compile(r"(\w) ' (\w)")  # "tom ' s" -> "tom's"
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,7 @@ class StateTokenizer:
                 break
             words.append(self._id_to_token.get(int(i), UNK_TOKEN))
         text = " ".join(words)
+        text = _APOSTROPHE.sub(r"\1'\2", text)
         return _SPACE_AFTER.sub(r"\1", _SPACE_BEFORE.sub(r"\1", text))
 
     def decode_batch(self, ids: torch.Tensor) -> list[str]:

@@ -1,0 +1,95 @@
+"""Rolling a trained predictor forward: k future states from a history of states, by sliding the window.
+
+Each new window is the last T states, embedded again at positions 0..T-1 (section 2.3); the recurrent state
+that `predict_next` returns (None today, a tensor memory later) is handed to the next window's call.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from pipeline.tokenizer import PAD_ID, StateTokenizer
+
+logger = logging.getLogger(__name__)
+
+
+class Predictor:
+    """A predictor model plus its tokenizer: text histories in, predicted text states out.
+
+    Notation: B histories, T states per window, N token slots per state.
+    """
+
+    def __init__(self, model: nn.Module, tokenizer: StateTokenizer, device: torch.device | str = "cpu") -> None:
+        if model.config.vocab_size != tokenizer.vocab_size:
+            raise ValueError(f"model vocab_size {model.config.vocab_size} != tokenizer vocab_size "
+                             f"{tokenizer.vocab_size}")
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: torch.device | str | None = None) -> Predictor:
+        """Load weights (either model kind) and tokenizer.json from a training output directory."""
+        from models.hub import load_predictor
+
+        dev = torch.device(device) if device is not None else torch.device(
+            "cuda" if torch.cuda.is_available() else "cpu")
+        return cls(load_predictor(directory, map_location=dev), StateTokenizer.from_file(directory), dev)
+
+    @property
+    def T(self) -> int:
+        return int(self.model.config.T)
+
+    @property
+    def N(self) -> int:
+        return int(self.model.config.N)
+
+    def encode_histories(self, states: list[list[str]], truncate: bool = False) -> torch.Tensor:
+        """Histories -> the first window (B, T, N): the last T states, front-padded with empty states."""
+        if not isinstance(states, list) or not states:
+            raise ValueError("states: expected a non-empty list of histories (each a non-empty list of strings)")
+        T, N = self.T, self.N
+        window = torch.full((len(states), T, N), PAD_ID, dtype=torch.long)  # (B, T, N)
+        for b, history in enumerate(states):
+            if isinstance(history, str) or not isinstance(history, list) or not history:
+                raise ValueError(f"states[{b}]: expected a non-empty list of state strings, got {history!r}")
+            if not all(isinstance(s, str) for s in history):
+                raise ValueError(f"states[{b}]: every state must be a string")
+            recent = history[-T:]
+            enc = self.tokenizer.encode_states(recent, N)
+            if enc.truncated:
+                long = [(i, n) for i, n in enumerate(enc.lengths) if n > N]
+                where = ", ".join(f"state {len(history) - len(recent) + i} has {n} tokens" for i, n in long)
+                if not truncate:
+                    raise ValueError(f"states[{b}]: {where}; the model reads at most N={N} tokens per state "
+                                     "(pass truncate=True to cut them)")
+                logger.warning("states[%d]: %s; truncated to N=%d", b, where, N)
+            window[b, T - len(recent):] = enc.ids  # shorter histories: empty states in front
+        return window
+
+    @torch.no_grad()
+    def predict_ids(self, window: torch.Tensor, k: int, state: object | None = None
+                    ) -> tuple[torch.Tensor, object | None]:
+        """window (B, T, N) -> k predicted states (B, k, N), and the recurrent state after the last window."""
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        window = window.to(self.device)
+        predicted = []
+        for _ in range(k):
+            next_ids, state = self.model.predict_next(window, state)  # (B, N)
+            predicted.append(next_ids)
+            # Slide: drop the oldest state, append the prediction; the model re-embeds slots 0..T-1.
+            window = torch.cat([window[:, 1:], next_ids[:, None, :].to(window.dtype)], dim=1)  # (B, T, N)
+        return torch.stack(predicted, dim=1), state  # (B, k, N)
+
+    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
+        """Roll out k future states for each history; returns B lists of k sentences."""
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"k must be a positive integer, got {k!r}")
+        window = self.encode_histories(states, truncate=truncate)
+        ids, _ = self.predict_ids(window, k)
+        return [[self.tokenizer.decode(ids[b, j]) for j in range(k)] for b in range(ids.shape[0])]
