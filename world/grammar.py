@@ -138,7 +138,9 @@ def parse_state(text: str) -> Scene:
         kinds = [_KIND[w] for w in words]
         if kinds == ["colour", "shape", "row", "column"]:
             if stage > 0:
-                raise ValueError(f"unexpected word {head!r}: objects come before the screen and lamp in {text!r}")
+                raise ValueError(
+                    f"unexpected word {head!r}: objects come before the screen and lamp in {text!r}"
+                )
             objects.append(WorldObject(words[0], words[1], ROWS.index(words[2]), COLUMNS.index(words[3])))
         elif words == ["screen"]:
             if stage > 0:

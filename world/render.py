@@ -99,7 +99,9 @@ def _screen_span(size: int) -> tuple[int, int]:
     return int(round(SCREEN_COLUMN * cell)), int(round((SCREEN_COLUMN + 1) * cell))
 
 
-def draw_frame(objects: Sequence[Placed], screen: bool = False, lamp: bool | None = None, size: int = 128) -> np.ndarray:
+def draw_frame(
+    objects: Sequence[Placed], screen: bool = False, lamp: bool | None = None, size: int = 128
+) -> np.ndarray:
     """Draw one frame (size, size, 3) uint8: room, objects at grid positions, then the screen in front."""
     _check_size(size)
     frame = _background(size, lamp).copy()

@@ -32,12 +32,21 @@ class Scenario:
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
-        Scenario("bounce", "physics", "1-3 objects at 1 cell/state, walls reflect", WorldConfig("bounce", 1, 3)),
-        Scenario("fast", "physics", "1-3 objects at 1 or 2 cells/state", WorldConfig("bounce", 1, 3, max_speed=2)),
         Scenario(
-            "gravity", "physics", "balls bounce on the floor, other shapes fall and rest", WorldConfig("gravity", 1, 3)
+            "bounce", "physics", "1-3 objects at 1 cell/state, walls reflect", WorldConfig("bounce", 1, 3)
         ),
-        Scenario("collide", "physics", "2-3 objects in one row collide elastically", WorldConfig("collide", 2, 3)),
+        Scenario(
+            "fast", "physics", "1-3 objects at 1 or 2 cells/state", WorldConfig("bounce", 1, 3, max_speed=2)
+        ),
+        Scenario(
+            "gravity",
+            "physics",
+            "balls bounce on the floor, other shapes fall and rest",
+            WorldConfig("gravity", 1, 3),
+        ),
+        Scenario(
+            "collide", "physics", "2-3 objects in one row collide elastically", WorldConfig("collide", 2, 3)
+        ),
         Scenario(
             "occlude",
             "physics",

@@ -53,7 +53,9 @@ class WorldConfig:
         if self.motion not in MOTIONS:
             raise ValueError(f"motion must be one of {MOTIONS}, got {self.motion!r}")
         if not 0 <= self.min_objects <= self.max_objects:
-            raise ValueError(f"need 0 <= min_objects <= max_objects, got {self.min_objects}, {self.max_objects}")
+            raise ValueError(
+                f"need 0 <= min_objects <= max_objects, got {self.min_objects}, {self.max_objects}"
+            )
         if self.max_speed not in (1, 2):
             raise ValueError(f"max_speed must be 1 or 2, got {self.max_speed}")
         if not 0 < self.lamp_on < self.lamp_period:
@@ -65,7 +67,9 @@ class WorldConfig:
         if self.motion == "hide" and not (self.screen and 1 <= self.min_objects):
             raise ValueError("hide needs screen=True and min_objects >= 1")
         if self.max_tokens() > MAX_TOKENS:
-            raise ValueError(f"the most crowded scene needs {self.max_tokens()} tokens, more than N = {MAX_TOKENS}")
+            raise ValueError(
+                f"the most crowded scene needs {self.max_tokens()} tokens, more than N = {MAX_TOKENS}"
+            )
 
     def max_tokens(self) -> int:
         """Tokens of the most crowded caption: 4 words per object, commas between items, the final '.'."""
@@ -271,7 +275,8 @@ def _sample_one(rng: np.random.Generator, cfg: WorldConfig, shape: str, first: b
     if cfg.motion == "gravity":
         col = int(rng.integers(0, GRID))
         if shape == "ball":
-            k = int(rng.integers(1, 4)) // 2 + 1  # drops of 1 or 4 rows (k = 1, 2), the high one twice as often
+            # Drops of 1 or 4 rows (k = 1, 2), the high one twice as often.
+            k = int(rng.integers(1, 4)) // 2 + 1
             return Ballistic(k, int(rng.integers(0, 2 * k)), col, int(rng.integers(-1, 2)))
         return Drop(int(rng.integers(0, LAST)), col)
     side = [c for c in range(GRID) if c != SCREEN_COLUMN]
@@ -303,7 +308,8 @@ def simulate(scenario: str, cfg: WorldConfig, rng: np.random.Generator, length: 
         vels = (0,) * n
         while not any(vels):
             vels = tuple(int(v) - 1 for v in rng.integers(0, 3, size=n))
-        motions: list[Motion] = [RowCollision(row, cols, vels, i) for i in range(n)]  # never closer than 1 cell
+        # Objects in a row never come closer than one cell, so nothing is redrawn here.
+        motions: list[Motion] = [RowCollision(row, cols, vels, i) for i in range(n)]
         kept = list(range(n))
     else:
         t = np.arange((length - 1) * CHECK_SUBSTEPS + 1) / CHECK_SUBSTEPS
