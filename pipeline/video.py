@@ -228,3 +228,27 @@ def _encode_to(path: str, frames: Sequence[np.ndarray], rate: Fraction) -> None:
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
+
+
+def write_world_samples(
+    folder: str | os.PathLike[str],
+    scenarios: Sequence[str] = ("bounce", "gravity", "collide"),
+    seed: int = 0,
+    size: int = 128,
+) -> list[Path]:
+    """Write one test-split clip of the built-in world per scenario as `world-<scenario>.mp4` (for demos)."""
+    from world.scenarios import FPS, STRIDE, episode
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in scenarios:
+        ep = episode(name, seed, 0, split="test")
+        frames = ep.frames(STRIDE, size)  # (F, size, size, 3)
+        path = out / f"world-{name}.mp4"
+        data = encode_mp4(list(frames), FPS)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths

@@ -1,0 +1,382 @@
+"""Asynchronous jobs: a SQLite table of jobs, their inputs and results as files, and one worker thread.
+
+Durability rules: the upload is written (atomically) before its row exists; results are written into a
+`result.partial/` folder that is renamed to `result/` in one step before the row says `succeeded`. After a
+crash, `recover()` puts jobs left `running` back in the queue (or fails them after `max_attempts` runs), so a
+job is never left half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from api.engine import Engine, Stopped
+from pipeline.errors import UserError
+from pipeline.outputs import write_atomic, zip_outputs
+from pipeline.world_model import WorldModelOutput
+
+logger = logging.getLogger(__name__)
+
+STAGES = ("decode", "caption", "predict", "render", "encode")
+RESULT_JSON, RESULT_MP4, RESULT_ZIP = "result.json", "result.mp4", "result.zip"
+
+
+class JobState(StrEnum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    canceled = "canceled"
+
+
+FINISHED = (JobState.succeeded, JobState.failed, JobState.canceled)
+
+
+@dataclass
+class Job:
+    id: str
+    state: JobState
+    created_at: float
+    updated_at: float
+    params: dict[str, Any]
+    progress: dict[str, dict[str, int]] = field(default_factory=dict)
+    error: str | None = None
+    attempts: int = 0
+    cancel_requested: bool = False
+    filename: str | None = None
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    params TEXT NOT NULL,
+    progress TEXT NOT NULL,
+    error TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    filename TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, created_at);
+"""
+
+
+class JobStore:
+    """Jobs in `data_dir/jobs.sqlite3`; each job's files in `data_dir/jobs/<id>/`. Safe across threads."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir)
+        self.jobs_dir = self.data_dir / "jobs"
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.db_path = self.data_dir / "jobs.sqlite3"
+        with self._db() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(_SCHEMA)
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        # One short-lived connection per operation: simple, and safe from any thread.
+        db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        try:
+            db.execute("PRAGMA synchronous=FULL")
+            yield db
+        finally:
+            db.close()
+
+    @staticmethod
+    def _row(row: sqlite3.Row) -> Job:
+        return Job(
+            id=row["id"],
+            state=JobState(row["state"]),
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            params=json.loads(row["params"]),
+            progress=json.loads(row["progress"]),
+            error=row["error"],
+            attempts=row["attempts"],
+            cancel_requested=bool(row["cancel_requested"]),
+            filename=row["filename"],
+        )
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.jobs_dir / job_id
+
+    def input_path(self, job_id: str) -> Path:
+        return self.job_dir(job_id) / "input"
+
+    def result_path(self, job_id: str, name: str) -> Path:
+        return self.job_dir(job_id) / "result" / name
+
+    def create(self, data: bytes, params: dict[str, Any], filename: str | None = None) -> Job:
+        job_id = uuid.uuid4().hex
+        write_atomic(self.input_path(job_id), data)  # the file first: a row never points at nothing
+        now = time.time()
+        progress = {s: {"done": 0, "total": 0} for s in STAGES}
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO jobs (id, state, created_at, updated_at, params, progress, filename) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (job_id, JobState.queued, now, now, json.dumps(params), json.dumps(progress), filename),
+            )
+        job = self.get(job_id)
+        assert job is not None
+        return job
+
+    def get(self, job_id: str) -> Job | None:
+        with self._db() as db:
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return self._row(row) if row else None
+
+    def counts(self) -> dict[str, int]:
+        with self._db() as db:
+            rows = db.execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state").fetchall()
+        counts = {s.value: 0 for s in JobState}
+        counts.update({r["state"]: r["n"] for r in rows})
+        return counts
+
+    def claim_next(self) -> Job | None:
+        """Mark the oldest queued job running (one more attempt) and return it; None if the queue is empty."""
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            row = db.execute(
+                "SELECT id FROM jobs WHERE state = ? ORDER BY created_at LIMIT 1", (JobState.queued,)
+            ).fetchone()
+            if row is None:
+                db.execute("COMMIT")
+                return None
+            db.execute(
+                "UPDATE jobs SET state = ?, attempts = attempts + 1, updated_at = ? WHERE id = ?",
+                (JobState.running, time.time(), row["id"]),
+            )
+            db.execute("COMMIT")
+        return self.get(row["id"])
+
+    def set_progress(self, job_id: str, progress: dict[str, dict[str, int]]) -> None:
+        with self._db() as db:
+            db.execute(
+                "UPDATE jobs SET progress = ?, updated_at = ? WHERE id = ?",
+                (json.dumps(progress), time.time(), job_id),
+            )
+
+    def finish(self, job_id: str, state: JobState, error: str | None = None) -> None:
+        with self._db() as db:
+            db.execute(
+                "UPDATE jobs SET state = ?, error = ?, updated_at = ? WHERE id = ?",
+                (state, error, time.time(), job_id),
+            )
+
+    def requeue(self, job_id: str) -> None:
+        """Put a job interrupted by a shutdown back in the queue; that run does not count as an attempt."""
+        with self._db() as db:
+            db.execute(
+                "UPDATE jobs SET state = ?, attempts = MAX(attempts - 1, 0), updated_at = ? WHERE id = ?",
+                (JobState.queued, time.time(), job_id),
+            )
+
+    def cancel(self, job_id: str) -> Job | None:
+        """Cancel a queued job at once; ask a running one to stop at its next batch. None if unknown."""
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(
+                "UPDATE jobs SET state = ?, updated_at = ? WHERE id = ? AND state = ?",
+                (JobState.canceled, time.time(), job_id, JobState.queued),
+            )
+            db.execute(
+                "UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE id = ? AND state = ?",
+                (time.time(), job_id, JobState.running),
+            )
+            db.execute("COMMIT")
+        return self.get(job_id)
+
+    def cancel_requested(self, job_id: str) -> bool:
+        with self._db() as db:
+            row = db.execute("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return bool(row and row["cancel_requested"])
+
+    def recover(self, max_attempts: int) -> tuple[int, int]:
+        """After a crash: jobs left `running` go back to the queue, or fail once they used `max_attempts` runs.
+
+        Returns (requeued, failed). Partial result folders are removed either way.
+        """
+        with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            stuck = db.execute(
+                "SELECT id, attempts, cancel_requested FROM jobs WHERE state = ?", (JobState.running,)
+            ).fetchall()
+            requeued = failed = 0
+            for row in stuck:
+                if row["cancel_requested"]:
+                    db.execute(
+                        "UPDATE jobs SET state = ?, updated_at = ? WHERE id = ?",
+                        (JobState.canceled, time.time(), row["id"]),
+                    )
+                elif row["attempts"] >= max_attempts:
+                    db.execute(
+                        "UPDATE jobs SET state = ?, error = ?, updated_at = ? WHERE id = ?",
+                        (
+                            JobState.failed,
+                            f"interrupted {row['attempts']} times (server stopped mid-run); not retried",
+                            time.time(),
+                            row["id"],
+                        ),
+                    )
+                    failed += 1
+                else:
+                    db.execute(
+                        "UPDATE jobs SET state = ?, updated_at = ? WHERE id = ?",
+                        (JobState.queued, time.time(), row["id"]),
+                    )
+                    requeued += 1
+            db.execute("COMMIT")
+        for row in stuck:
+            shutil.rmtree(self.job_dir(row["id"]) / "result.partial", ignore_errors=True)
+        if stuck:
+            logger.warning(
+                "recovered %d interrupted jobs: %d requeued, %d failed", len(stuck), requeued, failed
+            )
+        return requeued, failed
+
+    def write_result(self, job_id: str, files: dict[str, bytes]) -> None:
+        """Write all result files, then make them visible at once by renaming the folder."""
+        job_dir = self.job_dir(job_id)
+        partial, final = job_dir / "result.partial", job_dir / "result"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        for name, data in files.items():
+            write_atomic(partial / name, data)
+        shutil.rmtree(final, ignore_errors=True)  # a previous run that crashed after its rename
+        os.replace(partial, final)
+        fd = os.open(job_dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # make the rename itself durable
+        finally:
+            os.close(fd)
+
+
+class JobWorker:
+    """One thread that runs queued jobs through the engine, in order, and records progress and results."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        engine: Engine,
+        *,
+        job_timeout_s: float,
+        result_payload: Any,
+        poll_s: float = 0.5,
+    ) -> None:
+        self.store = store
+        self.engine = engine
+        self.job_timeout_s = job_timeout_s
+        self.result_payload = result_payload  # (output, params) -> JSON-able dict
+        self.poll_s = poll_s
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="semworld-jobs", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self.store.claim_next()
+            except sqlite3.Error:
+                logger.exception("job store unavailable")
+                job = None
+            if job is None:
+                self._wake.wait(self.poll_s)
+                self._wake.clear()
+                continue
+            self.run(job)
+
+    def run(self, job: Job) -> None:
+        logger.info("job %s: run %d", job.id, job.attempts)
+        progress = {s: {"done": 0, "total": 0} for s in STAGES}
+        stop = threading.Event()
+        deadline = time.monotonic() + self.job_timeout_s
+        last_write = [0.0]
+
+        def callback(stage: str, done: int, total: int) -> None:
+            progress[stage] = {"done": done, "total": total}
+            now = time.monotonic()
+            if now - last_write[0] > 0.2 or done == total:
+                self.store.set_progress(job.id, progress)
+                last_write[0] = now
+            if self._stop.is_set():
+                raise Stopped("shutdown")
+            if now > deadline:
+                raise Stopped("timeout")
+            if self.store.cancel_requested(job.id):
+                raise Stopped("canceled")
+
+        params = job.params
+        try:
+            output: WorldModelOutput = self.engine.call(
+                lambda _cb: self.engine.pipeline(
+                    self.store.input_path(job.id),
+                    horizon=params["horizon"],
+                    stride=params.get("stride"),
+                    state_rate=params.get("state_rate"),
+                    seed=params.get("seed"),
+                    steps=params.get("steps"),
+                    guidance=params.get("guidance"),
+                    encode_video=True,
+                    callback=callback,
+                ),
+                stop,
+                deadline,
+            )
+            payload = self.result_payload(output, params)
+            files = {RESULT_JSON: json.dumps(payload).encode(), RESULT_ZIP: zip_outputs(output)}
+            if output.video is not None:
+                files[RESULT_MP4] = output.video
+            self.store.write_result(job.id, files)
+            self.store.set_progress(job.id, progress)
+            self.store.finish(job.id, JobState.succeeded)
+            self.engine.metrics.observe_timings(output.timings)
+            self.engine.metrics.predictions.labels("job", "ok").inc()
+            logger.info("job %s: succeeded in %.2f s", job.id, output.timings.get("total", 0.0))
+        except Stopped as stopped:
+            if stopped.reason == "shutdown":
+                self.store.requeue(job.id)
+                logger.info("job %s: interrupted by shutdown, back in the queue", job.id)
+            elif stopped.reason == "canceled":
+                self.store.finish(job.id, JobState.canceled)
+                self.engine.metrics.predictions.labels("job", "canceled").inc()
+            else:
+                self.store.finish(job.id, JobState.failed, f"timed out after {self.job_timeout_s:g} s")
+                self.engine.metrics.predictions.labels("job", "timeout").inc()
+        except (UserError, ValueError) as err:
+            self.store.finish(job.id, JobState.failed, str(err))
+            self.engine.metrics.predictions.labels("job", "bad_input").inc()
+        except Exception:
+            logger.exception("job %s failed", job.id)
+            self.store.finish(job.id, JobState.failed, "internal error while running the job")
+            self.engine.metrics.predictions.labels("job", "error").inc()

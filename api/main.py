@@ -1,0 +1,252 @@
+"""The FastAPI app: one process owns the models (loaded once in the lifespan), routers per resource, short JSON
+errors, upload limits, Prometheus metrics, and the static web page. Run with `semworld serve`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import torch
+from fastapi import Depends, FastAPI, Request, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from prometheus_fastapi_instrumentator import Instrumentator
+from starlette.exceptions import HTTPException
+
+from api.deps import get_pipeline, require_api_key
+from api.engine import Engine
+from api.jobs import JobStore, JobWorker
+from api.metrics import Metrics
+from api.routes import health, jobs, pages, predict, rollout, samples
+from api.routes.pages import STATIC_DIR
+from api.schemas import predict_payload
+from api.settings import Settings
+from pipeline.video import VideoLimits, write_world_samples
+from pipeline.world_model import WorldModelPipeline
+
+logger = logging.getLogger("api")
+
+DESCRIPTION = """\
+semworld reads a clip as short sentences (semantic states), forecasts the next states with a 4-tensor
+attention predictor, and draws them with a diffusion renderer.
+
+* `POST /v1/predict`: a clip in, predicted states and frames out (synchronous, small clips).
+* `POST /v1/jobs`: the same as a job; follow `GET /v1/jobs/{id}`, fetch `GET /v1/jobs/{id}/result`.
+* `POST /v1/rollout`: states in words in (edit any of them), the future out.
+
+Errors are JSON `{"detail": "..."}`. If the server has an API key, send it as `X-API-Key` or a Bearer token.
+"""
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _load_pipeline(app: FastAPI, settings: Settings) -> WorldModelPipeline:
+    override = app.dependency_overrides.get(get_pipeline)
+    if override is not None:
+        pipe = override()
+    elif settings.pipeline_factory:
+        module, _, func = settings.pipeline_factory.partition(":")
+        pipe = getattr(importlib.import_module(module), func or "make_pipeline")()
+    else:
+        pipe = WorldModelPipeline.from_pretrained(
+            settings.weights_dir,
+            device=settings.device,
+            dtype=_DTYPES[settings.dtype] if settings.dtype else None,
+        )
+    # The service's limits apply whatever pipeline it runs.
+    pipe.limits = VideoLimits(
+        max_frames=settings.max_frames, max_side=settings.max_side, max_duration_s=settings.max_duration_s
+    )
+    pipe.caption_batch_size = settings.caption_batch_size
+    pipe.render_batch_size = settings.render_batch_size
+    pipe.max_horizon = settings.max_horizon
+    return pipe
+
+
+def _prepare_samples(app: FastAPI, settings: Settings) -> None:
+    folder = settings.samples_dir or settings.data_dir / "samples"
+    app.state.samples_dir = folder
+    if settings.samples_dir is None and not any(folder.glob("*.mp4")):
+        try:
+            write_world_samples(folder)
+        except Exception as err:  # samples are a convenience of the page; never a reason not to serve
+            logger.warning("no world samples: %s", err)
+
+
+async def _start(app: FastAPI, settings: Settings, metrics: Metrics, store: JobStore) -> None:
+    """Load and warm the models in a thread (the server already answers /health), then start the job worker."""
+    try:
+        pipe = await asyncio.to_thread(_load_pipeline, app, settings)
+        engine = Engine(pipe, metrics, settings.max_sync_waiting)
+        if settings.warmup:
+            await asyncio.to_thread(engine.warmup)
+        await asyncio.to_thread(_prepare_samples, app, settings)
+    except Exception as err:
+        # One line for /ready and the log; the traceback only at debug level.
+        app.state.load_error = f"failed to load models: {err}"
+        logger.error("%s", app.state.load_error)
+        logger.debug("model loading failed", exc_info=True)
+        return
+    app.state.engine = engine
+    engine.ready = True
+    worker = JobWorker(
+        store,
+        engine,
+        job_timeout_s=settings.job_timeout_s,
+        result_payload=lambda out, params: predict_payload(out),
+    )
+    app.state.worker = worker
+    worker.start()
+    logger.info("ready")
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    store = JobStore(settings.data_dir)
+    store.recover(settings.job_max_attempts)
+    app.state.store = store
+    app.state.engine = None
+    app.state.worker = None
+    app.state.load_error = None
+    app.state.samples_dir = settings.samples_dir
+    start = asyncio.create_task(_start(app, settings, app.state.metrics, store))
+    try:
+        yield
+    finally:
+        start.cancel()
+        worker: JobWorker | None = app.state.worker
+        if worker is not None:
+            await asyncio.to_thread(worker.stop)
+        if app.state.engine is not None:
+            app.state.engine.ready = False
+
+
+class UploadLimit:
+    """Answer 413 before reading a body larger than the limit of its route (by Content-Length, and by counting
+    for chunked uploads), so an oversize upload is never parsed or spooled to disk."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], limits: Callable[[str], int]) -> None:
+        self.app = app
+        self.limits = limits
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        limit = self.limits(scope["path"])
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            await self._reject(send, limit)
+            return
+        seen = 0
+        exceeded = replaced = False
+
+        async def counting_receive() -> dict[str, Any]:
+            nonlocal seen, exceeded
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    exceeded = True
+                    raise _TooLarge()
+            return message
+
+        async def guarded_send(message: dict[str, Any]) -> None:
+            # The body parser turns our exception into its own 400; answer 413 in its place.
+            nonlocal replaced
+            if not exceeded:
+                await send(message)
+            elif not replaced:
+                replaced = True
+                await self._reject(send, limit)
+
+        try:
+            await self.app(scope, counting_receive, guarded_send)
+        except _TooLarge:
+            if not replaced:
+                await self._reject(send, limit)
+
+    @staticmethod
+    async def _reject(send: Any, limit: int) -> None:
+        response = JSONResponse(
+            {"detail": f"request body larger than the limit of {limit / 2**20:.3g} MB"},
+            status_code=status.HTTP_413_CONTENT_TOO_LARGE,
+            headers={"Connection": "close"},
+        )
+        await response({"type": "http"}, None, send)  # type: ignore[arg-type]
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _short(err: RequestValidationError) -> str:
+    parts = []
+    for e in err.errors()[:3]:
+        loc = ".".join(str(x) for x in e.get("loc", ()) if x not in ("body", "query", "path", "header"))
+        parts.append(f"{loc}: {e.get('msg', 'invalid')}" if loc else str(e.get("msg", "invalid")))
+    return "; ".join(parts) or "invalid request"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the app. Models load in the lifespan; `app.dependency_overrides[get_pipeline]` replaces them."""
+    settings = settings or Settings()
+    app = FastAPI(
+        title="semworld",
+        version="0.1.0",
+        summary="A video world model that thinks in words",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    metrics = Metrics()
+    app.state.metrics = metrics
+    metrics.watch_jobs(lambda: app.state.store.counts() if getattr(app.state, "store", None) else {})
+
+    for router in (health.router, predict.router, rollout.router, jobs.router, samples.router, pages.router):
+        app.include_router(router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    def body_limit(path: str) -> int:
+        if path.startswith("/v1/predict"):
+            return settings.max_sync_upload_bytes
+        if path.startswith("/v1/jobs"):
+            return settings.max_upload_bytes
+        return 1 << 20  # JSON bodies (rollout)
+
+    app.add_middleware(UploadLimit, limits=body_limit)  # type: ignore[arg-type]
+    if settings.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"], allow_headers=["*"]
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, err: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _short(err)}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, err: HTTPException) -> JSONResponse:
+        return JSONResponse({"detail": str(err.detail)}, status_code=err.status_code, headers=err.headers)
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, err: Exception) -> JSONResponse:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse({"detail": "internal server error"}, status_code=500)
+
+    Instrumentator(registry=metrics.registry, excluded_handlers=["/metrics", "/static.*"]).instrument(
+        app
+    ).expose(app, include_in_schema=True, tags=["health"], dependencies=[Depends(require_api_key)])
+    return app
+
+
+app = create_app()

@@ -1,0 +1,1 @@
+"""One router per resource: predict, rollout, jobs, samples, health, pages."""

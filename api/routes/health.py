@@ -1,0 +1,30 @@
+"""GET /health (the process answers) and GET /ready (models loaded and warmed): no API key needed."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from api.schemas import HealthResponse, ReadyResponse
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/health", response_model=HealthResponse, summary="Liveness")
+def health() -> HealthResponse:
+    return HealthResponse(status="ok")
+
+
+@router.get(
+    "/ready",
+    response_model=ReadyResponse,
+    summary="Readiness: models loaded and warmed",
+    responses={503: {"model": ReadyResponse, "description": "still loading, or loading failed"}},
+)
+def ready(request: Request) -> JSONResponse:
+    engine = getattr(request.app.state, "engine", None)
+    if engine is not None and engine.ready:
+        body = ReadyResponse(ready=True, warmup_seconds=engine.warmup_seconds)
+        return JSONResponse(body.model_dump())
+    detail = getattr(request.app.state, "load_error", None) or "loading models"
+    return JSONResponse(ReadyResponse(ready=False, detail=detail).model_dump(), status_code=503)

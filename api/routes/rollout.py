@@ -1,0 +1,67 @@
+"""POST /v1/rollout: states in words in, the next states and their frames out (the what-if entry point)."""
+
+from __future__ import annotations
+
+import torch
+from fastapi import APIRouter, Depends, HTTPException, status
+
+from api.deps import EngineDep, PipelineDep, SettingsDep, require_api_key
+from api.routes.predict import run_model
+from api.schemas import RolloutRequest, RolloutResponse, b64png
+from api.uploads import ERROR_RESPONSES
+from pipeline.world_model import ProgressCallback
+
+router = APIRouter(prefix="/v1", tags=["rollout"], dependencies=[Depends(require_api_key)])
+
+
+@router.post(
+    "/rollout",
+    response_model=RolloutResponse,
+    summary="Continue states written in words",
+    responses={**ERROR_RESPONSES, 504: {"description": "past the request time limit"}},
+)
+async def rollout(
+    body: RolloutRequest, pipeline: PipelineDep, engine: EngineDep, settings: SettingsDep
+) -> RolloutResponse:
+    """Predict `horizon` states after `states` and render them; edit any state and call again to re-roll."""
+    if body.horizon > settings.max_horizon:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"horizon: at most {settings.max_horizon}, got {body.horizon}",
+        )
+    if body.render_context > len(body.states):
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"render_context: at most len(states) = {len(body.states)}, got {body.render_context}",
+        )
+
+    def work(callback: ProgressCallback) -> tuple:
+        generator = torch.Generator("cpu").manual_seed(body.seed) if body.seed is not None else None
+        out = pipeline(
+            states=body.states,
+            horizon=body.horizon,
+            generator=generator,
+            steps=body.steps,
+            guidance=body.guidance,
+            render=body.render,
+            callback=callback,
+        )
+        context = []
+        if body.render and body.render_context:
+            context = pipeline.render(
+                out.observed_states[-body.render_context :],
+                generator=generator,
+                steps=body.steps,
+                guidance=body.guidance,
+            )
+        return out, context
+
+    out, context = await run_model(engine, settings, work, "rollout")
+    engine.metrics.observe_timings(out.timings)
+    return RolloutResponse(
+        observed_states=out.observed_states,
+        predicted_states=out.predicted_states,
+        frames=[b64png(f) for f in out.predicted_frames],
+        context_frames=[b64png(f) for f in context],
+        timings={k: round(v, 4) for k, v in out.timings.items()},
+    )

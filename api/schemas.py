@@ -1,0 +1,146 @@
+"""Request and response bodies of the HTTP API (pydantic), with examples for the OpenAPI schema."""
+
+from __future__ import annotations
+
+import base64
+from enum import StrEnum
+from typing import Any
+
+import cv2
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.outputs import png_bytes
+from pipeline.world_model import WorldModelOutput
+
+THUMB_SIDE = 192  # observed frames come back scaled down to this longest side
+
+_STATES_EXAMPLE = [
+    "a red ball is at the top left.",
+    "a red ball is at the top middle.",
+]
+_PREDICTED_EXAMPLE = ["a red ball is at the top right.", "a red ball is at the middle right."]
+
+
+class OutputFormat(StrEnum):
+    json = "json"
+    mp4 = "mp4"
+    zip = "zip"
+
+
+class ErrorResponse(BaseModel):
+    detail: str = Field(examples=["the file is empty"])
+
+
+class PredictResponse(BaseModel):
+    """Observed and predicted states; frames are base64-encoded PNG images."""
+
+    observed_states: list[str] = Field(examples=[_STATES_EXAMPLE])
+    predicted_states: list[str] = Field(examples=[_PREDICTED_EXAMPLE])
+    frames: list[str] = Field(description="predicted frames, base64 PNG, one per predicted state")
+    observed_frames: list[str] = Field(
+        default_factory=list, description=f"sampled input frames, base64 PNG, at most {THUMB_SIDE} px"
+    )
+    state_rate: float = Field(
+        description="states per second (frame rate of the predicted video)", examples=[25.0]
+    )
+    source_indices: list[int] = Field(
+        default_factory=list, description="clip frame index of each observed state"
+    )
+    timings: dict[str, float] = Field(
+        default_factory=dict, description="seconds per stage", examples=[{"caption": 0.12, "total": 0.4}]
+    )
+
+
+class RolloutRequest(BaseModel):
+    """States in words (the past, oldest first) to continue: the what-if entry point."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"states": _STATES_EXAMPLE, "horizon": 2, "seed": 0}]}
+    )
+
+    states: list[str] = Field(min_length=1, description="one state per step, oldest first")
+    horizon: int = Field(8, ge=1, description="states to predict")
+    seed: int | None = Field(0, description="renderer seed; null for a random one")
+    steps: int | None = Field(None, ge=1, le=1000, description="denoising steps (default: the renderer's)")
+    guidance: float | None = Field(None, ge=0, le=50, description="guidance scale (default: the renderer's)")
+    render: bool = Field(True, description="draw the predicted states")
+    render_context: int = Field(
+        0, ge=0, description="also draw the last N given states (e.g. 1 for a state the user just edited)"
+    )
+
+
+class RolloutResponse(BaseModel):
+    observed_states: list[str] = Field(examples=[_STATES_EXAMPLE])
+    predicted_states: list[str] = Field(examples=[_PREDICTED_EXAMPLE])
+    frames: list[str] = Field(description="predicted frames, base64 PNG")
+    context_frames: list[str] = Field(
+        default_factory=list, description="frames of the last render_context states"
+    )
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+class StageProgress(BaseModel):
+    done: int = Field(examples=[3])
+    total: int = Field(examples=[8])
+
+
+class JobStatusResponse(BaseModel):
+    id: str = Field(examples=["3f6c2d0e9b8a4c1d8e7f6a5b4c3d2e1f"])
+    state: str = Field(description="queued, running, succeeded, failed or canceled", examples=["running"])
+    progress: dict[str, StageProgress] = Field(
+        description="per stage: decode, caption, predict, render, encode",
+        examples=[{"decode": {"done": 1, "total": 1}, "caption": {"done": 16, "total": 32}}],
+    )
+    error: str | None = Field(None, examples=[None])
+    attempts: int = Field(0, description="runs started (a crash mid-run means another)")
+    cancel_requested: bool = False
+    created_at: float
+    updated_at: float
+    params: dict[str, Any] = Field(default_factory=dict)
+    result_url: str | None = Field(None, examples=["/v1/jobs/3f6c2d0e9b8a4c1d8e7f6a5b4c3d2e1f/result"])
+
+
+class JobCreatedResponse(JobStatusResponse):
+    status_url: str = Field(examples=["/v1/jobs/3f6c2d0e9b8a4c1d8e7f6a5b4c3d2e1f"])
+
+
+class HealthResponse(BaseModel):
+    status: str = Field(examples=["ok"])
+
+
+class ReadyResponse(BaseModel):
+    ready: bool
+    detail: str | None = None
+    warmup_seconds: float | None = None
+
+
+class SampleInfo(BaseModel):
+    name: str = Field(examples=["world-bounce-0.mp4"])
+    url: str = Field(examples=["/v1/samples/world-bounce-0.mp4"])
+    size: int
+
+
+def b64png(frame: np.ndarray) -> str:
+    return base64.b64encode(png_bytes(frame)).decode("ascii")
+
+
+def thumbnail(frame: np.ndarray, side: int = THUMB_SIDE) -> np.ndarray:
+    h, w = frame.shape[:2]
+    if max(h, w) <= side:
+        return frame
+    s = side / max(h, w)
+    return cv2.resize(frame, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
+
+
+def predict_payload(output: WorldModelOutput) -> dict[str, Any]:
+    """The JSON body of a prediction (also what a finished job stores as result.json)."""
+    return PredictResponse(
+        observed_states=output.observed_states,
+        predicted_states=output.predicted_states,
+        frames=[b64png(f) for f in output.predicted_frames],
+        observed_frames=[b64png(thumbnail(f)) for f in output.observed_frames],
+        state_rate=output.state_rate,
+        source_indices=output.source_indices,
+        timings={k: round(v, 4) for k, v in output.timings.items()},
+    ).model_dump()

@@ -1,0 +1,69 @@
+"""Service settings, read once from `SEMWORLD_*` environment variables (or a `.env` file) by pydantic-settings."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class Settings(BaseSettings):
+    """Every knob of the service. Environment variable = `SEMWORLD_` + the field name in capitals."""
+
+    model_config = SettingsConfigDict(env_prefix="SEMWORLD_", env_file=".env", extra="ignore")
+
+    weights_dir: Path = Field(REPO_ROOT / "weights", description="weights folder with model_index.json")
+    device: str | None = Field(None, description="torch device; default cuda when available, else cpu")
+    dtype: str | None = Field(None, description="float32, float16 or bfloat16; default per stage and device")
+    pipeline_factory: str | None = Field(
+        None, description="'module:function' returning a WorldModelPipeline, instead of loading weights_dir"
+    )
+    warmup: bool = Field(True, description="run every stage once at startup before /ready says yes")
+
+    data_dir: Path = Field(Path("data/api"), description="jobs database, uploads and results")
+    samples_dir: Path | None = Field(None, description="built-in sample clips for the web page")
+
+    max_upload_mb: float = Field(64.0, gt=0, description="largest upload to /v1/jobs (413 above)")
+    max_sync_upload_mb: float = Field(8.0, gt=0, description="largest upload to /v1/predict (413 above)")
+    max_frames: int = Field(64, ge=1, description="most observed states a clip may give")
+    max_side: int = Field(4096, ge=16, description="largest video side in pixels")
+    max_duration_s: float = Field(120.0, gt=0, description="longest clip in seconds")
+    max_horizon: int = Field(32, ge=1, description="most states to predict per request")
+    caption_batch_size: int = Field(16, ge=1)
+    render_batch_size: int = Field(8, ge=1)
+
+    request_timeout_s: float = Field(
+        60.0, gt=0, description="time limit of a synchronous request (504 past it)"
+    )
+    max_sync_waiting: int = Field(4, ge=1, description="synchronous requests running or waiting (429 above)")
+    max_queue: int = Field(32, ge=1, description="queued jobs (429 above)")
+    job_timeout_s: float = Field(600.0, gt=0, description="time limit of one job run")
+    job_max_attempts: int = Field(2, ge=1, description="runs of a job interrupted by a crash before it fails")
+    retry_after_s: int = Field(5, ge=1, description="Retry-After seconds sent with 429")
+
+    api_key: SecretStr | None = Field(None, description="if set, required as X-API-Key or Bearer token")
+    cors_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("dtype")
+    @classmethod
+    def _check_dtype(cls, v: str | None) -> str | None:
+        if v is not None and v not in ("float32", "float16", "bfloat16"):
+            raise ValueError(f"dtype must be float32, float16 or bfloat16, got {v!r}")
+        return v
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * 1024 * 1024)
+
+    @property
+    def max_sync_upload_bytes(self) -> int:
+        return int(self.max_sync_upload_mb * 1024 * 1024)
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,74 @@
+"""Fixtures for API tests: an app on stand-in stages (through dependency_overrides), and a helper to wait."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.deps import get_pipeline
+from api.main import create_app
+from api.settings import Settings
+from tests.api.fakes import make_pipeline
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+REAL_CLIP = ASSETS / "bigbuckbunny_160x90.mp4"
+
+
+def wait_ready(client: TestClient, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = client.get("/ready")
+        if r.status_code == 200:
+            return
+        assert r.status_code == 503
+        if r.json()["detail"].startswith("failed"):
+            raise AssertionError(r.json()["detail"])
+        time.sleep(0.05)
+    raise AssertionError("app not ready in time")
+
+
+def wait_job(client: TestClient, job_id: str, timeout: float = 30.0, headers=None) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}", headers=headers).json()
+        if job["state"] in ("succeeded", "failed", "canceled"):
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} did not finish: {job}")
+
+
+@pytest.fixture(scope="session")
+def world_clip(tmp_path_factory) -> Path:
+    """A clip of the built-in world (skipped when the world package cannot make one)."""
+    from pipeline.video import write_world_samples
+
+    folder = tmp_path_factory.mktemp("world-samples")
+    try:
+        return write_world_samples(folder, scenarios=("bounce",))[0]
+    except ImportError as err:
+        pytest.skip(f"world package not available: {err}")
+
+
+@pytest.fixture
+def make_client(tmp_path) -> Iterator[Callable[..., TestClient]]:
+    """make_client(pipeline=None, **settings) -> a started TestClient whose app is ready."""
+    clients: list[TestClient] = []
+
+    def make(pipeline=None, data_dir: Path | None = None, **overrides) -> TestClient:
+        settings = Settings(data_dir=data_dir or tmp_path / "data", samples_dir=ASSETS, **overrides)
+        app = create_app(settings)
+        pipe = pipeline or make_pipeline(0.0)
+        app.dependency_overrides[get_pipeline] = lambda: pipe
+        client = TestClient(app, raise_server_exceptions=False)
+        client.__enter__()
+        clients.append(client)
+        wait_ready(client)
+        return client
+
+    yield make
+    for c in clients:
+        c.__exit__(None, None, None)

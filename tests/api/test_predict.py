@@ -1,0 +1,155 @@
+"""POST /v1/predict and /v1/rollout through TestClient, on stand-in stages injected with dependency_overrides."""
+
+from __future__ import annotations
+
+import base64
+import io
+import zipfile
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.api.conftest import REAL_CLIP
+
+
+def _png(b64: str) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(b64))))
+
+
+def post_clip(client, data: bytes, ctype="video/mp4", name="clip.mp4", **form):
+    return client.post("/v1/predict", files={"file": (name, data, ctype)}, data=form)
+
+
+def test_real_camera_clip_gives_states_and_frames(make_client):
+    client = make_client()
+    r = post_clip(client, REAL_CLIP.read_bytes(), horizon="3", stride="4", seed="1")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert len(body["observed_states"]) == 4 and body["source_indices"] == [0, 4, 8, 12]
+    assert body["predicted_states"] == [f"next {i} after {body['observed_states'][-1]}" for i in range(3)]
+    assert [_png(f).shape for f in body["frames"]] == [(24, 32, 3)] * 3
+    assert _png(body["observed_frames"][0]).shape == (90, 160, 3)
+    assert body["state_rate"] == pytest.approx(6.25 / 4) and body["timings"]["total"] > 0
+
+
+def test_world_clip(make_client, world_clip):
+    client = make_client()
+    r = post_clip(client, world_clip.read_bytes(), horizon="2", stride="5")
+    assert r.status_code == 200, r.text
+    assert len(r.json()["observed_states"]) == 12 and len(r.json()["frames"]) == 2
+
+
+def test_mp4_and_zip_outputs(make_client):
+    client = make_client()
+    r = post_clip(client, REAL_CLIP.read_bytes(), horizon="2", stride="8", output="mp4")
+    assert r.status_code == 200 and r.headers["content-type"] == "video/mp4" and r.content[4:8] == b"ftyp"
+    r = post_clip(client, REAL_CLIP.read_bytes(), horizon="2", stride="8", output="zip")
+    assert r.status_code == 200 and r.headers["content-type"] == "application/zip"
+    names = set(zipfile.ZipFile(io.BytesIO(r.content)).namelist())
+    assert {"predicted.mp4", "states.json", "strip.png", "observed_001.png", "predicted_001.png"} <= names
+
+
+@pytest.mark.parametrize(
+    ("data", "ctype", "form", "code", "detail"),
+    [
+        (b"", "video/mp4", {}, 422, "file: the file is empty"),
+        (b"\x00garbage" * 200, "video/mp4", {}, 422, "not a readable video"),
+        (REAL_CLIP.read_bytes()[:1500], "video/mp4", {}, 422, "not a readable video"),
+        (b"hello", "text/plain", {}, 415, "expected a video, got content type 'text/plain'"),
+        (REAL_CLIP.read_bytes(), "video/mp4", {"horizon": "0"}, 422, "horizon: Input should be greater than"),
+        (REAL_CLIP.read_bytes(), "video/mp4", {"horizon": "99"}, 422, "horizon: at most 32, got 99"),
+        (
+            REAL_CLIP.read_bytes(),
+            "video/mp4",
+            {"horizon": "abc"},
+            422,
+            "horizon: Input should be a valid integer",
+        ),
+        (REAL_CLIP.read_bytes(), "video/mp4", {"stride": "2", "state_rate": "1"}, 422, "either stride or"),
+        (REAL_CLIP.read_bytes(), "video/mp4", {"output": "gif"}, 422, "output: Input should be"),
+        (REAL_CLIP.read_bytes(), "video/mp4", {"stride": "1"}, 200, None),
+    ],
+)
+def test_bad_input_is_a_short_4xx(make_client, data, ctype, form, code, detail):
+    client = make_client(max_frames=16)
+    r = post_clip(client, data, ctype, horizon=form.pop("horizon", "2"), **form)
+    assert r.status_code == code, r.text
+    if detail:
+        assert r.headers["content-type"] == "application/json"
+        assert detail in r.json()["detail"] and "Traceback" not in r.text
+
+
+def test_too_many_frames_is_422(make_client):
+    client = make_client(max_frames=4)
+    r = post_clip(client, REAL_CLIP.read_bytes(), horizon="2")
+    assert r.status_code == 422 and "more than 4 states at stride 1" in r.json()["detail"]
+
+
+def test_missing_file_and_json_body(make_client):
+    client = make_client()
+    r = client.post("/v1/predict", data={"horizon": "2"})
+    assert r.status_code == 422 and r.json()["detail"] == "file: Field required"
+    r = client.post("/v1/predict", json={"horizon": 2})
+    assert r.status_code == 422
+
+
+def test_oversize_upload_is_413_before_parsing(make_client):
+    client = make_client(max_sync_upload_mb=0.01)  # 10 KB; the clip is 27 KB
+    r = post_clip(client, REAL_CLIP.read_bytes(), horizon="2")
+    assert r.status_code == 413 and "larger than the limit of 0.01 MB" in r.json()["detail"]
+
+    def chunks():  # no Content-Length: counted while streaming
+        yield b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.mp4"\r\n'
+        yield b"Content-Type: video/mp4\r\n\r\n"
+        for _ in range(40):
+            yield b"x" * 1024
+
+    r = client.post(
+        "/v1/predict", content=chunks(), headers={"Content-Type": "multipart/form-data; boundary=b"}
+    )
+    assert r.status_code == 413
+
+
+def test_timeout_is_504(make_client):
+    from tests.api.fakes import make_pipeline
+
+    client = make_client(pipeline=make_pipeline(delay=0.5), request_timeout_s=0.3)
+    r = post_clip(client, REAL_CLIP.read_bytes(), horizon="4", stride="8")
+    assert r.status_code == 504 and "longer than 0.3 s" in r.json()["detail"]
+
+
+def test_rollout_from_words(make_client):
+    client = make_client()
+    r = client.post(
+        "/v1/rollout",
+        json={"states": ["a red ball at the left.", "a red ball."], "horizon": 3, "render_context": 1},
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["predicted_states"] == [f"next {i} after a red ball." for i in range(3)]
+    assert len(body["frames"]) == 3 and len(body["context_frames"]) == 1
+    r = client.post("/v1/rollout", json={"states": ["a."], "horizon": 2, "render": False})
+    assert r.status_code == 200 and r.json()["frames"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ({"states": [], "horizon": 2}, "states: List should have at least 1 item"),
+        ({"states": ["a.", "  "], "horizon": 2}, "states[1] must be a non-empty string"),
+        ({"states": ["a."], "horizon": 40}, "horizon: at most 32, got 40"),
+        ({"states": ["a."], "render_context": 2}, "render_context: at most len(states) = 1"),
+    ],
+)
+def test_rollout_bad_input(make_client, body, detail):
+    r = make_client().post("/v1/rollout", json=body)
+    assert r.status_code == 422 and detail in r.json()["detail"]
+
+
+def test_seed_reproducible_over_http(make_client):
+    client = make_client()
+    a = client.post("/v1/rollout", json={"states": ["a."], "horizon": 2, "seed": 5}).json()["frames"]
+    b = client.post("/v1/rollout", json={"states": ["a."], "horizon": 2, "seed": 5}).json()["frames"]
+    c = client.post("/v1/rollout", json={"states": ["a."], "horizon": 2, "seed": 6}).json()["frames"]
+    assert a == b and a != c
