@@ -31,6 +31,15 @@ def wait_ready(client: TestClient, timeout: float = 30.0) -> None:
     raise AssertionError("app not ready in time")
 
 
+def wait_state(client: TestClient, job_id: str, state: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.get(f"/v1/jobs/{job_id}").json()["state"] == state:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"job {job_id} never {state}")
+
+
 def wait_job(client: TestClient, job_id: str, timeout: float = 30.0, headers=None) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

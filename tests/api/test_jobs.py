@@ -1,0 +1,152 @@
+"""Jobs: submit, progress, result formats, cancel, a full queue, and restarts (graceful and crashed)."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import zipfile
+
+from api.jobs import JobState, JobStore
+from pipeline.world_model import WorldModelPipeline
+from tests.api.conftest import REAL_CLIP, wait_job, wait_state
+from tests.api.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
+
+
+def submit(client, data=None, **form):
+    form.setdefault("horizon", "3")
+    form.setdefault("stride", "4")
+    return client.post(
+        "/v1/jobs",
+        files={"file": ("c.mp4", REAL_CLIP.read_bytes() if data is None else data, "video/mp4")},
+        data=form,
+    )
+
+
+def test_job_runs_and_serves_every_format(make_client):
+    client = make_client()
+    r = submit(client, output="mp4")
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert job["state"] == "queued" and r.headers["location"] == f"/v1/jobs/{job['id']}"
+    assert set(job["progress"]) == {"decode", "caption", "predict", "render", "encode"}
+    done = wait_job(client, job["id"])
+    assert done["state"] == "succeeded" and done["attempts"] == 1
+    assert done["progress"]["caption"] == {"done": 4, "total": 4} and done["progress"]["render"]["done"] == 3
+    assert done["result_url"] == f"/v1/jobs/{job['id']}/result"
+    r = client.get(done["result_url"])  # default: the job's own output parameter
+    assert r.headers["content-type"] == "video/mp4" and r.content[4:8] == b"ftyp"
+    body = client.get(done["result_url"], params={"format": "json"}).json()
+    assert len(body["observed_states"]) == 4 and len(body["frames"]) == 3
+    z = zipfile.ZipFile(io.BytesIO(client.get(done["result_url"], params={"format": "zip"}).content))
+    assert json.loads(z.read("states.json"))["predicted_states"] == body["predicted_states"]
+
+
+def test_bad_clip_fails_the_job_with_a_message(make_client):
+    client = make_client()
+    job = submit(client, data=b"\x00not a video" * 100).json()
+    done = wait_job(client, job["id"])
+    assert done["state"] == "failed" and done["error"].startswith("not a readable video")
+    r = client.get(f"/v1/jobs/{job['id']}/result")
+    assert r.status_code == 409 and r.json()["detail"].startswith("job is failed: not a readable video")
+
+
+def test_unknown_job_and_bad_params(make_client):
+    client = make_client()
+    assert client.get("/v1/jobs/nope").status_code == 404
+    assert client.delete("/v1/jobs/nope").json()["detail"] == "no job 'nope'"
+    assert submit(client, horizon="0").status_code == 422
+    assert submit(client, data=b"").json()["detail"] == "file: the file is empty"
+    r = client.post("/v1/jobs", files={"file": ("a.txt", b"hi", "text/plain")})
+    assert r.status_code == 415
+
+
+def test_cancel_queued_and_running_jobs(make_client):
+    gate = threading.Event()
+    renderer = NoiseRenderer(gate=gate)
+    pipe = WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), renderer, render_batch_size=1)
+    client = make_client(pipeline=pipe, warmup=False)
+    running = submit(client).json()["id"]
+    queued = submit(client).json()["id"]
+    wait_state(client, running, "running")
+    r = client.delete(f"/v1/jobs/{queued}")
+    assert r.status_code == 200 and r.json()["state"] == "canceled"
+    r = client.delete(f"/v1/jobs/{running}")
+    assert r.json()["state"] == "running" and r.json()["cancel_requested"] is True
+    gate.set()
+    assert wait_job(client, running)["state"] == "canceled"
+    assert renderer.calls == 1  # stopped after its first batch
+    assert client.delete(f"/v1/jobs/{running}").status_code == 409
+    assert client.get(f"/v1/jobs/{running}/result").status_code == 409
+
+
+def test_full_queue_is_429_with_retry_after(make_client):
+    gate = threading.Event()
+    pipe = WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), NoiseRenderer(gate=gate))
+    client = make_client(pipeline=pipe, warmup=False, max_queue=2, retry_after_s=7)
+    ids = [submit(client).json()["id"]]
+    wait_state(client, ids[0], "running")
+    ids += [submit(client).json()["id"] for _ in range(2)]
+    r = submit(client)
+    assert r.status_code == 429 and r.headers["retry-after"] == "7" and "queue is full" in r.json()["detail"]
+    metrics = client.get("/metrics").text
+    assert "semworld_queue_depth 2.0" in metrics and 'semworld_jobs{state="running"} 1.0' in metrics
+    gate.set()
+    assert all(wait_job(client, i)["state"] == "succeeded" for i in ids)
+
+
+def test_graceful_restart_requeues_the_running_job(make_client, tmp_path):
+    """Shut down while one job runs and one is queued; a new app on the same data runs both to the end."""
+    gate = threading.Event()
+    slow = WorldModelPipeline(
+        BrightnessCaptioner(), EchoPredictor(), NoiseRenderer(gate=gate), render_batch_size=1
+    )
+    data = tmp_path / "jobs-data"
+    first = make_client(pipeline=slow, data_dir=data, warmup=False)
+    a = submit(first).json()["id"]
+    b = submit(first).json()["id"]
+    wait_state(first, a, "running")
+    threading.Timer(0.2, gate.set).start()  # let the held batch return so the worker sees the shutdown
+    first.__exit__(None, None, None)
+    store = JobStore(data)
+    assert store.get(a).state is JobState.queued and store.get(b).state is JobState.queued
+    assert not (data / "jobs" / a / "result").exists()
+
+    second = make_client(data_dir=data)
+    for job_id in (a, b):
+        done = wait_job(second, job_id)
+        assert done["state"] == "succeeded" and done["attempts"] == 1
+        assert len(second.get(f"/v1/jobs/{job_id}/result").json()["frames"]) == 3
+
+
+def test_crash_recovery_retries_then_fails(tmp_path, make_client):
+    """Rows left `running` by a crash (with a half-written result) are rerun, or failed after max attempts."""
+    data = tmp_path / "crashed"
+    store = JobStore(data)
+    params = {
+        "horizon": 2,
+        "stride": 8,
+        "state_rate": None,
+        "seed": 0,
+        "steps": None,
+        "guidance": None,
+        "output": "json",
+    }
+    retry = store.create(REAL_CLIP.read_bytes(), params)
+    spent = store.create(REAL_CLIP.read_bytes(), params)
+    queued = store.create(REAL_CLIP.read_bytes(), params)
+    for job in (retry, spent):
+        assert store.claim_next().id == job.id  # running, attempt 1
+    (data / "jobs" / retry.id / "result.partial").mkdir()
+    (data / "jobs" / retry.id / "result.partial" / "result.json").write_text('{"half": ')
+    with store._db() as db:
+        db.execute("UPDATE jobs SET attempts = 2 WHERE id = ?", (spent.id,))
+
+    client = make_client(data_dir=data, job_max_attempts=2)
+    done = wait_job(client, retry.id)
+    assert done["state"] == "succeeded" and done["attempts"] == 2
+    assert len(client.get(done["result_url"]).json()["predicted_states"]) == 2
+    assert not (data / "jobs" / retry.id / "result.partial").exists()
+    failed = client.get(f"/v1/jobs/{spent.id}").json()
+    assert failed["state"] == "failed" and "interrupted 2 times" in failed["error"]
+    assert wait_job(client, queued.id)["state"] == "succeeded"
