@@ -122,16 +122,19 @@ def parse_state(text: str) -> Scene:
     if body == ["empty"]:
         return Scene()
     items: list[list[str]] = [[]]
+    ends: list[str] = []  # the token that closes each item: ',' or the final '.'
     for tok in body:
         if tok == ",":
             items.append([])
+            ends.append(",")
         else:
             items[-1].append(tok)
+    ends.append(".")
     objects: list[WorldObject] = []
     screen = False
     lamp: bool | None = None
     stage = 0  # 0: objects, 1: after screen, 2: after lamp; enforces the canonical order
-    for words in items:
+    for words, end in zip(items, ends):
         if not words:
             raise ValueError(f"unexpected word ',' (an empty item) in state {text!r}")
         head = words[0]
@@ -151,7 +154,7 @@ def parse_state(text: str) -> Scene:
                 raise ValueError(f"unexpected word 'lamp': it comes once, last, in {text!r}")
             lamp, stage = words[1] == "on", 2
         else:
-            bad = _first_misplaced(words)
+            bad = _first_misplaced(words, end)
             raise ValueError(f"unexpected word {bad!r} in item {' '.join(words)!r} of state {text!r}")
     keys = [o.sort_key for o in objects]
     if keys != sorted(keys):
@@ -162,12 +165,12 @@ def parse_state(text: str) -> Scene:
         raise ValueError(f"invalid state {text!r}: {err}") from None
 
 
-def _first_misplaced(words: list[str]) -> str:
-    """The first word of a malformed item that breaks the 'colour shape row column' pattern."""
-    expected = ["colour", "shape", "row", "column"]
+def _first_misplaced(words: list[str], end: str) -> str:
+    """The first token that breaks an item's pattern; `end` (',' or '.') when the item stops too early."""
     if words[0] in ("lamp", "screen"):
-        return words[1] if len(words) > 1 else words[0]
+        return words[1] if len(words) > 1 else end
+    expected = ["colour", "shape", "row", "column"]
     for i, w in enumerate(words):
         if i >= len(expected) or _KIND[w] != expected[i]:
             return w
-    return words[-1]
+    return end
