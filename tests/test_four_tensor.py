@@ -216,6 +216,12 @@ def test_check04_pad_mask_from_token_ids_not_from_norm():
     key_is_pad = pad.reshape(2, 1, 1, c.N * c.T).expand_as(A)
     assert (A[key_is_pad] == 0).all()
     assert (A[~key_is_pad] > 0).all()
+    # Inside the model, every attention receives exactly that id-derived mask.
+    seen = []
+    for layer in model.layers:
+        layer.attention.register_forward_pre_hook(lambda mod, args: seen.append(args[1]))
+    model(ids)
+    assert len(seen) == c.n_layers and all(torch.equal(m, pad) for m in seen)
 
 
 def test_check05_key_fill_is_finite_min_queries_and_mlp_unmasked():
