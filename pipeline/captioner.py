@@ -1,0 +1,193 @@
+"""The captioning stage: frames in, textual semantic states out.
+
+`Captioner` wraps any local Hugging Face image-to-text checkpoint (our embedded BLIP, a real BLIP or GIT
+directory) loaded offline through `AutoProcessor` + `AutoModelForImageTextToText`, and post-processes what it
+generates into plain state text in the world's spelling.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import pre_tokenizers
+
+from pipeline.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+# A state has at most N = 16 word-level tokens; a little headroom lets a real captioner finish its sentence,
+# and a real model's sub-word tokenizer needs more pieces per word.
+DEFAULT_MAX_NEW_TOKENS = 24
+DEFAULT_BATCH_SIZE = 64
+
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json")
+# The state tokenizer's word splitting (pipeline.tokenizer): whitespace, then every punctuation mark alone.
+_PRE_TOKENIZER = pre_tokenizers.Sequence(
+    [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(behavior="isolated")]
+)
+
+
+def normalize_state_text(text: str) -> str:
+    """Lowercase words and punctuation marks joined by single spaces: the world's spelling of a state.
+
+    "Red ball top left, lamp on." -> "red ball top left , lamp on ." (the world's canonical captions put a
+    space around each punctuation token, as the word-level tokenizer splits them).
+    """
+    words = _PRE_TOKENIZER.pre_tokenize_str(text.lower())
+    return " ".join(word for word, _ in words)
+
+
+def _check_checkpoint_dir(directory: Path) -> None:
+    """Raise one `UserError` naming the directory and the first thing an image-to-text checkpoint lacks."""
+    what = "an image-to-text checkpoint (config.json, weights, processor and tokenizer files)"
+    if not directory.exists():
+        raise UserError(f"captioner weights directory {directory} does not exist; expected {what}")
+    if not directory.is_dir():
+        raise UserError(f"captioner weights path {directory} is not a directory; expected {what}")
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise UserError(f"captioner weights directory {directory} has no config.json; expected {what}")
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError) as err:
+        raise UserError(f"captioner weights directory {directory}: config.json is not valid JSON ({err})") from err
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise UserError(f"captioner weights directory {directory}: config.json has no model_type")
+
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    model_type = config["model_type"]
+    if model_type not in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        raise UserError(
+            f"captioner weights directory {directory} holds a {model_type!r} model, which is not an "
+            "image-to-text model (expected e.g. blip or git)"
+        )
+    if not any((directory / name).is_file() for name in _WEIGHT_FILES):
+        raise UserError(f"captioner weights directory {directory} has no model weights (model.safetensors)")
+    has_image_processor = (directory / "preprocessor_config.json").is_file()
+    processor_config = directory / "processor_config.json"
+    if not has_image_processor and processor_config.is_file():
+        try:
+            has_image_processor = "image_processor" in json.loads(processor_config.read_text())
+        except (OSError, ValueError):
+            has_image_processor = False
+    if not has_image_processor:
+        raise UserError(
+            f"captioner weights directory {directory} has no preprocessor_config.json "
+            "(nor an image_processor entry in processor_config.json)"
+        )
+    if not any((directory / name).is_file() for name in _TOKENIZER_FILES):
+        raise UserError(f"captioner weights directory {directory} has no tokenizer (tokenizer.json or vocab.txt)")
+
+
+def _default_dtype(device: torch.device) -> torch.dtype:
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+class Captioner:
+    """Image-to-text stage: `caption(frames) -> list[str]`, one state per frame, batched internally."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        processor: object,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.model = model.eval()
+        self.processor = processor
+        self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | os.PathLike[str],
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+        **kwargs: int,
+    ) -> Captioner:
+        """Load a local image-to-text checkpoint offline; fp16/bf16 on CUDA, fp32 on CPU unless `dtype` is given.
+
+        Only files already in `directory` are read (`local_files_only`, whatever HF_HUB_OFFLINE says) and no
+        code from the checkpoint is ever run (no `trust_remote_code`).
+        """
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        path = Path(directory).expanduser()
+        _check_checkpoint_dir(path)
+        dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = dtype or _default_dtype(dev)
+        try:
+            # The PIL image processor: portable, needs no torchvision, and the one the embedded model trained with.
+            processor = AutoProcessor.from_pretrained(
+                str(path), local_files_only=True, trust_remote_code=False, backend="pil"
+            )
+            model = AutoModelForImageTextToText.from_pretrained(
+                str(path), local_files_only=True, trust_remote_code=False, dtype=dtype
+            )
+        except Exception as err:  # noqa: BLE001 - any failure inside a checkpoint is the user's file, reported in one line
+            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserError(f"captioner weights directory {path} could not be loaded: {first_line}") from err
+        model.to(dev)
+        logger.info("captioner %s loaded from %s on %s (%s)", type(model).__name__, path, dev, dtype)
+        return cls(model, processor, **kwargs)
+
+    @torch.inference_mode()
+    def caption(self, frames: Sequence[np.ndarray] | np.ndarray) -> list[str]:
+        """Caption frames, each (H, W, 3) uint8 (or one (B, H, W, 3) array), into lowercase state texts."""
+        images = _as_frame_list(frames)
+        texts: list[str] = []
+        for start in range(0, len(images), self.batch_size):
+            batch = images[start : start + self.batch_size]
+            inputs = self.processor(images=batch, return_tensors="pt")  # type: ignore[operator]
+            pixel_values = inputs["pixel_values"].to(self.device, self.dtype)  # (B, 3, S, S)
+            out = self.model.generate(  # type: ignore[operator]
+                pixel_values=pixel_values,
+                max_new_tokens=self.max_new_tokens,
+                do_sample=False,
+                num_beams=1,
+            )  # (B, L) token ids
+            decoded = self.processor.batch_decode(out, skip_special_tokens=True)  # type: ignore[attr-defined]
+            texts.extend(normalize_state_text(t) for t in decoded)
+        return texts
+
+
+def _as_frame_list(frames: Sequence[np.ndarray] | np.ndarray) -> list[np.ndarray]:
+    """Validate frames and return a list of (H, W, 3) uint8 arrays."""
+    if isinstance(frames, np.ndarray):
+        if frames.ndim == 3:
+            frames = frames[None]
+        if frames.ndim != 4:
+            raise ValueError(f"frames must be (H, W, 3) or (B, H, W, 3), got an array of shape {frames.shape}")
+        frames = list(frames)
+    images = list(frames)
+    for i, frame in enumerate(images):
+        if not isinstance(frame, np.ndarray) or frame.ndim != 3 or frame.shape[2] != 3:
+            shape = getattr(frame, "shape", type(frame).__name__)
+            raise ValueError(f"frames[{i}] must be an (H, W, 3) array, got {shape}")
+        if frame.dtype != np.uint8:
+            raise ValueError(f"frames[{i}] must be uint8, got {frame.dtype}")
+    return images

@@ -1,0 +1,458 @@
+"""Training of the embedded captioner: a tiny BLIP (BlipForConditionalGeneration + BlipProcessor with our
+word-level tokenizer) learns world frames -> state text; saved in the Hugging Face layout that `Captioner` loads.
+
+The loop is plain and visible: fresh seeded world frames every epoch, AdamW with warmup and cosine decay,
+exact-match evaluation on a seeded held-out set each epoch, atomic resumable checkpoints, a JSON-lines log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pipeline.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+BOS_TOKEN, EOS_TOKEN = "[BOS]", "[EOS]"
+MAX_STATE_TOKENS = 16  # N: a state has at most this many word-level tokens
+
+
+# ---- the model -------------------------------------------------------------------------------------------
+@dataclass
+class CaptionerModelConfig:
+    """Shape of the embedded BLIP.
+
+    image_size: side the processor resizes frames to (world frames are rendered at 128).
+    patch_size: ViT patch side; (image_size / patch_size)^2 image tokens feed the decoder's cross-attention.
+    vision_layers / text_layers: transformer blocks in the image encoder / text decoder.
+    hidden: width of both towers; the MLPs are `mlp_ratio` times wider. heads: attention heads in both.
+    max_positions: text positions (a state is <= 16 tokens plus [BOS] and [EOS]).
+    """
+
+    image_size: int = 80
+    patch_size: int = 16
+    vision_layers: int = 4
+    text_layers: int = 2
+    hidden: int = 128
+    heads: int = 4
+    mlp_ratio: int = 2
+    max_positions: int = 24
+
+    def __post_init__(self) -> None:
+        if self.image_size < 8 or self.image_size % self.patch_size:
+            raise ValueError(f"image_size ({self.image_size}) must be >= 8 and a multiple of patch_size "
+                             f"({self.patch_size})")
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        for name in ("vision_layers", "text_layers", "mlp_ratio"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_positions < MAX_STATE_TOKENS + 2:
+            raise ValueError(f"max_positions must be >= {MAX_STATE_TOKENS + 2}, got {self.max_positions}")
+
+
+def build_tokenizer(sentences: Iterable[str]):  # -> transformers.PreTrainedTokenizerFast
+    """Our word-level state tokenizer (pipeline.tokenizer: [PAD]=0, [UNK]=1, same word ids) with [BOS] and
+    [EOS] appended as special tokens and a "[BOS] $A [EOS]" template, wrapped for transformers."""
+    from tokenizers import Tokenizer, processors
+    from transformers import PreTrainedTokenizerFast
+
+    from pipeline.tokenizer import PAD_TOKEN, UNK_TOKEN, StateTokenizer
+
+    backend = Tokenizer.from_str(StateTokenizer.build(sentences).backend.to_str())
+    backend.add_special_tokens([BOS_TOKEN, EOS_TOKEN])
+    vocab = backend.get_vocab()
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{BOS_TOKEN} $A {EOS_TOKEN}",
+        special_tokens=[(BOS_TOKEN, vocab[BOS_TOKEN]), (EOS_TOKEN, vocab[EOS_TOKEN])],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token=PAD_TOKEN, unk_token=UNK_TOKEN, bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN, sep_token=EOS_TOKEN, cls_token=BOS_TOKEN, model_max_length=MAX_STATE_TOKENS + 2,
+    )
+
+
+def build_processor(tokenizer, image_size: int):  # -> transformers.BlipProcessor
+    """BlipProcessor with the slow (PIL) image processor: no torchvision needed; bicubic resize to image_size."""
+    from transformers import BlipProcessor
+    from transformers.models.blip.image_processing_pil_blip import BlipImageProcessorPil
+
+    image_processor = BlipImageProcessorPil(size={"height": image_size, "width": image_size})
+    return BlipProcessor(image_processor=image_processor, tokenizer=tokenizer)
+
+
+def build_blip(config: CaptionerModelConfig, tokenizer):  # -> transformers.BlipForConditionalGeneration
+    """A randomly initialised BlipForConditionalGeneration sized by `config` for `tokenizer`'s vocabulary."""
+    from transformers import BlipConfig, BlipForConditionalGeneration
+
+    bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
+    blip_config = BlipConfig(
+        vision_config=dict(
+            hidden_size=config.hidden, intermediate_size=config.mlp_ratio * config.hidden,
+            num_hidden_layers=config.vision_layers, num_attention_heads=config.heads,
+            image_size=config.image_size, patch_size=config.patch_size,
+        ),
+        text_config=dict(
+            vocab_size=len(tokenizer), hidden_size=config.hidden, intermediate_size=config.mlp_ratio * config.hidden,
+            num_hidden_layers=config.text_layers, num_attention_heads=config.heads,
+            max_position_embeddings=config.max_positions, encoder_hidden_size=config.hidden,
+            bos_token_id=bos, eos_token_id=eos, sep_token_id=eos, pad_token_id=pad,
+        ),
+        projection_dim=config.hidden,
+        image_text_hidden_size=config.hidden,
+    )
+    model = BlipForConditionalGeneration(blip_config)
+    model.generation_config.max_new_tokens = MAX_STATE_TOKENS + 2
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = pad
+    return model
+
+
+# ---- the data ------------------------------------------------------------------------------------------
+def sample_scene(rng: np.random.Generator, count_weights: Sequence[float]):  # -> world.grammar.Scene
+    """A uniformly random valid scene whose object count follows `count_weights` (index = number of objects).
+
+    Screen and lamp are each present half the time when the state still fits in N tokens; objects avoid the
+    screen's column when it stands. Identities and cells are distinct.
+    """
+    from world.grammar import COLOURS, GRID, SCREEN_COLUMN, SHAPES, Scene, WorldObject, caption
+
+    weights = np.asarray(count_weights, dtype=np.float64)
+    while True:
+        n = int(rng.choice(len(weights), p=weights / weights.sum()))
+        screen = bool(rng.random() < 0.5)
+        lamp_draw = rng.integers(3)  # 0: no lamp, 1: off, 2: on
+        lamp = None if lamp_draw == 0 else bool(lamp_draw == 2)
+        identities = [(c, s) for c in COLOURS for s in SHAPES]
+        cells = [(r, c) for r in range(GRID) for c in range(GRID) if not (screen and c == SCREEN_COLUMN)]
+        picked_ids = rng.choice(len(identities), size=n, replace=False)
+        picked_cells = rng.choice(len(cells), size=n, replace=False)
+        objects = tuple(
+            WorldObject(*identities[i], *cells[j]) for i, j in zip(picked_ids.tolist(), picked_cells.tolist())
+        )
+        scene = Scene(objects, screen=screen, lamp=lamp)
+        try:
+            caption(scene)
+        except ValueError:  # more than N tokens: draw again (3 objects leave no room for screen or lamp)
+            continue
+        return scene
+
+
+def degrade(frame: np.ndarray, rng: np.random.Generator, quality: tuple[int, int]) -> np.ndarray:
+    """A JPEG round trip at a random quality: the block and ringing artifacts that decoded video frames have."""
+    import cv2
+
+    q = int(rng.integers(quality[0], quality[1] + 1))
+    ok, buf = cv2.imencode(".jpg", frame[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, q])
+    if not ok:  # pragma: no cover - OpenCV always encodes a uint8 image
+        return frame
+    return np.ascontiguousarray(cv2.imdecode(buf, cv2.IMREAD_COLOR)[..., ::-1])
+
+
+def make_examples(
+    rng: np.random.Generator,
+    n: int,
+    count_weights: Sequence[float],
+    frame_size: int = 128,
+    degrade_prob: float = 0.0,
+    jpeg_quality: tuple[int, int] = (60, 95),
+) -> tuple[list[np.ndarray], list[str]]:
+    """`n` random world frames (frame_size, frame_size, 3) uint8 and their canonical states."""
+    from world.grammar import caption
+    from world.render import render_scene
+
+    frames, states = [], []
+    for _ in range(n):
+        scene = sample_scene(rng, count_weights)
+        frame = render_scene(scene, size=frame_size)
+        if degrade_prob > 0 and rng.random() < degrade_prob:
+            frame = degrade(frame, rng, jpeg_quality)
+        frames.append(frame)
+        states.append(caption(scene))
+    return frames, states
+
+
+def world_sentences() -> list[str]:
+    """Sentences that between them hold every word of the world's vocabulary (for building the tokenizer)."""
+    from world.grammar import VOCAB
+
+    return [" ".join(VOCAB)]
+
+
+# ---- training ------------------------------------------------------------------------------------------
+@dataclass
+class TrainCaptionerArgs:
+    """Arguments of `semworld train captioner` (every field is a flag: --out, --epochs, --steps-per-epoch, ...).
+
+    out: directory for the final model in the Hugging Face layout (config.json, model.safetensors, processor
+        and tokenizer files); it is written when the run ends, holding the best evaluated weights.
+    run_dir: checkpoints (checkpoint.pt, written atomically each epoch) and the JSON-lines log (log.jsonl);
+        a run started again with the same run_dir resumes from its checkpoint.
+    seed: seeds the model initialisation, every epoch's frames (seed, epoch) and the held-out set.
+    epochs / steps_per_epoch / batch_size: fresh random frames every step, so an epoch is just a unit of
+        evaluation and checkpointing; epochs * steps_per_epoch * batch_size frames are seen in all.
+    lr / min_lr_ratio / warmup_steps / weight_decay / grad_clip: AdamW with linear warmup and cosine decay to
+        lr * min_lr_ratio.
+    count_weights: relative frequency of scenes with 0, 1, 2, 3 objects (the most crowded are the hardest).
+    degrade_prob: fraction of training frames sent through a JPEG round trip (robustness to decoded video).
+    eval_frames: size of the seeded held-out set, balanced over object counts; evaluated by exact match.
+    target: stop early once held-out exact match reaches this (after at least one full evaluation).
+    threads: torch CPU threads (1 leaves the other core of a shared machine free).
+    model: the BLIP shape (see CaptionerModelConfig).
+    """
+
+    out: str
+    run_dir: str = "runs/captioner"
+    seed: int = 0
+    epochs: int = 40
+    steps_per_epoch: int = 250
+    batch_size: int = 64
+    lr: float = 1.5e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 200
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    count_weights: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4)
+    degrade_prob: float = 0.2
+    eval_frames: int = 800
+    target: float = 1.0
+    threads: int = 1
+    device: str = "cpu"
+    model: CaptionerModelConfig = field(default_factory=CaptionerModelConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model, dict):
+            self.model = CaptionerModelConfig(**self.model)
+        self.count_weights = tuple(float(w) for w in self.count_weights)
+        for name in ("epochs", "steps_per_epoch", "batch_size", "eval_frames", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.degrade_prob <= 1:
+            raise ValueError(f"degrade_prob must be in [0, 1], got {self.degrade_prob}")
+        if len(self.count_weights) < 1 or min(self.count_weights) < 0 or sum(self.count_weights) <= 0:
+            raise ValueError(f"count_weights must be non-negative with a positive sum, got {self.count_weights}")
+
+    @property
+    def total_steps(self) -> int:
+        return self.epochs * self.steps_per_epoch
+
+
+def lr_at(step: int, args: TrainCaptionerArgs) -> float:
+    """Linear warmup over warmup_steps, then cosine decay from lr to lr * min_lr_ratio at the last step."""
+    if step < args.warmup_steps:
+        return args.lr * (step + 1) / args.warmup_steps
+    progress = min(1.0, (step - args.warmup_steps) / max(1, args.total_steps - args.warmup_steps))
+    return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def encode_batch(processor, frames: list[np.ndarray], states: list[str]) -> dict[str, torch.Tensor]:
+    """Model inputs of one batch: pixel_values (B, 3, S, S), input_ids / attention_mask / labels (B, L)."""
+    pixel_values = processor.image_processor(images=frames, return_tensors="pt")["pixel_values"]  # (B, 3, S, S)
+    text = processor.tokenizer(states, padding="longest", return_tensors="pt")  # "[BOS] words [EOS]" (B, L)
+    labels = text["input_ids"].masked_fill(text["attention_mask"] == 0, -100)  # no loss on padding
+    return {"pixel_values": pixel_values, "input_ids": text["input_ids"],
+            "attention_mask": text["attention_mask"], "labels": labels}
+
+
+def evaluation_set(seed: int, n: int, counts: int) -> tuple[list[np.ndarray], list[str]]:
+    """The seeded held-out set: n frames, balanced over 0..counts-1 objects, clean (no JPEG)."""
+    rng = np.random.default_rng([seed, 1_000_003])  # a stream no training epoch uses
+    frames, states = [], []
+    for k in range(counts):
+        weights = [1.0 if i == k else 0.0 for i in range(counts)]
+        f, s = make_examples(rng, n // counts + (1 if k < n % counts else 0), weights)
+        frames += f
+        states += s
+    return frames, states
+
+
+def exact_match(predicted: Sequence[str], states: Sequence[str]) -> dict[str, float]:
+    """Overall exact match and exact match by number of objects in the true state (keys 'objects=K')."""
+    from world.grammar import parse_state
+
+    by_count: dict[int, list[bool]] = {}
+    for p, s in zip(predicted, states):
+        by_count.setdefault(len(parse_state(s).objects), []).append(p == s)
+    hits = [h for v in by_count.values() for h in v]
+    result = {"exact_match": sum(hits) / max(1, len(hits))}
+    for k in sorted(by_count):
+        result[f"objects={k}"] = sum(by_count[k]) / len(by_count[k])
+    return result
+
+
+def _atomic_torch_save(obj: object, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def save_model(model, processor, directory: Path) -> None:
+    """save_pretrained (safetensors) of model and processor into `directory`, replaced atomically."""
+    import shutil
+
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = directory.with_name(directory.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp, safe_serialization=True)
+    processor.save_pretrained(tmp)
+    old = directory.with_name(directory.name + ".old")
+    if directory.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(directory, old)
+    os.replace(tmp, directory)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
+    """Train (or resume) the embedded captioner; returns the best held-out metrics. See TrainCaptionerArgs."""
+    from tqdm import tqdm
+
+    from pipeline.captioner import Captioner
+
+    torch.set_num_threads(args.threads)
+    run_dir, out = Path(args.run_dir), Path(args.out)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ckpt_path, best_path, log_path = run_dir / "checkpoint.pt", run_dir / "best.pt", run_dir / "log.jsonl"
+    device = torch.device(args.device)
+
+    torch.manual_seed(args.seed)
+    random.seed(args.seed)
+    tokenizer = build_tokenizer(world_sentences())
+    processor = build_processor(tokenizer, args.model.image_size)
+    model = build_blip(args.model, tokenizer).to(device)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embeddings" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embeddings" not in n)]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr, betas=(0.9, 0.98),
+    )
+    start_epoch, best = 0, {"exact_match": -1.0}
+    if ckpt_path.exists():
+        state = torch.load(ckpt_path, map_location=device, weights_only=False)
+        if state["args"]["model"] != asdict(args.model):
+            raise UserError(f"{ckpt_path} was trained with model {state['args']['model']}, not {asdict(args.model)};"
+                            " use another --run-dir")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start_epoch, best = state["epoch"] + 1, state["best"]
+        logger.info("resuming from %s at epoch %d (best exact match so far %.4f)", ckpt_path, start_epoch,
+                    best["exact_match"])
+    n_params = sum(p.numel() for p in model.parameters())
+    logger.info("captioner: %d parameters, %s", n_params, args.model)
+
+    eval_frames, eval_states = evaluation_set(args.seed, args.eval_frames, len(args.count_weights))
+    captioner = Captioner(model, processor, batch_size=128)
+
+    def log(record: dict) -> None:
+        with log_path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    if start_epoch == 0:
+        log({"event": "start", "args": asdict(args), "parameters": n_params})
+    for epoch in range(start_epoch, args.epochs):
+        if best["exact_match"] >= args.target:
+            break
+        model.train()
+        rng = np.random.default_rng([args.seed, epoch])
+        t0, losses = time.time(), []
+        bar = tqdm(range(args.steps_per_epoch), desc=f"captioner epoch {epoch + 1}/{args.epochs}", leave=False,
+                   mininterval=5.0)
+        for i in bar:
+            step = epoch * args.steps_per_epoch + i
+            frames, states = make_examples(rng, args.batch_size, args.count_weights, degrade_prob=args.degrade_prob)
+            batch = {k: v.to(device) for k, v in encode_batch(processor, frames, states).items()}
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, args)
+            loss = model(**batch).loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+            optimizer.step()
+            losses.append(loss.item())
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)
+        train_s = time.time() - t0
+
+        predicted = captioner.caption(eval_frames)  # the same adapter code that serves the model
+        metrics = exact_match(predicted, eval_states)
+        wrong = [(p, s) for p, s in zip(predicted, eval_states) if p != s][:3]
+        record = {"event": "epoch", "epoch": epoch + 1, "step": (epoch + 1) * args.steps_per_epoch,
+                  "loss": float(np.mean(losses)), "lr": lr_at(step, args), "train_s": round(train_s, 1),
+                  "eval_s": round(time.time() - t0 - train_s, 1), **metrics, "examples_wrong": wrong}
+        log(record)
+        logger.info("epoch %d: loss %.4f, exact match %.4f (%s), %.0fs", epoch + 1, record["loss"],
+                    metrics["exact_match"], {k: round(v, 3) for k, v in metrics.items() if k != "exact_match"},
+                    train_s)
+        if metrics["exact_match"] >= best["exact_match"]:
+            best = {**metrics, "epoch": epoch + 1}
+            _atomic_torch_save({"model": model.state_dict(), "metrics": best}, best_path)
+        _atomic_torch_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
+                            "best": best, "args": asdict(args)}, ckpt_path)
+
+    if best_path.exists():
+        model.load_state_dict(torch.load(best_path, map_location=device, weights_only=False)["model"])
+    save_model(model.cpu(), processor, out)
+    log({"event": "saved", "out": str(out), **best})
+    logger.info("saved the best captioner (epoch %s, exact match %.4f) to %s", best.get("epoch"),
+                best["exact_match"], out)
+    return best
+
+
+# ---- command line --------------------------------------------------------------------------------------
+def add_parser(train_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `captioner` to `semworld train`; the parser's func runs train_captioner and returns 0."""
+    defaults = TrainCaptionerArgs(out="")
+    model_defaults = CaptionerModelConfig()
+    p = train_subparsers.add_parser(
+        "captioner", help="train the embedded BLIP captioner on world frames",
+        description="Train the embedded captioner (tiny BLIP) on random world frames; resumable.",
+    )
+    p.add_argument("--out", required=True, help="directory for the final model (Hugging Face layout)")
+    p.add_argument("--run-dir", default=defaults.run_dir, help="checkpoints and log.jsonl (resumes from here)")
+    for name in ("seed", "epochs", "steps_per_epoch", "batch_size", "warmup_steps", "eval_frames", "threads"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
+    for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "degrade_prob", "target"):
+        p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
+    p.add_argument("--count-weights", type=float, nargs="+", default=list(defaults.count_weights),
+                   help="relative frequency of scenes with 0, 1, 2, 3 objects")
+    p.add_argument("--device", default=defaults.device)
+    for name in ("image_size", "patch_size", "vision_layers", "text_layers", "hidden", "heads", "mlp_ratio"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(model_defaults, name),
+                       help="model shape (see CaptionerModelConfig)")
+    p.set_defaults(func=_run_from_cli)
+    return p
+
+
+def _run_from_cli(ns: argparse.Namespace) -> int:
+    model = CaptionerModelConfig(**{k: getattr(ns, k) for k in (
+        "image_size", "patch_size", "vision_layers", "text_layers", "hidden", "heads", "mlp_ratio")})
+    kwargs = {f: getattr(ns, f) for f in TrainCaptionerArgs.__dataclass_fields__ if f != "model" and hasattr(ns, f)}
+    train_captioner(TrainCaptionerArgs(**kwargs, model=model))
+    return 0
+
+
+if __name__ == "__main__":  # python -m pipeline.train_captioner --out DIR ... (same flags as the CLI command)
+    import sys
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _parser = argparse.ArgumentParser(prog="python -m pipeline.train_captioner")
+    add_parser(_parser.add_subparsers())
+    _ns = _parser.parse_args(["captioner", *sys.argv[1:]])
+    sys.exit(_ns.func(_ns))
