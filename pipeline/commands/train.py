@@ -45,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-frequency", type=int, default=TrainArgs.min_frequency,
                    help="rarer words become [UNK] (default %(default)s)")
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads per process (default: torch's)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.set_defaults(func=run_train_predictor)
 
@@ -54,7 +55,8 @@ def args_from_namespace(ns: argparse.Namespace) -> TrainArgs:
         data=ns.data, preset=ns.preset, out=ns.out, model=ns.model, epochs=ns.epochs, batch_size=ns.batch_size,
         seed=ns.seed, causal_slices=ns.causal_slices, val_fraction=ns.val_fraction, max_windows=ns.max_windows,
         lr=ns.lr, weight_decay=ns.weight_decay, dropout=ns.dropout, patience=ns.patience,
-        min_frequency=ns.min_frequency, data_format=ns.data_format, device=ns.device, progress=ns.progress,
+        min_frequency=ns.min_frequency, data_format=ns.data_format, device=ns.device, threads=ns.threads,
+        progress=ns.progress,
     )
 
 

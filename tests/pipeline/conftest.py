@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 COLORS = ("red", "blue", "green")
 THINGS = ("ball", "cube", "cat")
@@ -45,3 +46,12 @@ def roc_csv(tmp_path: Path) -> Path:
             w.writerow([f"id-{i}", f"Title {i}", f"Tom went to shop {i}.", "He bought milk, then bread!",
                         "Was it raining?", "He walked home.", f"Tom drank the milk {i}."])
     return path
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread; two threads on a shared 2-core machine thrash."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
