@@ -6,6 +6,7 @@ weights directory whose `model_index.json` names a folder per stage, like a diff
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import time
@@ -60,6 +61,13 @@ class WorldModelOutput:
     source_indices: list[int] = field(default_factory=list)  # frame index in the clip of each observed state
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage, and "total"
     video: bytes | None = None  # H.264 MP4 of the predicted frames, when asked for
+
+
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _stage_folder(weights_dir: Path, index: dict[str, Any], stage: str) -> Path:
@@ -234,7 +242,9 @@ class WorldModelPipeline:
         # 4. predict
         notify("predict", 0, 1)
         t = time.perf_counter()
-        predicted = self.predict(observed, horizon)
+        # Captions of out-of-domain frames may run past the predictor's token slots: cut those; states a user
+        # wrote are never cut silently (the predictor names the long one instead).
+        predicted = self.predict(observed, horizon, truncate=clip is not None)
         timings["predict"] = time.perf_counter() - t
         notify("predict", 1, 1)
 
@@ -286,9 +296,11 @@ class WorldModelPipeline:
             notify("caption", len(out), len(frames))
         return out
 
-    def predict(self, states: Sequence[str], horizon: int) -> list[str]:
-        """The next `horizon` states after `states`."""
-        (predicted,) = self.predictor.predict([list(states)], horizon)
+    def predict(self, states: Sequence[str], horizon: int, truncate: bool = False) -> list[str]:
+        """The next `horizon` states after `states` (`truncate`: cut states longer than the predictor reads,
+        when the predictor supports it)."""
+        kwargs = {"truncate": True} if truncate and _accepts(self.predictor.predict, "truncate") else {}
+        (predicted,) = self.predictor.predict([list(states)], horizon, **kwargs)
         if len(predicted) != horizon:
             raise RuntimeError(f"predictor returned {len(predicted)} states for horizon {horizon}")
         return list(predicted)

@@ -81,3 +81,14 @@ def make_client(tmp_path) -> Iterator[Callable[..., TestClient]]:
     yield make
     for c in clients:
         c.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def tiny_weights(tmp_path_factory) -> Path:
+    """Tiny random real stages saved like the shipped weights (skipped while a stage module is missing)."""
+    from tests.api.fakes import build_tiny_weights
+
+    try:
+        return build_tiny_weights(tmp_path_factory.mktemp("tiny") / "weights")
+    except ImportError as err:
+        pytest.skip(f"a stage module is not there yet: {err}")

@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -48,3 +50,59 @@ def make_pipeline(delay: float | None = None) -> WorldModelPipeline:
     return WorldModelPipeline(
         BrightnessCaptioner(), EchoPredictor(), NoiseRenderer(delay), render_batch_size=2
     )
+
+
+def build_tiny_weights(root: Path) -> Path:
+    """A weights folder of tiny randomly initialised real stages: BLIP captioner, 4-tensor predictor with its
+    tokenizer, and a StableDiffusionPipeline-layout renderer, each saved with save_pretrained, plus
+    model_index.json. Their outputs are nonsense; their structure, files and loading are the real ones.
+
+    Raises ImportError when a stage's module is not there (callers skip with that reason).
+    """
+    from models.four_tensor import FourTensorConfig, FourTensorModel
+    from pipeline.tokenizer import StateTokenizer
+    from pipeline.train_captioner import (
+        CaptionerModelConfig,
+        build_blip,
+        build_processor,
+        build_tokenizer,
+        world_sentences,
+    )
+    from pipeline.train_renderer import TrainRendererArgs, build_pipeline, save_renderer
+
+    for module in ("pipeline.captioner", "pipeline.rollout", "pipeline.renderer"):
+        __import__(module)
+    torch.manual_seed(0)
+    root.mkdir(parents=True, exist_ok=True)
+    sentences = world_sentences()
+    tokenizer = build_tokenizer(sentences)
+    config = CaptionerModelConfig(
+        image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2
+    )
+    build_blip(config, tokenizer).save_pretrained(root / "captioner")
+    build_processor(tokenizer, config.image_size).save_pretrained(root / "captioner")
+
+    states = StateTokenizer.build(sentences)
+    predictor = FourTensorModel(
+        FourTensorConfig(
+            vocab_size=states.vocab_size,
+            d_x=8,
+            d_t=4,
+            n_heads=2,
+            n_layers=1,
+            N=12,
+            T=4,
+            end_ids=states.end_ids,
+        )
+    )
+    predictor.save_pretrained(root / "predictor")
+    states.save(root / "predictor")
+
+    args = TrainRendererArgs(
+        out=str(root / "run"), image_size=32, output_size=32, vae_channels=(8, 16), unet_channels=(16, 32),
+        text_width=32, text_layers=1, max_length=16, sample_steps=2,
+    )  # fmt: skip
+    save_renderer(build_pipeline(args), args, root / "renderer")
+    index = {"captioner": "captioner", "predictor": "predictor", "renderer": "renderer"}
+    (root / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return root

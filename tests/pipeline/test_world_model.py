@@ -245,3 +245,52 @@ def test_cli_predict_bad_clip_is_one_line(fake_weights, tmp_path, capsys):
     bad.write_bytes(b"not a video" * 50)
     assert cli.main(["predict", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.strip() == "semworld: error: not a readable video (InvalidDataError)"
+
+
+# ---- tiny random real stages, loaded from a weights folder like the shipped one -------------------------------
+@pytest.fixture(scope="module")
+def tiny_weights(tmp_path_factory) -> Path:
+    from tests.api.fakes import build_tiny_weights
+
+    try:
+        return build_tiny_weights(tmp_path_factory.mktemp("tiny") / "weights")
+    except ImportError as err:
+        pytest.skip(f"a stage module is not there yet: {err}")
+
+
+def test_from_pretrained_runs_real_tiny_stages(tiny_weights, tmp_path):
+    from pipeline.captioner import Captioner
+    from pipeline.renderer import Renderer
+    from pipeline.rollout import Predictor
+
+    pipe = WorldModelPipeline.from_pretrained(tiny_weights, device="cpu")
+    assert isinstance(pipe.captioner, Captioner) and isinstance(pipe.predictor, Predictor)
+    assert isinstance(pipe.renderer, Renderer)
+    out = pipe(ASSET, horizon=2, stride=8, seed=0, encode_video=True)  # out of domain: still a valid answer
+    assert len(out.observed_states) == 2 and all(isinstance(s, str) for s in out.observed_states)
+    assert len(out.predicted_states) == 2 and len(out.predicted_frames) == 2
+    assert out.predicted_frames[0].dtype == np.uint8 and out.predicted_frames[0].shape[2] == 3
+    # What-if from states in words: greedy predictor and a seeded renderer give the same future twice.
+    a, b = (pipe(states=out.predicted_states, horizon=2, seed=0) for _ in range(2))
+    assert a.predicted_states == b.predicted_states and np.array_equal(
+        a.predicted_frames[0], b.predicted_frames[0]
+    )
+    with pytest.raises(ValueError, match="the model reads at most N=12 tokens per state"):
+        pipe(states=["red " * 20 + "."], horizon=1)  # a state a user wrote is never cut silently
+    files = write_outputs(out, tmp_path)
+    assert len(read_video(files.video).frames) == 2
+
+
+def test_from_pretrained_names_a_missing_stage_folder(tiny_weights, tmp_path):
+    import shutil
+
+    broken = tmp_path / "w"
+    shutil.copytree(tiny_weights, broken)
+    shutil.rmtree(broken / "renderer")
+    with pytest.raises(
+        UserError, match=r"w/renderer: missing folder for the renderer named in model_index.json"
+    ):
+        WorldModelPipeline.from_pretrained(broken)
+    (broken / "model_index.json").write_text('{"captioner": "captioner"}')
+    with pytest.raises(UserError, match="no 'predictor' entry"):
+        WorldModelPipeline.from_pretrained(broken)
