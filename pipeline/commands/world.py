@@ -12,7 +12,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add `world generate` and `world show` to the CLI."""
     p = sub.add_parser("world", help="the built-in physical world: generate clips, render states")
     wsub = p.add_subparsers(dest="world_command", metavar="ACTION")
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+    def usage(args: argparse.Namespace) -> int:
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=usage)
 
     g = wsub.add_parser(
         "generate",

@@ -59,3 +59,11 @@ def test_frames_and_states_pairs_match():
     assert len(pairs) == 12
     for frame, state in pairs:
         assert np.array_equal(frame, render_state(state))
+
+
+def test_strip_picture(tmp_path):
+    from world.strip import make_strip
+
+    ep = episode("blink", seed=0, index=0, length=3)
+    make_strip([("blink", ep.states, ep.predictable, 0)], tmp_path / "strip.png")
+    assert (tmp_path / "strip.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
