@@ -131,6 +131,10 @@ def fiber_norm(ln: nn.LayerNorm, X: Tensor) -> Tensor:
 class InputConstruction(nn.Module):
     """Dual-dictionary outer-product embedding plus P (phase x) and the joint-phase T_emb (phase x + t)."""
 
+    keep_rows: Tensor  # (V,) buffers, rebuilt from the config (not saved)
+    P: Tensor  # (N, d_x)
+    Temb: Tensor  # (N, T, d_t)
+
     def __init__(self, config: FourTensorConfig) -> None:
         super().__init__()
         c = config
@@ -295,6 +299,8 @@ def cut_at_end(ids: Tensor, end_ids: tuple[int, ...], padding_idx: int) -> Tenso
 
 class FourTensorModel(nn.Module):
     """The 4-tensor predictor: logits (B, N, T, V) for S(1..T) from the window prefix S(0..T-1) in one forward."""
+
+    future_mask: Tensor  # (NT, NT) buffer, True where key sentence t' > query sentence t
 
     def __init__(self, config: FourTensorConfig) -> None:
         super().__init__()

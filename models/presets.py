@@ -34,7 +34,7 @@ class Preset:
     # Parameter counts the paper reports, in millions (table 5), keyed by model kind.
     paper_params_m: dict[str, float] = field(default_factory=dict)
 
-    def shape(self) -> dict[str, int]:
+    def shape(self) -> dict[str, Any]:
         """The keyword arguments both model configs take."""
         d = asdict(self)
         return {k: d[k] for k in ("vocab_size", "d_x", "d_t", "n_heads", "n_layers", "N", "T")}
