@@ -28,7 +28,10 @@ def test_encode_is_deterministic_and_h264_yuv420p(tmp_path):
     a, b = tmp_path / "a.mp4", tmp_path / "b.mp4"
     encode_mp4(frames, a)
     encode_mp4(frames, b)
-    assert a.read_bytes() == b.read_bytes()
+    data = a.read_bytes()
+    assert data == b.read_bytes()
+    # faststart: the index comes before the media, so a browser can start playing at once
+    assert data[4:8] == b"ftyp" and 0 < data.find(b"moov") < data.find(b"mdat")
     with av.open(str(a)) as c:
         s = c.streams.video[0]
         assert s.codec_context.name == "h264" and s.codec_context.pix_fmt == "yuv420p"
