@@ -1,0 +1,221 @@
+"""The rendering stage: states written in words -> frames, through any local diffusers text-to-image checkpoint
+(semworld's embedded renderer in weights/renderer/, or a real Stable Diffusion / SD-Turbo directory), offline only."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pipeline.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+# Optional file beside model_index.json with the sampling settings a checkpoint was made for.
+DEFAULTS_FILE = "renderer.json"
+
+
+@dataclass
+class RenderSettings:
+    """How to sample a checkpoint when the caller does not say.
+
+    steps: denoising steps per frame (the embedded renderer is trained for few-step sampling).
+    guidance: classifier-free guidance scale; <= 1 switches guidance off (one UNet pass per step, not two).
+    height, width: the size the pipeline draws at; None takes the checkpoint's native size
+        (unet sample_size x the VAE's scale factor).
+    output_size: when set, frames are resized (bicubic) to output_size x output_size after drawing, e.g. a
+        model that draws at 64 handing out frames at the world's 128.
+    batch_size: how many states go through the pipeline at once.
+    """
+
+    steps: int = 25
+    guidance: float = 7.5
+    height: int | None = None
+    width: int | None = None
+    output_size: int | None = None
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.steps, int) or self.steps < 1:
+            raise ValueError(f"steps must be a positive integer, got {self.steps!r}")
+        if not isinstance(self.guidance, int | float) or self.guidance < 0:
+            raise ValueError(f"guidance must be a number >= 0, got {self.guidance!r}")
+        if self.output_size is not None and (not isinstance(self.output_size, int) or self.output_size < 8):
+            raise ValueError(f"output_size must be an int >= 8 or None, got {self.output_size!r}")
+        for name in ("height", "width"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 8 or value % 8):
+                raise ValueError(f"{name} must be a multiple of 8 (>= 8) or None, got {value!r}")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+
+    @classmethod
+    def from_directory(cls, directory: Path) -> RenderSettings:
+        """Settings stored in `directory/renderer.json`, or the generic defaults when there is none."""
+        path = directory / DEFAULTS_FILE
+        if not path.is_file():
+            return cls()
+        try:
+            data = json.loads(path.read_text())
+            known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+            return cls(**known)
+        except (json.JSONDecodeError, TypeError, ValueError) as err:
+            raise UserError(f"renderer weights {directory}: bad {DEFAULTS_FILE} ({err})") from err
+
+    def save(self, directory: str | os.PathLike) -> None:
+        Path(directory, DEFAULTS_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+
+def _check_directory(directory: Path) -> None:
+    """One clear UserError for a directory that cannot hold a diffusers text-to-image checkpoint."""
+    what = "a diffusers text-to-image checkpoint (model_index.json plus its component folders)"
+    if not directory.exists():
+        raise UserError(f"renderer weights {directory}: no such directory; expected {what}")
+    if not directory.is_dir():
+        raise UserError(f"renderer weights {directory}: not a directory; expected {what}")
+    index = directory / "model_index.json"
+    if not index.is_file():
+        raise UserError(f"renderer weights {directory}: no model_index.json; expected {what}")
+    try:
+        components = json.loads(index.read_text())
+    except json.JSONDecodeError as err:
+        raise UserError(f"renderer weights {directory}: model_index.json is not valid JSON ({err})") from err
+    missing = [
+        name
+        for name in ("unet", "vae", "text_encoder", "tokenizer", "scheduler")
+        if name in components and components[name] and components[name][0] and not (directory / name).is_dir()
+    ]
+    if missing:
+        raise UserError(
+            f"renderer weights {directory}: model_index.json names missing folders: {', '.join(missing)}"
+        )
+
+
+class Renderer:
+    """Draws the frame of each state: `render(states) -> list of (H, W, 3) uint8 arrays`, batched."""
+
+    def __init__(self, pipe, settings: RenderSettings | None = None, directory: Path | None = None) -> None:
+        self.pipe = pipe
+        self.settings = settings or RenderSettings()
+        self.directory = directory
+        self.pipe.set_progress_bar_config(disable=True)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: str | os.PathLike,
+        device: str | torch.device | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> Renderer:
+        """Load any local diffusers text-to-image checkpoint, offline (never remote code).
+
+        device: None picks CUDA when present, else CPU. dtype: None gives float16 on CUDA, float32 elsewhere.
+        A missing or malformed directory raises one `UserError` naming it and what was expected.
+        """
+        from diffusers import AutoPipelineForText2Image
+
+        path = Path(directory).expanduser()
+        _check_directory(path)
+        device = torch.device(device) if device is not None else _default_device()
+        if dtype is None:
+            dtype = torch.float16 if device.type == "cuda" else torch.float32
+        try:
+            pipe = AutoPipelineForText2Image.from_pretrained(str(path), dtype=dtype, local_files_only=True)
+        except Exception as err:  # diffusers raises OSError, ValueError, KeyError... for broken checkpoints
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserError(
+                f"renderer weights {path}: could not load a diffusers text-to-image pipeline ({first})"
+            ) from err
+        pipe = pipe.to(device)
+        settings = RenderSettings.from_directory(path)
+        logger.info("renderer %s loaded on %s (%s), %s", path, device, dtype, settings)
+        return cls(pipe, settings, path)
+
+    @property
+    def device(self) -> torch.device:
+        return self.pipe.device
+
+    @property
+    def draw_size(self) -> tuple[int, int]:
+        """(height, width) the pipeline draws at."""
+        scale = getattr(self.pipe, "vae_scale_factor", 8)
+        native = self.pipe.unet.config.sample_size
+        native = native if isinstance(native, int) else native[0]
+        return (self.settings.height or native * scale, self.settings.width or native * scale)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(height, width) of the frames `render` returns."""
+        if self.settings.output_size:
+            return (self.settings.output_size, self.settings.output_size)
+        return self.draw_size
+
+    @torch.inference_mode()
+    def render(
+        self,
+        states: Sequence[str],
+        generator: torch.Generator | None = None,
+        steps: int | None = None,
+        guidance: float | None = None,
+    ) -> list[np.ndarray]:
+        """Frames for `states`, one (H, W, 3) uint8 array per state, in order.
+
+        Randomness comes only from `generator`; None uses a fresh generator seeded 0, so the same call
+        gives the same frames.
+        """
+        # 1. check inputs
+        if isinstance(states, str) or not isinstance(states, Sequence):
+            raise ValueError(f"states must be a list of strings, got {type(states).__name__}")
+        bad = [s for s in states if not isinstance(s, str) or not s.strip()]
+        if bad:
+            raise ValueError(f"states must be non-empty strings, got {bad[0]!r}")
+        settings = RenderSettings(
+            steps=self.settings.steps if steps is None else steps,
+            guidance=self.settings.guidance if guidance is None else guidance,
+            height=self.settings.height,
+            width=self.settings.width,
+            output_size=self.settings.output_size,
+            batch_size=self.settings.batch_size,
+        )
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        if not states:
+            return []
+        # 2. one generator for the whole call: batches draw their noise from it in turn
+        generator = generator if generator is not None else torch.Generator("cpu").manual_seed(0)
+        height, width = self.draw_size
+        frames: list[np.ndarray] = []
+        for start in range(0, len(states), settings.batch_size):
+            # 3. denoise and decode one batch; output_type="np" gives (B, H, W, 3) floats in [0, 1]
+            batch = list(states[start : start + settings.batch_size])
+            images = self.pipe(
+                prompt=batch,
+                num_inference_steps=settings.steps,
+                guidance_scale=float(settings.guidance),
+                generator=generator,
+                height=height,
+                width=width,
+                output_type="np",
+            ).images
+            # 4. to uint8, resized to the output size when the checkpoint asks for it
+            for image in np.clip(np.rint(np.asarray(images) * 255.0), 0, 255).astype(np.uint8):
+                frames.append(_resize(image, self.size))
+        return frames
+
+
+def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    if image.shape[:2] == size:
+        return image
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(image).resize((size[1], size[0]), Image.Resampling.BICUBIC))
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

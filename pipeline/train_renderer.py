@@ -1,0 +1,694 @@
+"""Training of the embedded renderer: a small latent-diffusion model in the StableDiffusionPipeline layout, learned
+from (state, frame) pairs of the built-in world. Stage 1 fits the VAE on frames; stage 2 freezes it and fits the
+UNet together with the text encoder on cached latents, predicting the clean latent (x0) so that few steps suffice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pipeline.errors import UserError
+from pipeline.renderer import RenderSettings
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT = "checkpoint.pt"
+LOG = "log.jsonl"
+STAGES = ("vae", "unet", "done")
+
+
+# ---- arguments -----------------------------------------------------------------------------------------
+@dataclass
+class TrainRendererArgs:
+    """Arguments of `semworld train renderer` (each field is a flag: --out, --vae-steps, ...).
+
+    out: run directory: checkpoint.pt (atomic, resumable), log.jsonl, strips/*.png (truth | render) and, when
+        the run ends, pipeline/ (the diffusers checkpoint, save_pretrained with safetensors).
+    image_size: side of the frames the model draws (the world renders them at this size; the shipped
+        captioner reads frames at 64, so 64 keeps every stage 4x cheaper than 128).
+    output_size: side of the frames the Renderer adapter hands out (resized from image_size; 128 = the world's).
+    seed: seeds the data stream, initialisation and sampling.
+    count_weights: relative frequency of scenes with 0, 1, 2, 3 objects in the training stream.
+    vae_channels / vae_latent_channels: AutoencoderKL widths per level (len - 1 = number of 2x downsamplings)
+        and latent channels.
+    vae_steps, vae_batch, vae_lr, kl_weight: stage 1 optimisation (L1 + MSE reconstruction + kl_weight * KL).
+    unet_channels: UNet2DConditionModel widths per level; every level but the first has cross-attention.
+    text_width, text_layers, max_length: the CLIP text encoder (trained from scratch with the UNet).
+    unet_steps, unet_batch, unet_lr: stage 2 optimisation.
+    prediction_type: what the UNet predicts: "sample" (x0), "epsilon" or "v_prediction".
+    cond_dropout: probability of training with the empty prompt (enables classifier-free guidance > 1).
+    sample_steps, guidance: how evaluation samples (and the defaults written to renderer.json).
+    pool: number of distinct training scenes whose latents are cached (drawn once, seeded).
+    eval_every, eval_states: evaluation period (steps) and size (test-split world states).
+    checkpoint_every: steps between atomic checkpoints.
+    vae_minutes / unet_minutes: optional wall-clock caps per stage (0 = none; steps are the reproducible stop).
+    threads: torch intra-op threads (1 leaves the other core to everyone else).
+    captioner: optional captioner directory for the round-trip metric at evaluation.
+    """
+
+    out: str
+    image_size: int = 64
+    output_size: int = 128
+    seed: int = 0
+    count_weights: tuple[float, ...] = (0.05, 0.25, 0.35, 0.35)
+    vae_channels: tuple[int, ...] = (32, 64, 64)
+    vae_latent_channels: int = 4
+    vae_steps: int = 2000
+    vae_batch: int = 16
+    vae_lr: float = 1e-3
+    kl_weight: float = 1e-6
+    unet_channels: tuple[int, ...] = (32, 64, 128, 128, 128)
+    text_width: int = 128
+    text_layers: int = 2
+    max_length: int = 16
+    unet_steps: int = 10000
+    unet_batch: int = 32
+    unet_lr: float = 5e-4
+    prediction_type: str = "sample"
+    cond_dropout: float = 0.0
+    sample_steps: int = 4
+    guidance: float = 1.0
+    pool: int = 20000
+    eval_every: int = 500
+    eval_states: int = 64
+    checkpoint_every: int = 200
+    vae_minutes: float = 0.0
+    unet_minutes: float = 0.0
+    threads: int = 1
+    captioner: str | None = None
+    _help: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.image_size < 32 or self.image_size % 2 ** (len(self.vae_channels) - 1):
+            raise ValueError(
+                f"image_size must be >= 32 and divisible by the VAE's downsampling, got {self.image_size}"
+            )
+        if self.output_size < 8 or self.output_size % 8:
+            raise ValueError(f"output_size must be a multiple of 8, got {self.output_size}")
+        if self.prediction_type not in ("sample", "epsilon", "v_prediction"):
+            raise ValueError(
+                f"prediction_type must be sample, epsilon or v_prediction, got {self.prediction_type!r}"
+            )
+        if not 0 <= self.cond_dropout < 1:
+            raise ValueError(f"cond_dropout must be in [0, 1), got {self.cond_dropout}")
+        if len(self.count_weights) < 1 or len(self.count_weights) > 4 or min(self.count_weights) < 0:
+            raise ValueError(
+                f"count_weights needs 1-4 non-negative weights (0..3 objects), got {self.count_weights}"
+            )
+        for name in ("vae_steps", "unet_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in (
+            "vae_batch",
+            "unet_batch",
+            "sample_steps",
+            "eval_every",
+            "eval_states",
+            "checkpoint_every",
+            "threads",
+            "pool",
+            "max_length",
+            "text_layers",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if len(self.unet_channels) < 2:
+            raise ValueError(f"unet_channels needs at least 2 levels, got {self.unet_channels}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if not k.startswith("_")}
+
+
+# ---- the model -----------------------------------------------------------------------------------------
+def build_tokenizer(max_length: int):  # -> transformers.PreTrainedTokenizerFast
+    """semworld's word-level tokenizer over the world vocabulary, as a transformers fast tokenizer."""
+    from pipeline.tokenizer import StateTokenizer
+    from pipeline.train_captioner import world_sentences
+
+    tokenizer = StateTokenizer.build(world_sentences()).to_transformers()
+    tokenizer.model_max_length = max_length
+    return tokenizer
+
+
+def build_pipeline(args: TrainRendererArgs, tokenizer=None):  # -> diffusers.StableDiffusionPipeline
+    """A randomly initialised StableDiffusionPipeline sized by `args` (the layout a real SD checkpoint has)."""
+    from diffusers import (
+        AutoencoderKL,
+        DPMSolverMultistepScheduler,
+        StableDiffusionPipeline,
+        UNet2DConditionModel,
+    )
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    tokenizer = tokenizer if tokenizer is not None else build_tokenizer(args.max_length)
+    levels = len(args.vae_channels)
+    groups = math.gcd(*args.vae_channels, 16)
+    vae = AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * levels,
+        up_block_types=("UpDecoderBlock2D",) * levels,
+        block_out_channels=tuple(args.vae_channels),
+        layers_per_block=1,
+        latent_channels=args.vae_latent_channels,
+        norm_num_groups=groups,
+        sample_size=args.image_size,
+        mid_block_add_attention=False,  # flat frames need no global mixing, and it is the costliest layer here
+    )
+    vocab = tokenizer.get_vocab()
+    text_encoder = CLIPTextModel(
+        CLIPTextConfig(
+            vocab_size=len(vocab),
+            hidden_size=args.text_width,
+            intermediate_size=2 * args.text_width,
+            num_hidden_layers=args.text_layers,
+            num_attention_heads=max(1, args.text_width // 32),
+            max_position_embeddings=args.max_length,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.pad_token_id,
+            eos_token_id=vocab.get(".", tokenizer.pad_token_id),
+        )
+    )
+    ulevels = len(args.unet_channels)
+    # No attention at the full-resolution level (the costliest); cross-attention at every coarser one.
+    unet = UNet2DConditionModel(
+        sample_size=args.image_size // 2 ** (levels - 1),
+        in_channels=args.vae_latent_channels,
+        out_channels=args.vae_latent_channels,
+        block_out_channels=tuple(args.unet_channels),
+        down_block_types=("DownBlock2D",) + ("CrossAttnDownBlock2D",) * (ulevels - 1),
+        up_block_types=("CrossAttnUpBlock2D",) * (ulevels - 1) + ("UpBlock2D",),
+        layers_per_block=1,
+        cross_attention_dim=args.text_width,
+        attention_head_dim=16,
+        norm_num_groups=math.gcd(*args.unet_channels, 32),
+    )
+    scheduler = DPMSolverMultistepScheduler(
+        num_train_timesteps=1000,
+        beta_schedule="scaled_linear",
+        beta_start=0.00085,
+        beta_end=0.012,
+        prediction_type=args.prediction_type,
+        timestep_spacing="trailing",  # the first of few steps starts from pure noise (t = 999)
+        final_sigmas_type="zero",
+        steps_offset=1,
+    )
+    return StableDiffusionPipeline(
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        unet=unet,
+        scheduler=scheduler,
+        safety_checker=None,
+        feature_extractor=None,
+        requires_safety_checker=False,
+    )
+
+
+def count_parameters(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+# ---- data ----------------------------------------------------------------------------------------------
+def scene_states(seed: int, n: int, count_weights: Sequence[float]) -> list[str]:
+    """`n` random valid world states (uniform over identities and cells, object counts by `count_weights`)."""
+    from pipeline.train_captioner import sample_scene
+    from world.grammar import caption
+
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 4]))
+    return [caption(sample_scene(rng, count_weights)) for _ in range(n)]
+
+
+def eval_states(seed: int, n: int) -> list[str]:
+    """`n` distinct states from test-split world sequences (the states the pipeline will be asked to draw)."""
+    import world
+
+    seen: dict[str, None] = {}
+    clips = 0
+    while len(seen) < n and clips < 100 * n:
+        for record in world.sequences("all", 64, seed + clips, split="test"):
+            for state in record["states"]:
+                seen.setdefault(state, None)
+        clips += 64
+    states = list(seen)
+    rng = np.random.default_rng(seed)
+    rng.shuffle(states)
+    return states[:n]
+
+
+def frames_of(states: Sequence[str], size: int) -> torch.Tensor:
+    """Ground-truth frames as a float batch in [-1, 1], (B, 3, size, size)."""
+    import world
+
+    arr = np.stack([world.render_state(s, size=size) for s in states])  # (B, H, W, 3) uint8
+    return torch.from_numpy(arr).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
+
+
+# ---- metrics -------------------------------------------------------------------------------------------
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """Peak signal-to-noise ratio in dB of two uint8 images (or stacks) of the same shape."""
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
+
+
+def ssim(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean structural similarity of two (H, W, 3) uint8 images: 11x11 Gaussian window (sigma 1.5), per channel."""
+    x = torch.from_numpy(a).double().permute(2, 0, 1)[:, None]  # (3, 1, H, W)
+    y = torch.from_numpy(b).double().permute(2, 0, 1)[:, None]
+    g = torch.exp(-((torch.arange(11, dtype=torch.float64) - 5) ** 2) / (2 * 1.5**2))
+    g = g / g.sum()
+    w = (g[:, None] * g[None, :])[None, None]  # (1, 1, 11, 11)
+    mu_x, mu_y = F.conv2d(x, w), F.conv2d(y, w)
+    sxx = F.conv2d(x * x, w) - mu_x**2
+    syy = F.conv2d(y * y, w) - mu_y**2
+    sxy = F.conv2d(x * y, w) - mu_x * mu_y
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    s = ((2 * mu_x * mu_y + c1) * (2 * sxy + c2)) / ((mu_x**2 + mu_y**2 + c1) * (sxx + syy + c2))
+    return float(s.mean())
+
+
+def layout_check(state: str, frame: np.ndarray, truth: np.ndarray | None = None) -> tuple[int, int, bool]:
+    """Placement check without a captioner, from `world.parse_state`: returns (objects drawn in their cell with
+    their colour, objects, whole frame right). An object's cell is right when the mean of its central patch is
+    nearer to the object's palette colour than to any other colour or the room; every other cell (and the screen)
+    must match the ground-truth frame's patch within 30 levels (which also checks the lamp's bulb)."""
+    import world
+    from world.render import BACKGROUND, BACKGROUND_LAMP_OFF, BACKGROUND_LAMP_ON, PALETTE
+
+    scene = world.parse_state(state)
+    size = frame.shape[0]
+    truth = world.render_state(state, size=size) if truth is None else truth
+    cell = size / world.GRID
+    background = {None: BACKGROUND, True: BACKGROUND_LAMP_ON, False: BACKGROUND_LAMP_OFF}[scene.lamp]
+    names = list(PALETTE) + ["background"]
+    colours = np.array([PALETTE[c] for c in PALETTE] + [background], dtype=np.float64)  # (6, 3)
+    wanted = {(o.row, o.col): o.colour for o in scene.objects}
+    good, all_right = 0, True
+    for r in range(world.GRID):
+        for c in range(world.GRID):
+            lo, hi = int((r + 0.35) * cell), int((r + 0.65) * cell) + 1
+            le, ri = int((c + 0.35) * cell), int((c + 0.65) * cell) + 1
+            mean = frame[lo:hi, le:ri].reshape(-1, 3).astype(np.float64).mean(0)
+            if (r, c) in wanted:
+                right = names[int(np.argmin(((colours - mean) ** 2).sum(1)))] == wanted[(r, c)]
+                good += right
+            else:
+                expected = truth[lo:hi, le:ri].reshape(-1, 3).astype(np.float64).mean(0)
+                right = bool(np.abs(mean - expected).mean() < 30)
+            all_right &= right
+    return good, len(scene.objects), bool(all_right)
+
+
+def evaluate_frames(states: Sequence[str], frames: Sequence[np.ndarray], captioner=None) -> dict[str, float]:
+    """PSNR/SSIM against the world's frames at the rendered size, the layout check and (with a captioner)
+    the round trip: the fraction of frames the captioner reads back as exactly the requested state."""
+    import world
+
+    size = frames[0].shape[0]
+    truth = [world.render_state(s, size=size) for s in states]
+    out: dict[str, float] = {
+        "psnr": psnr(np.stack(truth), np.stack(frames)),  # from the mean squared error over all frames
+        "ssim": float(np.mean([ssim(t, f) for t, f in zip(truth, frames)])),
+    }
+    checks = [layout_check(s, f, t) for s, f, t in zip(states, frames, truth)]
+    out["object_cell_acc"] = sum(c[0] for c in checks) / max(1, sum(c[1] for c in checks))
+    out["layout_acc"] = float(np.mean([c[2] for c in checks]))
+    if captioner is not None:
+        read = captioner.caption(list(frames))
+        out["roundtrip_acc"] = float(np.mean([r.strip() == s.strip() for r, s in zip(read, states)]))
+    return out
+
+
+# ---- checkpoints and logs ------------------------------------------------------------------------------
+def _atomic_torch_save(obj: object, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _log(out: Path, record: dict[str, Any]) -> None:
+    with open(out / LOG, "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state()}
+
+
+def save_strip(path: Path, states: Sequence[str], frames: Sequence[np.ndarray], size: int) -> None:
+    """A PNG of (truth | render) pairs, one pair per row."""
+    from PIL import Image
+
+    import world
+
+    rows = []
+    for s, f in zip(states, frames):
+        t = world.render_state(s, size=f.shape[0])
+        rows.append(np.concatenate([t, np.full((f.shape[0], 4, 3), 255, np.uint8), f], axis=1))
+    strip = np.concatenate(rows, axis=0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(strip).save(path)
+
+
+def save_renderer(
+    pipe, args: TrainRendererArgs, directory: Path, metrics: dict[str, Any] | None = None
+) -> None:
+    """save_pretrained (safetensors) + renderer.json into `directory`, swapped in atomically."""
+    directory = Path(directory)
+    tmp = directory.with_name(directory.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    pipe.save_pretrained(tmp, safe_serialization=True)
+    RenderSettings(steps=args.sample_steps, guidance=args.guidance, output_size=args.output_size).save(tmp)
+    if metrics is not None:
+        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    if directory.exists():
+        old = directory.with_name(directory.name + ".old")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(directory, old)
+        os.replace(tmp, directory)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, directory)
+
+
+# ---- sampling ------------------------------------------------------------------------------------------
+@torch.no_grad()
+def sample(pipe, states: Sequence[str], steps: int, guidance: float, seed: int) -> list[np.ndarray]:
+    """Frames (image_size, image_size, 3) uint8 drawn by the pipeline (no resize), eval mode."""
+    for m in (pipe.unet, pipe.text_encoder, pipe.vae):
+        m.eval()
+    images = pipe(
+        prompt=list(states),
+        num_inference_steps=steps,
+        guidance_scale=guidance,
+        generator=torch.Generator("cpu").manual_seed(seed),
+        output_type="np",
+    ).images
+    return list(np.clip(np.rint(np.asarray(images) * 255.0), 0, 255).astype(np.uint8))
+
+
+# ---- training ------------------------------------------------------------------------------------------
+def _load_captioner(args: TrainRendererArgs):
+    if not args.captioner:
+        return None
+    from pipeline.captioner import Captioner
+
+    return Captioner.from_pretrained(args.captioner)
+
+
+def _stage_done(args: TrainRendererArgs, stage: str, step: int, started: float) -> bool:
+    steps = args.vae_steps if stage == "vae" else args.unet_steps
+    minutes = args.vae_minutes if stage == "vae" else args.unet_minutes
+    return step >= steps or (minutes > 0 and time.time() - started > 60 * minutes)
+
+
+def train_renderer(args: TrainRendererArgs) -> dict[str, Any]:
+    """Run (or resume) both stages; returns the final evaluation. The trained pipeline lands in out/pipeline."""
+    from diffusers import DDPMScheduler
+    from tqdm import tqdm
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(args.seed)
+    pipe = build_pipeline(args)
+    pipe.set_progress_bar_config(disable=True)
+    vae, unet, text_encoder, tokenizer = pipe.vae, pipe.unet, pipe.text_encoder, pipe.tokenizer
+    noise_schedule = DDPMScheduler.from_config(pipe.scheduler.config)
+    logger.info(
+        "renderer: vae %.2fM, unet %.2fM, text encoder %.2fM parameters",
+        count_parameters(vae) / 1e6,
+        count_parameters(unet) / 1e6,
+        count_parameters(text_encoder) / 1e6,
+    )
+
+    vae_opt = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0)
+    unet_opt = torch.optim.AdamW(
+        list(unet.parameters()) + list(text_encoder.parameters()), lr=args.unet_lr, weight_decay=0.01
+    )
+    stage, step, elapsed = "vae", 0, 0.0
+    pool_latents: torch.Tensor | None = None
+    ckpt_path = out / CHECKPOINT
+    if ckpt_path.exists():
+        ckpt = torch.load(ckpt_path, weights_only=False)
+        vae.load_state_dict(ckpt["vae"])
+        vae_opt.load_state_dict(ckpt["vae_opt"])
+        # At the start of stage 2 the UNet is still untrained: its sizes may be changed before resuming.
+        if not (ckpt["stage"] == "unet" and ckpt["step"] == 0):
+            unet.load_state_dict(ckpt["unet"])
+            text_encoder.load_state_dict(ckpt["text_encoder"])
+            unet_opt.load_state_dict(ckpt["unet_opt"])
+        if ckpt.get("scaling_factor") is not None:
+            vae.register_to_config(scaling_factor=ckpt["scaling_factor"])
+        stage, step, elapsed = ckpt["stage"], ckpt["step"], ckpt.get("elapsed", 0.0)
+        if stage == "done" and not _stage_done(args, "unet", step, time.time()):
+            stage = "unet"  # a larger budget extends a finished run
+        torch.set_rng_state(ckpt["rng"]["torch"])
+        np.random.set_state(ckpt["rng"]["numpy"])
+        logger.info("resumed %s at stage %s step %d", ckpt_path, stage, step)
+
+    def checkpoint() -> None:
+        _atomic_torch_save(
+            {
+                "args": args.to_dict(),
+                "stage": stage,
+                "step": step,
+                "elapsed": elapsed + time.time() - started,
+                "vae": vae.state_dict(),
+                "unet": unet.state_dict(),
+                "text_encoder": text_encoder.state_dict(),
+                "vae_opt": vae_opt.state_dict(),
+                "unet_opt": unet_opt.state_dict(),
+                "scaling_factor": vae.config.scaling_factor if stage != "vae" else None,
+                "rng": _rng_state(),
+            },
+            ckpt_path,
+        )
+
+    held_out = eval_states(args.seed + 1000, args.eval_states)
+    captioner = _load_captioner(args)
+    train_pool = scene_states(args.seed, args.pool, args.count_weights)
+
+    # Stage 1: the VAE learns to reconstruct frames (the stream draws batches from the seeded pool).
+    started = time.time()
+    if stage == "vae":
+        vae.train()
+        bar = tqdm(total=args.vae_steps, initial=step, desc="renderer vae", unit="step")
+        while not _stage_done(args, "vae", step, started):
+            gen = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
+            idx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen).tolist()
+            x = frames_of([train_pool[i] for i in idx], args.image_size)  # (B, 3, H, W) in [-1, 1]
+            posterior = vae.encode(x).latent_dist
+            recon = vae.decode(posterior.sample(generator=gen)).sample
+            rec = F.l1_loss(recon, x) + F.mse_loss(recon, x)
+            kl = posterior.kl().mean() / x[0].numel()
+            loss = rec + args.kl_weight * kl
+            vae_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            vae_opt.step()
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+            if step % 50 == 0:
+                _log(
+                    out,
+                    {
+                        "stage": "vae",
+                        "step": step,
+                        "loss": loss.item(),
+                        "rec": rec.item(),
+                        "kl": kl.item(),
+                        "time": elapsed + time.time() - started,
+                    },
+                )
+            if step % args.eval_every == 0:
+                _log(out, {"stage": "vae", "step": step, "eval": _eval_vae(vae, held_out, args)})
+            if step % args.checkpoint_every == 0:
+                checkpoint()
+        bar.close()
+        metrics = _eval_vae(vae, held_out, args)
+        _log(out, {"stage": "vae", "step": step, "eval": metrics, "final": True})
+        logger.info("vae done at step %d: %s", step, metrics)
+        vae.register_to_config(scaling_factor=_scaling_factor(vae, train_pool[:256], args))
+        stage, step = "unet", 0
+        checkpoint()
+
+    # Stage 2: the frozen VAE's latents of the pool are cached once; the UNet and text encoder learn them.
+    vae.eval().requires_grad_(False)
+    pool_latents = _encode_pool(vae, train_pool, args, out)
+    ids = tokenizer(
+        train_pool, padding="max_length", max_length=args.max_length, truncation=True, return_tensors="pt"
+    ).input_ids  # (P, L)
+    empty_ids = tokenizer(
+        [""], padding="max_length", max_length=args.max_length, return_tensors="pt"
+    ).input_ids
+    best: dict[str, Any] = {}
+    if stage == "unet":
+        started = time.time()
+        unet.train()
+        text_encoder.train()
+        bar = tqdm(total=args.unet_steps, initial=step, desc="renderer unet", unit="step")
+        warmup = 200
+        while not _stage_done(args, "unet", step, started):
+            gen = torch.Generator().manual_seed(args.seed * 1_000_003 + 7 + step)
+            idx = torch.randint(len(train_pool), (args.unet_batch,), generator=gen)
+            x0 = pool_latents[idx]  # (B, C, h, w)
+            batch_ids = ids[idx].clone()  # (B, L)
+            if args.cond_dropout > 0:
+                drop = torch.rand(len(idx), generator=gen) < args.cond_dropout
+                batch_ids[drop] = empty_ids
+            noise = torch.randn(x0.shape, generator=gen)
+            t = torch.randint(0, noise_schedule.config.num_train_timesteps, (len(idx),), generator=gen)
+            xt = noise_schedule.add_noise(x0, noise, t)
+            if args.prediction_type == "sample":
+                target = x0
+            elif args.prediction_type == "epsilon":
+                target = noise
+            else:
+                target = noise_schedule.get_velocity(x0, noise, t)
+            for group in unet_opt.param_groups:
+                group["lr"] = args.unet_lr * min(1.0, (step + 1) / warmup)
+            cond = text_encoder(batch_ids)[0]  # (B, L, text_width)
+            pred = unet(xt, t, cond).sample
+            loss = F.mse_loss(pred, target)
+            unet_opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(list(unet.parameters()) + list(text_encoder.parameters()), 1.0)
+            unet_opt.step()
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+            if step % 50 == 0:
+                _log(
+                    out,
+                    {
+                        "stage": "unet",
+                        "step": step,
+                        "loss": loss.item(),
+                        "time": elapsed + time.time() - started,
+                    },
+                )
+            if step % args.eval_every == 0:
+                metrics = _eval_unet(pipe, held_out, args, captioner, out, step)
+                unet.train()
+                text_encoder.train()
+                score = metrics.get("roundtrip_acc", metrics["layout_acc"])
+                if not best or score >= best["score"]:
+                    best = {"score": score, "step": step, **metrics}
+                    save_renderer(pipe, args, out / "best", metrics)
+            if step % args.checkpoint_every == 0:
+                checkpoint()
+        bar.close()
+        stage = "done"
+        checkpoint()
+    final = _eval_unet(pipe, held_out, args, captioner, out, step)
+    save_renderer(pipe, args, out / "pipeline", final)
+    _log(out, {"stage": "done", "step": step, "eval": final, "best": best})
+    return final
+
+
+def _eval_vae(vae, states: Sequence[str], args: TrainRendererArgs) -> dict[str, float]:
+    was_training = vae.training
+    vae.eval()
+    with torch.no_grad():
+        x = frames_of(states, args.image_size)
+        recon = vae.decode(vae.encode(x).latent_dist.mode()).sample
+    vae.train(was_training)
+    frames = ((recon.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
+    return evaluate_frames(states, list(frames))
+
+
+def _scaling_factor(vae, states: Sequence[str], args: TrainRendererArgs) -> float:
+    """1 / std of the VAE's latents, so that the diffusion sees unit-variance data (as SD's 0.18215 does)."""
+    with torch.no_grad():
+        z = vae.encode(frames_of(states, args.image_size)).latent_dist.mode()
+    return float(1.0 / z.std())
+
+
+def _encode_pool(vae, states: Sequence[str], args: TrainRendererArgs, out: Path) -> torch.Tensor:
+    """Scaled latents (P, C, h, w) of every pool state, cached on disk beside the checkpoint."""
+    path = out / "pool_latents.pt"
+    if path.exists():
+        cached = torch.load(path)
+        if cached["n"] == len(states) and cached["scaling_factor"] == vae.config.scaling_factor:
+            return cached["latents"]
+    from tqdm import tqdm
+
+    chunks = []
+    with torch.no_grad():
+        for i in tqdm(range(0, len(states), 64), desc="renderer latents", unit="batch"):
+            z = vae.encode(frames_of(states[i : i + 64], args.image_size)).latent_dist.mode()
+            chunks.append(z * vae.config.scaling_factor)
+    latents = torch.cat(chunks)  # (P, C, h, w)
+    _atomic_torch_save(
+        {"n": len(states), "scaling_factor": vae.config.scaling_factor, "latents": latents}, path
+    )
+    return latents
+
+
+def _eval_unet(pipe, states, args: TrainRendererArgs, captioner, out: Path, step: int) -> dict[str, Any]:
+    t = time.time()
+    frames = sample(pipe, states, args.sample_steps, args.guidance, seed=args.seed)
+    seconds = time.time() - t
+    metrics: dict[str, Any] = evaluate_frames(states, frames, captioner)
+    metrics["sample_seconds_per_frame"] = seconds / len(states)
+    save_strip(out / "strips" / f"unet_{step:06d}.png", states[:8], frames[:8], args.image_size)
+    _log(out, {"stage": "unet", "step": step, "eval": metrics})
+    logger.info("renderer eval at step %d: %s", step, metrics)
+    return metrics
+
+
+# ---- command line --------------------------------------------------------------------------------------
+def add_parser(train_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`semworld train renderer --out DIR ...`: one flag per field of TrainRendererArgs."""
+    parser = train_subparsers.add_parser(
+        "renderer",
+        help="train the embedded diffusion renderer on world frames",
+        description=(TrainRendererArgs.__doc__ or "").split("\n")[0],
+    )
+    for f in dataclasses.fields(TrainRendererArgs):
+        if f.name.startswith("_"):
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "out":
+            parser.add_argument(flag, required=True, help="run directory")
+        elif f.name in ("vae_channels", "unet_channels"):
+            parser.add_argument(flag, type=int, nargs="+", default=list(f.default))  # type: ignore[arg-type]
+        elif f.name == "count_weights":
+            parser.add_argument(flag, type=float, nargs="+", default=list(f.default))  # type: ignore[arg-type]
+        elif f.name == "captioner":
+            parser.add_argument(flag, default=None, help="captioner directory for the round-trip metric")
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default)
+    parser.set_defaults(func=_run)
+    return parser
+
+
+def _run(ns: argparse.Namespace) -> int:
+    fields = {f.name for f in dataclasses.fields(TrainRendererArgs) if not f.name.startswith("_")}
+    values = {k: v for k, v in vars(ns).items() if k in fields}
+    for k in ("vae_channels", "unet_channels", "count_weights"):
+        values[k] = tuple(values[k])
+    try:
+        args = TrainRendererArgs(**values)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    train_renderer(args)
+    return 0

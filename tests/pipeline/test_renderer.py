@@ -1,0 +1,282 @@
+"""The rendering stage: tiny random diffusers checkpoints (our layout and a Stable-Diffusion-Turbo-like one) saved
+to disk and loaded through the same `Renderer` code, determinism, errors, metrics, the training loop, and the
+shipped weights."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.errors import UserError
+from pipeline.renderer import Renderer, RenderSettings
+from pipeline.train_renderer import (
+    TrainRendererArgs,
+    build_pipeline,
+    evaluate_frames,
+    layout_check,
+    psnr,
+    save_renderer,
+    ssim,
+    train_renderer,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = REPO / "weights" / "renderer"
+STATES = ["red ball top left .", "blue box bottom right , lamp on .", "empty ."]
+
+
+def tiny_args(out: Path, **overrides) -> TrainRendererArgs:
+    fields = dict(
+        out=str(out), image_size=32, output_size=48, vae_channels=(8, 16), vae_latent_channels=4,
+        unet_channels=(16, 32), text_width=32, text_layers=1, sample_steps=2, guidance=1.0,
+    )  # fmt: skip
+    fields.update(overrides)
+    return TrainRendererArgs(**fields)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("renderer")
+    args = tiny_args(root / "run")
+    save_renderer(build_pipeline(args), args, root / "tiny")
+    return root / "tiny"
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_dir) -> Renderer:
+    return Renderer.from_pretrained(tiny_dir, device="cpu")
+
+
+# ---- loading and rendering ----------------------------------------------------------------------------------
+def test_tiny_checkpoint_has_the_stable_diffusion_layout(tiny_dir):
+    index = json.loads((tiny_dir / "model_index.json").read_text())
+    assert index["_class_name"] == "StableDiffusionPipeline"
+    assert index["unet"] == ["diffusers", "UNet2DConditionModel"]
+    assert index["vae"] == ["diffusers", "AutoencoderKL"]
+    assert index["text_encoder"] == ["transformers", "CLIPTextModel"]
+    assert index["scheduler"] == ["diffusers", "DPMSolverMultistepScheduler"]
+    assert list((tiny_dir / "unet").glob("*.safetensors")) and not list(tiny_dir.rglob("*.bin"))
+    assert json.loads((tiny_dir / "renderer.json").read_text())["steps"] == 2
+
+
+def test_render_returns_uint8_frames_at_the_output_size(tiny):
+    assert type(tiny.pipe).__name__ == "StableDiffusionPipeline"
+    assert tiny.draw_size == (32, 32) and tiny.size == (48, 48)
+    frames = tiny.render(STATES, generator=torch.Generator().manual_seed(0))
+    assert len(frames) == 3
+    for frame in frames:
+        assert frame.shape == (48, 48, 3) and frame.dtype == np.uint8
+    assert tiny.render([]) == []
+
+
+def test_same_generator_seed_gives_the_same_frames(tiny):
+    a = tiny.render(STATES, generator=torch.Generator().manual_seed(3))
+    b = tiny.render(STATES, generator=torch.Generator().manual_seed(3))
+    c = tiny.render(STATES, generator=torch.Generator().manual_seed(4))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+    # No generator: a fresh one seeded 0, never the global RNG.
+    torch.manual_seed(123)
+    d = tiny.render(STATES[:1])
+    torch.manual_seed(456)
+    assert np.array_equal(d[0], tiny.render(STATES[:1])[0])
+
+
+def test_batches_cover_every_state_in_order(tiny_dir):
+    renderer = Renderer.from_pretrained(tiny_dir, device="cpu")
+    renderer.settings.batch_size = 2
+    calls: list[int] = []
+    original = renderer.pipe.__call__
+
+    def counting(*args, **kwargs):
+        calls.append(len(kwargs["prompt"]))
+        return original(*args, **kwargs)
+
+    renderer.pipe.__class__ = type(
+        "Counting", (type(renderer.pipe),), {"__call__": lambda self, *a, **k: counting(*a, **k)}
+    )
+    frames = renderer.render(STATES * 2, steps=1)
+    assert calls == [2, 2, 2] and len(frames) == 6
+
+
+def test_steps_and_guidance_reach_the_pipeline(tiny):
+    one = tiny.render(STATES[:1], steps=1)[0]
+    two = tiny.render(STATES[:1], steps=2)[0]
+    guided = tiny.render(STATES[:1], steps=2, guidance=3.0)[0]
+    assert not np.array_equal(one, two) and not np.array_equal(two, guided)
+
+
+def test_loading_honours_hf_hub_offline(tiny_dir, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    renderer = Renderer.from_pretrained(str(tiny_dir), device="cpu", dtype=torch.float32)
+    assert renderer.pipe.unet.dtype == torch.float32
+
+
+def test_a_stable_diffusion_turbo_like_directory_loads_through_the_same_code(tmp_path):
+    """A real SD/SD-Turbo checkpoint uses CLIPTokenizer and an Euler scheduler and has no renderer.json."""
+    from diffusers import EulerAncestralDiscreteScheduler
+    from transformers import CLIPTokenizer
+
+    words = ["red", "ball", "top", "left", "."]
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    for ch in sorted(set("".join(words))):
+        vocab.setdefault(ch, len(vocab))
+        vocab.setdefault(ch + "</w>", len(vocab))
+    for w in words:
+        vocab.setdefault(w + "</w>", len(vocab))
+    merges = ["#version: 0.2"]
+    for w in words:  # merge left to right: r e -> re, re d</w> -> red</w>
+        pieces = list(w[:-1]) + [w[-1] + "</w>"]
+        while len(pieces) > 1:
+            merges.append(f"{pieces[0]} {pieces[1]}")
+            pieces = [pieces[0] + pieces[1]] + pieces[2:]
+            vocab.setdefault(pieces[0], len(vocab))
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab))
+    (tmp_path / "merges.txt").write_text("\n".join(dict.fromkeys(merges)) + "\n")
+    clip_tok = CLIPTokenizer(str(tmp_path / "vocab.json"), str(tmp_path / "merges.txt"), model_max_length=16)
+    args = tiny_args(tmp_path / "run", max_length=16)
+    pipe = build_pipeline(args)
+    pipe.text_encoder.resize_token_embeddings(len(clip_tok))
+    pipe.tokenizer = clip_tok
+    pipe.scheduler = EulerAncestralDiscreteScheduler.from_config(
+        pipe.scheduler.config, prediction_type="epsilon"
+    )
+    pipe.register_modules(tokenizer=clip_tok, scheduler=pipe.scheduler)
+    pipe.save_pretrained(tmp_path / "turbo")
+    assert not (tmp_path / "turbo" / "renderer.json").exists()
+
+    renderer = Renderer.from_pretrained(tmp_path / "turbo", device="cpu")
+    assert renderer.settings == RenderSettings()  # generic defaults: 25 steps, guidance 7.5
+    assert type(renderer.pipe.scheduler).__name__ == "EulerAncestralDiscreteScheduler"
+    frames = renderer.render(
+        ["red ball top left ."], generator=torch.Generator().manual_seed(0), steps=1, guidance=0.0
+    )
+    assert frames[0].shape == (32, 32, 3) and frames[0].dtype == np.uint8
+
+
+# ---- errors -------------------------------------------------------------------------------------------------
+def test_missing_directory_is_one_clear_user_error(tmp_path):
+    with pytest.raises(UserError, match=r"renderer weights .*nope: no such directory; expected a diffusers"):
+        Renderer.from_pretrained(tmp_path / "nope")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match=r"file: not a directory"):
+        Renderer.from_pretrained(tmp_path / "file")
+    with pytest.raises(
+        UserError, match=r"renderer weights .*: no model_index.json; expected a diffusers text-to-image"
+    ):
+        Renderer.from_pretrained(tmp_path)
+
+
+def test_broken_checkpoints_are_one_clear_user_error(tiny_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_dir, broken)
+    (broken / "model_index.json").write_text("{not json")
+    with pytest.raises(UserError, match=r"broken: model_index.json is not valid JSON"):
+        Renderer.from_pretrained(broken)
+
+    shutil.copy(tiny_dir / "model_index.json", broken / "model_index.json")
+    shutil.rmtree(broken / "unet")
+    with pytest.raises(UserError, match=r"broken: model_index.json names missing folders: unet"):
+        Renderer.from_pretrained(broken)
+
+    shutil.copytree(tiny_dir / "unet", broken / "unet")
+    for weights in (broken / "unet").glob("*.safetensors"):
+        weights.write_bytes(b"garbage")
+    with pytest.raises(UserError, match=r"broken: could not load a diffusers text-to-image pipeline \("):
+        Renderer.from_pretrained(broken)
+
+    shutil.rmtree(broken / "unet")
+    shutil.copytree(tiny_dir / "unet", broken / "unet")
+    (broken / "renderer.json").write_text('{"steps": 0}')
+    with pytest.raises(UserError, match=r"bad renderer.json \(steps must be a positive integer, got 0\)"):
+        Renderer.from_pretrained(broken)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"states": "red ball top left ."}, "states must be a list of strings, got str"),
+        ({"states": ["red ball top left .", ""]}, "states must be non-empty strings, got ''"),
+        ({"states": STATES, "steps": 0}, "steps must be a positive integer, got 0"),
+        ({"states": STATES, "guidance": -1.0}, "guidance must be a number >= 0, got -1.0"),
+        ({"states": STATES, "generator": 7}, "generator must be a torch.Generator or None, got int"),
+    ],
+)
+def test_bad_render_arguments_name_the_argument(tiny, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        tiny.render(**kwargs)
+
+
+# ---- metrics and the placement check ------------------------------------------------------------------------
+def test_metrics_tell_right_frames_from_wrong_ones():
+    import world
+
+    states = ["red ball top left , blue box bottom right .", "green diamond middle center , lamp on .",
+              "orange triangle upper midleft , screen , lamp off ."]  # fmt: skip
+    truth = [world.render_state(s, size=64) for s in states]
+    assert psnr(truth[0], truth[0]) == float("inf") and ssim(truth[0], truth[0]) == pytest.approx(1.0)
+    assert layout_check(states[0], truth[0]) == (2, 2, True)
+    right = evaluate_frames(states, truth)
+    assert right["layout_acc"] == 1.0 and right["object_cell_acc"] == 1.0
+    moved = [world.render_state(s, size=64) for s in
+             ["red ball top midleft , blue box bottom right .", "green diamond middle center , lamp off .",
+              "orange triangle upper midleft , screen , lamp off ."]]  # fmt: skip
+    wrong = evaluate_frames(states, moved)
+    assert wrong["layout_acc"] == pytest.approx(1 / 3)  # a moved ball and an unlit lamp are caught
+    assert wrong["object_cell_acc"] == pytest.approx(3 / 4)
+    assert wrong["psnr"] < 30 and wrong["ssim"] < 1.0
+
+
+def test_args_are_validated():
+    with pytest.raises(ValueError, match="prediction_type must be sample, epsilon or v_prediction, got 'x'"):
+        TrainRendererArgs(out="o", prediction_type="x")
+    with pytest.raises(ValueError, match="image_size must be >= 32 and divisible"):
+        TrainRendererArgs(out="o", image_size=34, vae_channels=(8, 16, 16))
+
+
+# ---- the training loop --------------------------------------------------------------------------------------
+def test_training_runs_checkpoints_resumes_and_saves_a_loadable_renderer(tmp_path):
+    out = tmp_path / "run"
+    args = tiny_args(out, vae_steps=2, unet_steps=2, vae_batch=2, unet_batch=2, pool=8, eval_every=2,
+                     eval_states=2, checkpoint_every=1)  # fmt: skip
+    train_renderer(args)
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in log if r.get("final")] == ["vae"] and log[-1]["stage"] == "done"
+    assert (out / "strips" / "unet_000002.png").is_file() and (out / "checkpoint.pt").is_file()
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["stage"] == "done"
+
+    # Resuming with a larger budget continues from the saved step instead of starting over.
+    train_renderer(tiny_args(out, vae_steps=2, unet_steps=3, vae_batch=2, unet_batch=2, pool=8, eval_every=2,
+                             eval_states=2, checkpoint_every=1))  # fmt: skip
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert ckpt["stage"] == "done" and ckpt["step"] == 3
+    steps = [
+        r["step"]
+        for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())
+        if r["stage"] == "unet"
+    ]
+    assert steps == [2, 2, 3]  # eval at 2, final eval at 2, then the resumed run's final eval at 3
+
+    renderer = Renderer.from_pretrained(out / "pipeline", device="cpu")
+    assert renderer.size == (48, 48) and renderer.settings.steps == 2
+    assert json.loads((out / "pipeline" / "metrics.json").read_text())["psnr"] > 0
+
+
+# ---- the shipped weights ------------------------------------------------------------------------------------
+@pytest.mark.skipif(
+    not (SHIPPED / "model_index.json").is_file(), reason="weights/renderer/ is not shipped yet"
+)
+def test_shipped_renderer_loads_offline_and_draws_world_frames(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    renderer = Renderer.from_pretrained(SHIPPED, device="cpu")
+    assert renderer.settings.steps <= 8
+    frames = renderer.render(STATES[:2])
+    assert [f.shape for f in frames] == [(*renderer.size, 3)] * 2
+    size = sum(p.stat().st_size for p in SHIPPED.rglob("*") if p.is_file())
+    assert size <= 25 * 2**20
