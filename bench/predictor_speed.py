@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batches", type=int, nargs="+", default=[1, 64], help="inference batch sizes")
     p.add_argument("--train-batch", type=int, default=64, help="training batch size")
     p.add_argument("--repeats", type=int, default=25, help="interleaved A/B pairs per inference measurement")
-    p.add_argument("--train-repeats", type=int, default=8, help="interleaved A/B pairs of training steps")
+    p.add_argument("--train-repeats", type=int, default=15, help="interleaved A/B pairs of training steps")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs of each model before timing")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is steadiest on a shared box)")
     p.add_argument("--pad-fraction", type=float, default=0.39, help="mean padding fraction (ROCStories: 0.3876)")
