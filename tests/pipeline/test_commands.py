@@ -1,0 +1,43 @@
+"""`semworld train predictor` / `eval predictor`: bad input gives one line on stderr and exit code 2."""
+
+import pytest
+
+from pipeline import cli
+
+
+@pytest.fixture(autouse=True)
+def no_debug(monkeypatch):
+    monkeypatch.delenv("SEMWORLD_DEBUG", raising=False)
+
+
+def _error(capsys, argv):
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("semworld: error: ")
+    return err
+
+
+def test_train_errors_are_one_line(tmp_path, toy_jsonl, capsys):
+    base = ["train", "predictor", "--out", str(tmp_path / "o"), "--no-progress"]
+    err = _error(capsys, [*base, "--data", str(tmp_path / "nope.jsonl"), "--preset", "tiny"])
+    assert err.endswith("nope.jsonl: no such file")
+    err = _error(capsys, [*base, "--data", str(toy_jsonl), "--preset", "huge"])
+    assert "unknown preset 'huge'" in err and "tiny" in err
+    err = _error(capsys, [*base, "--data", str(toy_jsonl), "--preset", "tiny", "--model", "baseline",
+                          "--causal-slices"])
+    assert "--causal-slices applies to the 4-tensor model only" in err
+    err = _error(capsys, [*base, "--data", str(toy_jsonl), "--preset", "tiny", "--val-fraction", "1.5"])
+    assert "--val-fraction must be in (0, 1), got 1.5" in err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"states": ["a."]}\n{"states": "a."}\n')
+    err = _error(capsys, [*base, "--data", str(bad), "--preset", "tiny"])
+    assert err.endswith('bad.jsonl:2: "states" must be a non-empty list of sentences')
+
+
+def test_eval_errors_are_one_line(tmp_path, toy_jsonl, capsys):
+    err = _error(capsys, ["eval", "predictor", "--weights", str(tmp_path / "none"), "--data", str(toy_jsonl)])
+    assert "no such model directory" in err
+    (tmp_path / "empty").mkdir()
+    err = _error(capsys, ["eval", "predictor", "--weights", str(tmp_path / "empty"), "--data", str(toy_jsonl)])
+    assert "no config.json" in err
