@@ -500,3 +500,15 @@ class BaselineModel(nn.Module):
         state = load_file(str(w_path), device=str(map_location))
         model.load_state_dict(state, strict=True)
         return model.to(map_location)
+
+
+def count_parameters(config: BaselineConfig, include_positions: bool = True) -> int:
+    """Parameter count of a BaselineModel built on the meta device (no memory allocated).
+
+    `include_positions=False` leaves out GPT-2's learned position table (n_positions * d), which the paper's
+    count does not have (see the module docstring).
+    """
+    with torch.device("meta"):
+        model = BaselineModel(config)
+    total = sum(p.numel() for p in model.parameters())
+    return total if include_positions else total - model.transformer.wpe.weight.numel()

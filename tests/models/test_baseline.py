@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models.baseline import BaselineConfig, BaselineModel
+from models.baseline import BaselineConfig, BaselineModel, count_parameters
 
 V, N, T = 23, 5, 3
 
@@ -400,6 +400,7 @@ def test_paper_parameter_counts(layers, paper, exact):
     assert total == exact
     assert model.transformer.wpe.weight.numel() == WPE
     assert abs(total - WPE - paper) <= 0.1e6
+    assert count_parameters(cfg) == total and count_parameters(cfg, include_positions=False) == total - WPE
     # the head count does not change the baseline's size (section 7.3)
     with torch.device("meta"):
         h2 = BaselineModel(BaselineConfig(vocab_size=36711, d_x=64, d_t=32, n_heads=2, n_layers=layers, N=16, T=4))
