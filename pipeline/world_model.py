@@ -331,5 +331,5 @@ class WorldModelPipeline:
         """Run every stage once on a tiny input, so the first request does not pay for lazy initialisation."""
         blank = np.zeros((64, 64, 3), dtype=np.uint8)
         states = self.caption([blank])
-        predicted = self.predict(states, 1)
+        predicted = self.predict(states, 1, truncate=True)
         self.render(predicted, generator=torch.Generator("cpu").manual_seed(0))
