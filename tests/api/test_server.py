@@ -8,88 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.api.conftest import ASSETS, REAL_CLIP
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, proc: subprocess.Popen, url: str, log: Path) -> None:
-        self.proc, self.url, self.log = proc, url, log
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30)
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-
-@pytest.fixture
-def start_server(tmp_path) -> Iterator[Callable[..., Server]]:
-    servers: list[Server] = []
-
-    def start(data_dir: Path | None = None, weights: Path | None = None, **env: str) -> Server:
-        port = free_port()
-        full_env = {
-            **os.environ,
-            "PYTHONPATH": str(REPO),
-            "SEMWORLD_DATA_DIR": str(data_dir or tmp_path / "data"),
-            "SEMWORLD_SAMPLES_DIR": str(ASSETS),
-            "SEMWORLD_MAX_SYNC_UPLOAD_MB": "0.1",
-            "OMP_NUM_THREADS": "1",
-            **env,
-        }
-        if weights is None:
-            full_env["SEMWORLD_PIPELINE_FACTORY"] = "tests.api.fakes:make_pipeline"
-        else:
-            full_env["SEMWORLD_WEIGHTS_DIR"] = str(weights)
-        log = tmp_path / f"server-{port}.log"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--log-level", "warning"],
-            cwd=REPO, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        server = Server(proc, f"http://127.0.0.1:{port}", log)
-        servers.append(server)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, f"server exited: {log.read_text()[-2000:]}"
-            try:
-                r = httpx.get(f"{server.url}/ready", timeout=2)
-            except httpx.TransportError:
-                time.sleep(0.2)
-                continue
-            if r.status_code == 200:
-                return server
-            assert not r.json()["detail"].startswith("failed"), r.json()["detail"]
-            time.sleep(0.2)
-        raise AssertionError(f"server not ready: {log.read_text()[-2000:]}")
-
-    yield start
-    for s in servers:
-        s.stop(signal.SIGKILL)
+from tests.api.conftest import REAL_CLIP
 
 
 def post(client: httpx.Client, data: bytes, ctype: str = "video/mp4", path: str = "/v1/predict", **form):
