@@ -1,0 +1,473 @@
+"""`semworld eval world`: score the three stages on a directory written by `semworld world generate`.
+
+Owns the world metrics of the shipped models: captioner exact match on the PNG frames, predictor exact match by
+horizon on predictable steps (rolled out from true histories, beside a copy-last-state reference), and the
+renderer round trip (render a state, caption it, compare) with PSNR and SSIM against `world.render_state`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from pipeline.errors import UserError
+
+logger = logging.getLogger(__name__)
+
+PARTS = ("captioner", "predictor", "renderer")
+STATES_FILE = "states.jsonl"
+MODEL_INDEX = "model_index.json"
+
+
+class _Predicts(Protocol):
+    def predict(self, states: list[list[str]], k: int) -> list[list[str]]: ...
+
+
+# ---- data ----------------------------------------------------------------------------------------------
+@dataclass
+class Clip:
+    """One line of states.jsonl: its states, predictable flags, scenario, and the folder of its PNG frames."""
+
+    index: int
+    states: list[str]
+    predictable: list[bool]
+    scenario: str
+    frames_dir: Path | None
+
+
+def read_world_dir(data: str | Path) -> list[Clip]:
+    """The clips of a `world generate` directory (states.jsonl, frames/<clip>/<k>.png); one-line errors."""
+    root = Path(data)
+    if not root.is_dir():
+        raise UserError(f"{root}: no such directory (expected one made by `semworld world generate`)")
+    path = root / STATES_FILE
+    if not path.is_file():
+        raise UserError(f"{root}: no {STATES_FILE} (expected a directory made by `semworld world generate`)")
+    clips: list[Clip] = []
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            states = list(rec["states"])
+            predictable = [bool(p) for p in rec.get("predictable", [True] * len(states))]
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise UserError(f"{path}:{lineno}: not a world record ({type(err).__name__}: {err})") from None
+        if len(predictable) != len(states):
+            raise UserError(f"{path}:{lineno}: {len(states)} states but {len(predictable)} predictable flags")
+        frames_dir = None
+        if rec.get("clip"):
+            candidate = root / "frames" / Path(rec["clip"]).stem
+            frames_dir = candidate if candidate.is_dir() else None
+        clips.append(Clip(len(clips), states, predictable, str(rec.get("scenario", "unknown")), frames_dir))
+    if not clips:
+        raise UserError(f"{path}: no clips")
+    return clips
+
+
+def family_of(scenario: str) -> str:
+    """The world family of a scenario name ("physics", "memory", "stochastic"), or "other"."""
+    from world import SCENARIOS
+
+    return SCENARIOS[scenario].family if scenario in SCENARIOS else "other"
+
+
+def read_png(path: Path) -> np.ndarray:
+    """(H, W, 3) uint8 RGB of a PNG file."""
+    import cv2
+
+    bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise UserError(f"{path}: not a readable image")
+    return np.ascontiguousarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+
+
+# ---- metrics -------------------------------------------------------------------------------------------
+def _rate(hits: Sequence[bool]) -> float | None:
+    return round(sum(hits) / len(hits), 4) if hits else None
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """PSNR in dB of two uint8 arrays of one shape (inf when equal)."""
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10.0 * float(np.log10(255.0**2 / mse))
+
+
+def ssim(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean SSIM of two (H, W, 3) uint8 images: 7x7 uniform windows per channel, the usual constants."""
+    x = torch.from_numpy(a).double().permute(2, 0, 1)[:, None]  # (3, 1, H, W)
+    y = torch.from_numpy(b).double().permute(2, 0, 1)[:, None]
+
+    def mean(t: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.avg_pool2d(t, 7, stride=1)
+
+    mx, my = mean(x), mean(y)
+    vx, vy, cxy = mean(x * x) - mx**2, mean(y * y) - my**2, mean(x * y) - mx * my
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    s = ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx**2 + my**2 + c1) * (vx + vy + c2))
+    return float(s.mean())
+
+
+def n_objects(state: str) -> int | None:
+    """Objects in a valid state (None when it does not parse)."""
+    from world import parse_state
+
+    try:
+        return len(parse_state(state).objects)
+    except ValueError:
+        return None
+
+
+def is_valid_state(state: str) -> bool:
+    return n_objects(state) is not None
+
+
+# ---- captioner -----------------------------------------------------------------------------------------
+def score_captioner(captioner: Any, clips: Sequence[Clip], max_frames: int | None = None,
+                    batch_size: int = 64) -> dict[str, Any]:
+    """Exact match of captions of the PNG frames against the true states, overall and by object count."""
+    pairs = [(c.frames_dir / f"{k:02d}.png", s) for c in clips if c.frames_dir is not None
+             for k, s in enumerate(c.states)]
+    if max_frames is not None:
+        pairs = pairs[:max_frames]
+    if not pairs:
+        return {"skipped": "no PNG frames in the data directory (was it written with --no-frames?)"}
+    hits: list[bool] = []
+    by_count: dict[str, list[bool]] = {}
+    t0 = time.perf_counter()
+    for i in range(0, len(pairs), batch_size):
+        chunk = pairs[i:i + batch_size]
+        read = captioner.caption([read_png(p) for p, _ in chunk])
+        for r, (_, s) in zip(read, chunk):
+            hit = r.strip() == s.strip()
+            hits.append(hit)
+            by_count.setdefault(f"objects={n_objects(s)}", []).append(hit)
+    return {"exact_match": _rate(hits), "frames": len(hits),
+            "by_objects": {k: _rate(v) for k, v in sorted(by_count.items())},
+            "seconds": round(time.perf_counter() - t0, 2)}
+
+
+# ---- predictor -----------------------------------------------------------------------------------------
+class CopyLast:
+    """The copy-last-state reference: every future state equals the last state seen."""
+
+    def predict(self, states: list[list[str]], k: int) -> list[list[str]]:
+        return [[h[-1]] * k for h in states]
+
+
+def _predict_fn(predictor: _Predicts) -> Callable[[list[list[str]], int], list[list[str]]]:
+    # True world states never need cutting; a predictor with fewer token slots than the world's 16 cuts them.
+    try:
+        takes_truncate = "truncate" in inspect.signature(predictor.predict).parameters
+    except (TypeError, ValueError):
+        takes_truncate = False
+    if takes_truncate:
+        return lambda h, k: predictor.predict(h, k, truncate=True)  # type: ignore[call-arg]
+    return predictor.predict
+
+
+def score_predictor(predictor: _Predicts, clips: Sequence[Clip], horizon: int = 8, min_history: int = 4,
+                    batch_size: int = 256) -> dict[str, Any]:
+    """Exact match at horizons 1..`horizon` on predictable steps, rolling out from true histories.
+
+    Every clip position s >= `min_history` starts a rollout from the true states 0..s-1; the state predicted
+    at horizon h is compared with true state s+h-1 when that exists and is flagged predictable. Reported
+    overall, by family and by scenario (each a {horizon: rate} map with counts), plus horizon-1 results on
+    unpredictable steps and the share of horizon-1 predictions that are valid world states.
+    """
+    if horizon < 1 or min_history < 1:
+        raise ValueError(f"horizon and min_history must be >= 1, got {horizon}, {min_history}")
+    starts = [(c, s) for c in clips for s in range(min_history, len(c.states))]
+    if not starts:
+        return {"skipped": f"no clip has more than {min_history} states"}
+    predict = _predict_fn(predictor)
+    hits: dict[tuple[str, str, int], list[bool]] = {}
+    unpredictable: list[bool] = []
+    valid: list[bool] = []
+    t0 = time.perf_counter()
+    for i in range(0, len(starts), batch_size):
+        chunk = starts[i:i + batch_size]
+        futures = predict([c.states[:s] for c, s in chunk], horizon)
+        for (clip, s), future in zip(chunk, futures):
+            family = family_of(clip.scenario)
+            valid.append(is_valid_state(future[0]))
+            for h in range(1, horizon + 1):
+                t = s + h - 1
+                if t >= len(clip.states):
+                    break
+                hit = future[h - 1].strip() == clip.states[t]
+                if not clip.predictable[t]:
+                    if h == 1:
+                        unpredictable.append(hit)
+                    continue
+                for key in (("all", "all"), ("family", family), ("scenario", clip.scenario)):
+                    hits.setdefault((*key, h), []).append(hit)
+
+    def table(kind: str, name: str) -> dict[str, Any]:
+        return {str(h): _rate(hits.get((kind, name, h), [])) for h in range(1, horizon + 1)}
+
+    def counts(kind: str, name: str) -> dict[str, int]:
+        return {str(h): len(hits.get((kind, name, h), [])) for h in range(1, horizon + 1)}
+
+    families = sorted({k[1] for k in hits if k[0] == "family"})
+    scenarios = sorted({k[1] for k in hits if k[0] == "scenario"})
+    return {
+        "by_horizon": table("all", "all"), "steps": counts("all", "all"),
+        "by_family": {f: table("family", f) for f in families},
+        "family_steps": {f: counts("family", f) for f in families},
+        "by_scenario": {s: table("scenario", s) for s in scenarios},
+        "unpredictable_h1": _rate(unpredictable), "unpredictable_steps": len(unpredictable),
+        "valid_h1": _rate(valid), "rollouts": len(starts), "min_history": min_history,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+# ---- renderer ------------------------------------------------------------------------------------------
+def score_renderer(renderer: Any, clips: Sequence[Clip], captioner: Any | None = None, max_states: int = 32,
+                   seed: int = 0, steps: int | None = None, guidance: float | None = None,
+                   batch_size: int = 8) -> dict[str, Any]:
+    """Render up to `max_states` distinct true states (first seen first); PSNR and SSIM against the world's
+    frame of each at the rendered size and, with a captioner, the round trip (caption == requested state)."""
+    from world import render_state
+
+    seen: dict[str, None] = {}
+    for c in clips:
+        for s in c.states:
+            seen.setdefault(s, None)
+    states = list(seen)[:max_states]
+    generator = torch.Generator("cpu").manual_seed(seed)
+    t0 = time.perf_counter()
+    frames: list[np.ndarray] = []
+    for i in range(0, len(states), batch_size):
+        frames += renderer.render(states[i:i + batch_size], generator=generator, steps=steps, guidance=guidance)
+    seconds = time.perf_counter() - t0
+    truth = [render_state(s, size=f.shape[0]) for s, f in zip(states, frames)]
+    out: dict[str, Any] = {
+        "states": len(states), "psnr": round(psnr(np.stack(truth), np.stack(frames)), 3),
+        "ssim": round(float(np.mean([ssim(t, f) for t, f in zip(truth, frames)])), 4),
+        "size": int(frames[0].shape[0]), "steps": steps, "guidance": guidance, "seed": seed,
+        "seconds_per_frame": round(seconds / max(1, len(states)), 3),
+    }
+    if hasattr(renderer, "settings"):  # the Renderer adapter: report the defaults it sampled with
+        out["steps"] = steps if steps is not None else getattr(renderer.settings, "steps", None)
+        out["guidance"] = guidance if guidance is not None else getattr(renderer.settings, "guidance", None)
+    if captioner is None:
+        out["roundtrip"] = "skipped: no captioner weights to read the frames back"
+    else:
+        read = captioner.caption(frames)
+        out["roundtrip_acc"] = _rate([r.strip() == s for r, s in zip(read, states)])
+    return out
+
+
+# ---- the whole evaluation ------------------------------------------------------------------------------
+@dataclass
+class EvalWorldArgs:
+    """What `semworld eval world` scores. data: a `world generate` directory. weights: a folder with
+    model_index.json naming a folder per stage (or plain captioner/ predictor/ renderer/ folders). parts: the
+    stages to score. horizon: predictor horizons 1..horizon. max_frames: cap on captioned frames (None: all).
+    render_states: distinct states rendered. steps/guidance: renderer overrides (None: its saved defaults).
+    seed: renderer noise. device: "auto", "cpu", "cuda"... threads: torch CPU threads (None: torch's)."""
+
+    data: str
+    weights: str = "weights"
+    parts: tuple[str, ...] = PARTS
+    horizon: int = 8
+    max_frames: int | None = None
+    render_states: int = 32
+    steps: int | None = None
+    guidance: float | None = None
+    seed: int = 0
+    device: str = "auto"
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        self.parts = tuple(self.parts)
+        unknown = [p for p in self.parts if p not in PARTS]
+        if unknown or not self.parts:
+            raise UserError(f"--parts: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(PARTS)}")
+        if self.horizon < 1 or self.render_states < 1 or (self.max_frames is not None and self.max_frames < 1):
+            raise UserError("--horizon, --render-states and --max-frames must be positive")
+
+
+def stage_folder(weights: Path, stage: str) -> Path | None:
+    """The folder of a stage: named by model_index.json (a folder name, or a [library, class] pair meaning the
+    stage's own name), else weights/<stage>; None when it does not exist."""
+    folder = weights / stage
+    index_path = weights / MODEL_INDEX
+    if index_path.is_file():
+        try:
+            entry = json.loads(index_path.read_text()).get(stage)
+        except (json.JSONDecodeError, AttributeError):
+            raise UserError(f"{index_path}: not a JSON object naming the stage folders") from None
+        if entry is None:
+            return None
+        if isinstance(entry, str):
+            folder = weights / entry
+    return folder if folder.is_dir() else None
+
+
+def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
+    """Score each requested stage whose weights exist; a missing stage gives {"skipped": reason}."""
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    from pipeline.training import resolve_device
+
+    device = resolve_device(args.device)
+    clips = read_world_dir(args.data)
+    weights = Path(args.weights)
+    folders = {p: stage_folder(weights, p) for p in PARTS}
+    scenarios: dict[str, int] = {}
+    for c in clips:
+        scenarios[c.scenario] = scenarios.get(c.scenario, 0) + 1
+    result: dict[str, Any] = {"data": str(args.data), "weights": str(weights), "clips": len(clips),
+                              "states": sum(len(c.states) for c in clips), "scenarios": scenarios,
+                              "args": asdict(args)}
+
+    def missing(stage: str) -> dict[str, str]:
+        return {"skipped": f"no {stage} weights in {weights} (expected {weights / stage}/ or an entry in "
+                           f"{MODEL_INDEX})"}
+
+    captioner = None
+    if folders["captioner"] is not None and ("captioner" in args.parts or "renderer" in args.parts):
+        from pipeline.captioner import Captioner
+
+        captioner = Captioner.from_pretrained(folders["captioner"], device=device)
+    if "captioner" in args.parts:
+        logger.info("scoring the captioner")
+        result["captioner"] = (missing("captioner") if captioner is None
+                               else {"weights": str(folders["captioner"]),
+                                     **score_captioner(captioner, clips, args.max_frames)})
+    if "predictor" in args.parts:
+        logger.info("scoring the predictor")
+        folder = folders["predictor"]
+        if folder is None:
+            result["predictor"] = missing("predictor")
+        else:
+            from pipeline.rollout import Predictor
+
+            predictor = Predictor.from_pretrained(folder, device=device)
+            kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
+            result["predictor"] = {"weights": str(folder), "model": kind,
+                                   **score_predictor(predictor, clips, args.horizon, predictor.T)}
+            result["copy_last"] = score_predictor(CopyLast(), clips, args.horizon, predictor.T)
+    if "renderer" in args.parts:
+        logger.info("scoring the renderer")
+        folder = folders["renderer"]
+        if folder is None:
+            result["renderer"] = missing("renderer")
+        else:
+            from pipeline.renderer import Renderer
+
+            renderer = Renderer.from_pretrained(folder, device=device)
+            result["renderer"] = {"weights": str(folder), **score_renderer(
+                renderer, clips, captioner, args.render_states, args.seed, args.steps, args.guidance)}
+    return result
+
+
+# ---- command line --------------------------------------------------------------------------------------
+def add_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `world` to `semworld eval`; its func prints a report (or one JSON object) and returns 0."""
+    p = eval_subparsers.add_parser(
+        "world", help="score the shipped (or given) models on a `world generate` directory",
+        description="Captioner exact match, predictor exact match by horizon (predictable steps) and the "
+                    "renderer round trip with PSNR/SSIM, on a directory made by `semworld world generate`.",
+    )
+    p.add_argument("--data", required=True, help="directory made by `semworld world generate`")
+    p.add_argument("--weights", default=None, help="weights folder (default: $SEMWORLD_WEIGHTS_DIR or weights/)")
+    p.add_argument("--parts", default=",".join(PARTS), help="comma-separated stages to score (default: all)")
+    p.add_argument("--horizon", type=int, default=8, help="predictor horizons 1..H (default %(default)s)")
+    p.add_argument("--max-frames", type=int, default=None, help="cap on frames the captioner reads")
+    p.add_argument("--render-states", type=int, default=32, help="distinct states rendered (default %(default)s)")
+    p.add_argument("--steps", type=int, default=None, help="renderer denoising steps (default: its own)")
+    p.add_argument("--guidance", type=float, default=None, help="renderer guidance (default: its own)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_eval_world)
+    return p
+
+
+def default_weights() -> str:
+    import os
+
+    return os.environ.get("SEMWORLD_WEIGHTS_DIR") or str(Path(__file__).resolve().parents[1] / "weights")
+
+
+def run_eval_world(ns: argparse.Namespace) -> int:
+    args = EvalWorldArgs(
+        data=ns.data, weights=ns.weights or default_weights(),
+        parts=tuple(p.strip() for p in ns.parts.split(",") if p.strip()), horizon=ns.horizon,
+        max_frames=ns.max_frames, render_states=ns.render_states, steps=ns.steps, guidance=ns.guidance,
+        seed=ns.seed, device=ns.device, threads=ns.threads,
+    )
+    result = evaluate_world(args)
+    if ns.json:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return 0
+    write_report(result)
+    return 0
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def write_report(result: dict[str, Any]) -> None:
+    """Rich tables of an `evaluate_world` result on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{result['data']}[/]: {result['clips']} clips, {result['states']} states; "
+                  f"weights {result['weights']}")
+    for part in PARTS:
+        res = result.get(part)
+        if res is None:
+            continue
+        if "skipped" in res:
+            console.print(f"{part}: skipped ({res['skipped']})")
+            continue
+        if part == "predictor":
+            h = len(res["by_horizon"])
+            table = Table(title=f"predictor ({res['model']}) exact match on predictable steps, by horizon")
+            table.add_column("")
+            for k in range(1, h + 1):
+                table.add_column(str(k), justify="right")
+            table.add_row("all", *(_fmt(res["by_horizon"][str(k)]) for k in range(1, h + 1)))
+            for fam, row in res["by_family"].items():
+                table.add_row(fam, *(_fmt(row[str(k)]) for k in range(1, h + 1)))
+            ref = result.get("copy_last", {}).get("by_horizon", {})
+            table.add_row("copy-last", *(_fmt(ref.get(str(k))) for k in range(1, h + 1)))
+            table.add_row("steps", *(str(res["steps"][str(k)]) for k in range(1, h + 1)))
+            console.print(table)
+            continue
+        table = Table(title=part)
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        for key, value in res.items():
+            table.add_row(key, json.dumps(value) if isinstance(value, dict) else _fmt(value))
+        console.print(table)
+
+
+if __name__ == "__main__":  # python -m pipeline.eval_world --data DIR ... (the same flags)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _parser = argparse.ArgumentParser(prog="python -m pipeline.eval_world")
+    add_parser(_parser.add_subparsers())
+    _ns = _parser.parse_args(["world", *sys.argv[1:]])
+    try:
+        sys.exit(_ns.func(_ns))
+    except (UserError, ValueError, FileNotFoundError) as _err:
+        sys.stderr.write(f"semworld: error: {_err}\n")
+        sys.exit(2)

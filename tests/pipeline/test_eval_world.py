@@ -1,0 +1,167 @@
+"""`semworld eval world`: each metric on tiny data, skipped stages, the copy-last reference, and the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.errors import UserError
+from pipeline.eval_world import (
+    Clip,
+    CopyLast,
+    EvalWorldArgs,
+    add_parser,
+    evaluate_world,
+    psnr,
+    read_world_dir,
+    score_captioner,
+    score_predictor,
+    score_renderer,
+    ssim,
+    stage_folder,
+)
+
+
+@pytest.fixture(scope="module")
+def world_dir(tmp_path_factory) -> Path:
+    """Two clips (bounce, fast) of 7 states each, with MP4s and PNG frames, as `world generate` writes them."""
+    from world.video import generate
+
+    out = tmp_path_factory.mktemp("world") / "test"
+    generate(out, "bounce,fast", 2, 0, split="test", length=7, size=64, workers=1, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_weights(tmp_path_factory) -> Path:
+    from tests.api.fakes import build_tiny_weights
+
+    return build_tiny_weights(tmp_path_factory.mktemp("tiny") / "weights")
+
+
+class Oracle:
+    """Knows the true continuation of every history in the data (a perfect predictor and captioner)."""
+
+    def __init__(self, clips: list[Clip]) -> None:
+        self.clips = clips
+
+    def predict(self, states: list[list[str]], k: int) -> list[list[str]]:
+        out = []
+        for h in states:
+            clip = next(c for c in self.clips if c.states[: len(h)] == h)
+            rest = clip.states[len(h):] + ["empty ."] * k
+            out.append(rest[:k])
+        return out
+
+
+def test_read_world_dir_finds_frames_and_flags(world_dir):
+    clips = read_world_dir(world_dir)
+    assert [c.scenario for c in clips] == ["bounce", "fast"]
+    assert all(len(c.states) == 7 and c.predictable[:2] == [False, False] for c in clips)
+    assert all((c.frames_dir / "06.png").is_file() for c in clips)
+
+
+def test_read_world_dir_errors_are_one_line(tmp_path):
+    with pytest.raises(UserError, match="no such directory"):
+        read_world_dir(tmp_path / "nope")
+    with pytest.raises(UserError, match="no states.jsonl"):
+        read_world_dir(tmp_path)
+    (tmp_path / "states.jsonl").write_text('{"states": ["empty ."], "predictable": []}\n')
+    with pytest.raises(UserError, match="1 states but 0 predictable flags"):
+        read_world_dir(tmp_path)
+
+
+def test_predictor_scores_by_horizon_on_predictable_steps_only(world_dir):
+    clips = read_world_dir(world_dir)
+    perfect = score_predictor(Oracle(clips), clips, horizon=3, min_history=4)
+    assert perfect["by_horizon"] == {"1": 1.0, "2": 1.0, "3": 1.0}
+    # 7 states, starts 4..6: horizon 1 has 3 targets per clip, horizon 3 only one (state 6).
+    assert perfect["steps"] == {"1": 6, "2": 4, "3": 2} and perfect["rollouts"] == 6
+    assert set(perfect["by_family"]) == {"physics"} and perfect["valid_h1"] == 1.0
+    # Copy-last is right exactly where the true state repeats the one before (never, for moving objects).
+    copy = score_predictor(CopyLast(), clips, horizon=3, min_history=4)
+    expected = np.mean([c.states[t] == c.states[t - 1] for c in clips for t in range(4, 7)])
+    assert copy["by_horizon"]["1"] == pytest.approx(expected, abs=1e-4)
+    # An unpredictable step is never counted: flag everything unpredictable and nothing is scored.
+    hidden = [Clip(c.index, c.states, [False] * 7, c.scenario, None) for c in clips]
+    none = score_predictor(Oracle(hidden), hidden, horizon=2, min_history=4)
+    assert none["by_horizon"] == {"1": None, "2": None} and none["unpredictable_steps"] == 6
+
+
+def test_image_metrics():
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    assert psnr(a, a) == float("inf") and ssim(a, a) == pytest.approx(1.0)
+    b = np.clip(a.astype(int) + 10, 0, 255).astype(np.uint8)
+    assert 25 < psnr(a, b) < 30.2 and ssim(a, b) < 1.0
+    assert ssim(a, 255 - a) < 0.0  # anti-correlated
+
+
+def test_captioner_and_renderer_with_the_world_itself(world_dir):
+    """A captioner that reads frames perfectly scores 1; a renderer that draws the world's frames scores inf."""
+    from world import render_state
+
+    clips = read_world_dir(world_dir)
+    truth = {render_state(s, 64).tobytes(): s for c in clips for s in c.states}
+
+    class Reader:
+        def caption(self, frames):
+            return [truth.get(f.tobytes(), "empty .") for f in frames]
+
+    class Painter:
+        def render(self, states, generator=None, steps=None, guidance=None):
+            return [render_state(s, 64) for s in states]
+
+    cap = score_captioner(Reader(), clips)
+    assert cap["exact_match"] == 1.0 and cap["frames"] == 14
+    ren = score_renderer(Painter(), clips, Reader(), max_states=5)
+    assert ren["states"] == 5 and ren["psnr"] == float("inf") and ren["roundtrip_acc"] == 1.0
+    assert "skipped" in score_renderer(Painter(), clips, None, max_states=2)["roundtrip"]
+
+
+def test_missing_stages_are_skipped_with_a_note(world_dir, tmp_path):
+    result = evaluate_world(EvalWorldArgs(data=str(world_dir), weights=str(tmp_path), device="cpu"))
+    for part in ("captioner", "predictor", "renderer"):
+        assert result[part]["skipped"].startswith(f"no {part} weights in {tmp_path}")
+    with pytest.raises(UserError, match="--parts: unknown bogus"):
+        EvalWorldArgs(data=str(world_dir), parts=("bogus",))
+
+
+def test_stage_folder_follows_model_index(tmp_path):
+    (tmp_path / "predictor").mkdir()
+    (tmp_path / "p2").mkdir()
+    assert stage_folder(tmp_path, "predictor") == tmp_path / "predictor"  # no index: the stage's name
+    (tmp_path / "model_index.json").write_text(json.dumps({"predictor": "p2", "captioner": ["x", "Y"]}))
+    assert stage_folder(tmp_path, "predictor") == tmp_path / "p2"
+    assert stage_folder(tmp_path, "captioner") is None  # [library, class] -> captioner/, which is missing
+    assert stage_folder(tmp_path, "renderer") is None
+
+
+def test_real_tiny_stages_end_to_end_through_the_cli(world_dir, tiny_weights, tmp_path, capsys):
+    """Random tiny BLIP, 4-tensor and SD-layout stages load and every part reports numbers in range."""
+    weights = tmp_path / "w"
+    shutil.copytree(tiny_weights, weights)
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    ns = parser.parse_args(["world", "--data", str(world_dir), "--weights", str(weights), "--json",
+                            "--render-states", "2", "--horizon", "2", "--max-frames", "4", "--device", "cpu"])
+    assert ns.func(ns) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["captioner"]["frames"] == 4 and 0.0 <= result["captioner"]["exact_match"] <= 1.0
+    pred = result["predictor"]
+    assert pred["model"] == "four_tensor" and set(pred["by_horizon"]) == {"1", "2"}
+    assert pred["steps"]["1"] == 6 and result["copy_last"]["steps"] == pred["steps"]
+    ren = result["renderer"]
+    assert ren["states"] == 2 and 0.0 < ren["psnr"] < 60 and 0.0 <= ren["roundtrip_acc"] <= 1.0
+    # Without the renderer folder, that part is skipped and the others still run.
+    shutil.rmtree(weights / "renderer")
+    ns = parser.parse_args(["world", "--data", str(world_dir), "--weights", str(weights), "--json",
+                            "--parts", "renderer", "--device", "cpu"])
+    assert ns.func(ns) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "skipped" in result["renderer"] and "predictor" not in result
