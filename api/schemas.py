@@ -56,7 +56,7 @@ class RolloutRequest(BaseModel):
     """States in words (the past, oldest first) to continue: the what-if entry point."""
 
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"states": _STATES_EXAMPLE, "horizon": 2, "seed": 0}]}
+        json_schema_extra={"examples": [{"states": list(_STATES_EXAMPLE), "horizon": 2, "seed": 0}]}  # type: ignore[dict-item]
     )
 
     states: list[str] = Field(min_length=1, description="one state per step, oldest first")

@@ -16,36 +16,51 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SEMWORLD_", env_file=".env", extra="ignore")
 
-    weights_dir: Path = Field(REPO_ROOT / "weights", description="weights folder with model_index.json")
-    device: str | None = Field(None, description="torch device; default cuda when available, else cpu")
-    dtype: str | None = Field(None, description="float32, float16 or bfloat16; default per stage and device")
-    pipeline_factory: str | None = Field(
-        None, description="'module:function' returning a WorldModelPipeline, instead of loading weights_dir"
+    weights_dir: Path = Field(
+        default=REPO_ROOT / "weights", description="weights folder with model_index.json"
     )
-    warmup: bool = Field(True, description="run every stage once at startup before /ready says yes")
+    device: str | None = Field(
+        default=None, description="torch device; default cuda when available, else cpu"
+    )
+    dtype: str | None = Field(
+        default=None, description="float32, float16 or bfloat16; default per stage and device"
+    )
+    pipeline_factory: str | None = Field(
+        default=None,
+        description="'module:function' returning a WorldModelPipeline, instead of loading weights_dir",
+    )
+    warmup: bool = Field(default=True, description="run every stage once at startup before /ready says yes")
 
-    data_dir: Path = Field(Path("data/api"), description="jobs database, uploads and results")
-    samples_dir: Path | None = Field(None, description="built-in sample clips for the web page")
+    data_dir: Path = Field(default=Path("data/api"), description="jobs database, uploads and results")
+    samples_dir: Path | None = Field(default=None, description="built-in sample clips for the web page")
 
-    max_upload_mb: float = Field(64.0, gt=0, description="largest upload to /v1/jobs (413 above)")
-    max_sync_upload_mb: float = Field(8.0, gt=0, description="largest upload to /v1/predict (413 above)")
-    max_frames: int = Field(64, ge=1, description="most observed states a clip may give")
-    max_side: int = Field(4096, ge=16, description="largest video side in pixels")
-    max_duration_s: float = Field(120.0, gt=0, description="longest clip in seconds")
-    max_horizon: int = Field(32, ge=1, description="most states to predict per request")
-    caption_batch_size: int = Field(16, ge=1)
-    render_batch_size: int = Field(8, ge=1)
+    max_upload_mb: float = Field(default=64.0, gt=0, description="largest upload to /v1/jobs (413 above)")
+    max_sync_upload_mb: float = Field(
+        default=8.0, gt=0, description="largest upload to /v1/predict (413 above)"
+    )
+    max_frames: int = Field(default=64, ge=1, description="most observed states a clip may give")
+    max_side: int = Field(default=4096, ge=16, description="largest video side in pixels")
+    max_duration_s: float = Field(default=120.0, gt=0, description="longest clip in seconds")
+    max_horizon: int = Field(default=32, ge=1, description="most states to predict per request")
+    caption_batch_size: int = Field(default=16, ge=1)
+    render_batch_size: int = Field(default=8, ge=1)
 
     request_timeout_s: float = Field(
-        60.0, gt=0, description="time limit of a synchronous request (504 past it)"
+        default=60.0, gt=0, description="time limit of a synchronous request (504 past it)"
     )
-    max_sync_waiting: int = Field(4, ge=1, description="synchronous requests running or waiting (429 above)")
-    max_queue: int = Field(32, ge=1, description="queued jobs (429 above)")
-    job_timeout_s: float = Field(600.0, gt=0, description="time limit of one job run")
-    job_max_attempts: int = Field(2, ge=1, description="runs of a job interrupted by a crash before it fails")
-    retry_after_s: int = Field(5, ge=1, description="Retry-After seconds sent with 429")
+    max_sync_waiting: int = Field(
+        default=4, ge=1, description="synchronous requests running or waiting (429 above)"
+    )
+    max_queue: int = Field(default=32, ge=1, description="queued jobs (429 above)")
+    job_timeout_s: float = Field(default=600.0, gt=0, description="time limit of one job run")
+    job_max_attempts: int = Field(
+        default=2, ge=1, description="runs of a job interrupted by a crash before it fails"
+    )
+    retry_after_s: int = Field(default=5, ge=1, description="Retry-After seconds sent with 429")
 
-    api_key: SecretStr | None = Field(None, description="if set, required as X-API-Key or Bearer token")
+    api_key: SecretStr | None = Field(
+        default=None, description="if set, required as X-API-Key or Bearer token"
+    )
     cors_origins: list[str] = Field(default_factory=list)
 
     @field_validator("dtype")

@@ -64,11 +64,10 @@ def png_bytes(frame: np.ndarray) -> bytes:
 def states_document(output: WorldModelOutput) -> dict[str, Any]:
     """The states JSON: both lists, and one entry per step saying whether it was observed or predicted."""
     n_obs = len(output.observed_states)
-    steps = [
+    indices: list[int | None] = list(output.source_indices) or [None] * n_obs
+    steps: list[dict[str, Any]] = [
         {"step": i, "kind": "observed", "state": s, "frame_index": idx}
-        for i, (s, idx) in enumerate(
-            zip(output.observed_states, output.source_indices or [None] * n_obs, strict=True)
-        )
+        for i, (s, idx) in enumerate(zip(output.observed_states, indices, strict=True))
     ]
     steps += [
         {"step": n_obs + j, "kind": "predicted", "state": s} for j, s in enumerate(output.predicted_states)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, HTTPException, Query, Response, UploadFile, status
 from fastapi.responses import FileResponse
@@ -14,7 +14,7 @@ from api.uploads import ERROR_RESPONSES, PredictParams, check_horizon, predict_p
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(require_api_key)])
 
-_NOT_FOUND = {404: {"model": ErrorResponse, "description": "no such job"}}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse, "description": "no such job"}}
 
 
 def status_of(job: Job) -> JobStatusResponse:
@@ -124,6 +124,6 @@ def cancel_job(job_id: str, store: StoreDep) -> JobStatusResponse:
     job = _job_or_404(store, job_id)
     if job.state in FINISHED:
         raise HTTPException(status.HTTP_409_CONFLICT, f"job already {job.state.value}")
-    job = store.cancel(job_id)
-    assert job is not None
-    return status_of(job)
+    canceled = store.cancel(job_id)
+    assert canceled is not None
+    return status_of(canceled)
