@@ -70,6 +70,12 @@ class Settings(BaseSettings):
             raise ValueError(f"dtype must be float32, float16 or bfloat16, got {v!r}")
         return v
 
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key_is_none(cls, v: object) -> object:
+        # `SEMWORLD_API_KEY=` (as docker-compose passes an unset variable) means no key, not the empty key.
+        return None if isinstance(v, str) and not v.strip() else v
+
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 1024 * 1024)

@@ -60,6 +60,17 @@ def test_api_key_guards_all_but_health_and_page(make_client, header):
     assert client.get("/metrics", headers=header).status_code == 200
 
 
+def test_settings_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("SEMWORLD_API_KEY", "")
+    monkeypatch.setenv("SEMWORLD_MAX_QUEUE", "3")
+    monkeypatch.setenv("SEMWORLD_DATA_DIR", str(tmp_path))
+    s = Settings()
+    assert s.api_key is None and s.max_queue == 3 and s.data_dir == tmp_path
+    monkeypatch.setenv("SEMWORLD_DTYPE", "float8")
+    with pytest.raises(ValueError, match="dtype must be float32, float16 or bfloat16"):
+        Settings()
+
+
 def test_openapi_is_complete_with_examples(make_client):
     spec = make_client().get("/openapi.json").json()
     paths = spec["paths"]
