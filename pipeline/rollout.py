@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
-from torch import nn
 
 from pipeline.tokenizer import PAD_ID, StateTokenizer
 
@@ -23,7 +23,7 @@ class Predictor:
     Notation: B histories, T states per window, N token slots per state.
     """
 
-    def __init__(self, model: nn.Module, tokenizer: StateTokenizer, device: torch.device | str = "cpu") -> None:
+    def __init__(self, model: Any, tokenizer: StateTokenizer, device: torch.device | str = "cpu") -> None:
         if model.config.vocab_size != tokenizer.vocab_size:
             raise ValueError(f"model vocab_size {model.config.vocab_size} != tokenizer vocab_size "
                              f"{tokenizer.vocab_size}")

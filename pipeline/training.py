@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -46,6 +46,19 @@ BOTH_CURVE_FILE = "loss_curves.png"
 SUMMARY_FILE = "training_summary.json"
 PARAM_HASH_ENV = "SEMWORLD_PARAM_HASH_FILE"  # when set, each rank writes a hash of its final parameters there
 LABELS = {"four_tensor": "4-tensor", "baseline": "1-D baseline"}
+
+
+class PredictorModel(Protocol):
+    """The shared predictor interface (models.four_tensor and models.baseline), as the pipeline uses it."""
+
+    config: Any
+    training: bool
+
+    def training_step(self, token_ids_full: torch.Tensor) -> torch.Tensor: ...
+    def score(self, token_ids_full: torch.Tensor) -> dict[str, float]: ...
+    def predict_next(self, token_ids: torch.Tensor, state: object | None = None
+                     ) -> tuple[torch.Tensor, object | None]: ...
+    def save_pretrained(self, directory: str | Path) -> None: ...
 
 
 # ---- arguments -----------------------------------------------------------------------------------------
@@ -282,7 +295,7 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
 
 # ---- models --------------------------------------------------------------------------------------------
 def build_model(kind: str, preset: str, tokenizer: StateTokenizer, dropout: float = 0.1,
-                causal_slices: bool = False) -> nn.Module:
+                causal_slices: bool = False) -> Any:
     """A fresh predictor of `kind` shaped by `preset`, with vocab_size and end_ids from the tokenizer."""
     from models import presets
 
@@ -306,7 +319,7 @@ def build_model(kind: str, preset: str, tokenizer: StateTokenizer, dropout: floa
 class _StepModule(nn.Module):
     """forward = training_step, so DistributedDataParallel's hooks see the loss computation."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: Any) -> None:
         super().__init__()
         self.model = model
 
@@ -329,7 +342,7 @@ SCORE_KEYS = ("selection_loss_sum", "selection_count", "last_ce_sum", "last_toke
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, windows: torch.Tensor, batch_size: int = 64,
+def evaluate(model: Any, windows: torch.Tensor, batch_size: int = 64,
              device: torch.device | str = "cpu") -> dict[str, float]:
     """Score windows (W, T+1, N): selection loss, L_S(T), token and exact-sentence accuracy, and the counts."""
     was_training = model.training
@@ -357,7 +370,7 @@ def _atomic_json(path: Path, payload: Any) -> None:
     tmp.replace(path)
 
 
-def _save_weights_atomically(model: nn.Module, out: Path) -> None:
+def _save_weights_atomically(model: Any, out: Path) -> None:
     """save_pretrained into a scratch folder, then move each file over the old one."""
     scratch = out / ".saving"
     shutil.rmtree(scratch, ignore_errors=True)
@@ -428,7 +441,7 @@ def _train_one(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: D
     ckpt_path = out / CHECKPOINT_DIR / CHECKPOINT_FILE
     fingerprint = {**args.fingerprint(), "model": kind, "world_size": ctx.world_size}
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = build_model(kind, args.preset, data.tokenizer, args.dropout,
+    model: Any = build_model(kind, args.preset, data.tokenizer, args.dropout,
                         args.causal_slices and kind == "four_tensor").to(ctx.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     history: list[dict[str, Any]] = []
@@ -456,8 +469,10 @@ def _train_one(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: D
     n_params = sum(p.numel() for p in model.parameters())
     uniform = uniform_cross_entropy(data.tokenizer.vocab_size)
     train_ids = data.train.ids
-    sampler = DistributedSampler(range(len(train_ids)), num_replicas=ctx.world_size, rank=ctx.rank,
-                                 shuffle=True, seed=args.seed)
+    # The sampler only needs len(); it yields window indices (the same shards as torchrun's data loaders).
+    indices: Any = range(len(train_ids))
+    sampler: DistributedSampler[int] = DistributedSampler(indices, num_replicas=ctx.world_size, rank=ctx.rank,
+                                                          shuffle=True, seed=args.seed)
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)
         ckpt_path.parent.mkdir(exist_ok=True)
@@ -532,7 +547,8 @@ def _train_one(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: D
         "config": model.config.to_dict(), "args": asdict(args), "data": data.stats,
         "vocab_size": data.tokenizer.vocab_size, "uniform_ce": uniform,
         "best_epoch": best["epoch"], "epochs_run": len(history), "stopped_by": decision.reason,
-        "best": best, "seconds_this_session": round(time.perf_counter() - started, 3),
+        "best": best, "seconds_total": round(sum(h["seconds"] for h in history), 3),
+        "seconds_this_session": round(time.perf_counter() - started, 3),
         "world_size": ctx.world_size, "device": str(ctx.device),
         "split": {"seed": args.seed, "val_fraction": args.val_fraction, "max_windows": args.max_windows,
                   "data_format": args.data_format},

@@ -45,7 +45,7 @@ def evaluate_predictor(weights: str | Path, data: str | Path, split: str = "all"
 
     weights = Path(weights)
     dev = resolve_device(device)
-    model = load_predictor(weights, map_location=dev)
+    model: Any = load_predictor(weights, map_location=dev)
     tokenizer = load_tokenizer(weights)
     cfg = model.config
     if cfg.vocab_size != tokenizer.vocab_size:
