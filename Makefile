@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow lint typecheck bench clean
+.PHONY: install demo test test-slow lint typecheck bench clean weights
 
 install: $(STAMP)
 
@@ -32,6 +32,10 @@ test: install
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
+
+# Rebuild every shipped model in weights/ from scratch (seeded; rerun to resume from runs/weights/).
+weights: install
+	$(BIN)/python -m pipeline.train_all --out weights --run-dir runs/weights
 
 bench: install
 	$(BIN)/python bench/predictor_speed.py

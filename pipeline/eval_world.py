@@ -76,6 +76,12 @@ def read_world_dir(data: str | Path) -> list[Clip]:
     return clips
 
 
+def clips_from_records(records: Sequence[dict[str, Any]]) -> list[Clip]:
+    """Clips (no frames) from in-memory world records, e.g. `world.sequences(...)`."""
+    return [Clip(i, list(r["states"]), [bool(p) for p in r.get("predictable", [True] * len(r["states"]))],
+                 str(r.get("scenario", "unknown")), None) for i, r in enumerate(records)]
+
+
 def family_of(scenario: str) -> str:
     """The world family of a scenario name ("physics", "memory", "stochastic"), or "other"."""
     from world import SCENARIOS
@@ -94,6 +100,14 @@ def read_png(path: Path) -> np.ndarray:
 
 
 # ---- metrics -------------------------------------------------------------------------------------------
+def canonical(text: str) -> str:
+    """The world's spelling of a state text: lowercase, each punctuation mark a word ("left, lamp on." ->
+    "left , lamp on ."); the predictor's tokenizer writes punctuation attached to the word before it."""
+    from pipeline.captioner import normalize_state_text
+
+    return normalize_state_text(text)
+
+
 def _rate(hits: Sequence[bool]) -> float | None:
     return round(sum(hits) / len(hits), 4) if hits else None
 
@@ -150,7 +164,7 @@ def score_captioner(captioner: Any, clips: Sequence[Clip], max_frames: int | Non
         chunk = pairs[i:i + batch_size]
         read = captioner.caption([read_png(p) for p, _ in chunk])
         for r, (_, s) in zip(read, chunk):
-            hit = r.strip() == s.strip()
+            hit = canonical(r) == canonical(s)
             hits.append(hit)
             by_count.setdefault(f"objects={n_objects(s)}", []).append(hit)
     return {"exact_match": _rate(hits), "frames": len(hits),
@@ -201,12 +215,13 @@ def score_predictor(predictor: _Predicts, clips: Sequence[Clip], horizon: int = 
         futures = predict([c.states[:s] for c, s in chunk], horizon)
         for (clip, s), future in zip(chunk, futures):
             family = family_of(clip.scenario)
+            future = [canonical(f) for f in future]
             valid.append(is_valid_state(future[0]))
             for h in range(1, horizon + 1):
                 t = s + h - 1
                 if t >= len(clip.states):
                     break
-                hit = future[h - 1].strip() == clip.states[t]
+                hit = future[h - 1] == canonical(clip.states[t])
                 if not clip.predictable[t]:
                     if h == 1:
                         unpredictable.append(hit)
@@ -266,7 +281,7 @@ def score_renderer(renderer: Any, clips: Sequence[Clip], captioner: Any | None =
         out["roundtrip"] = "skipped: no captioner weights to read the frames back"
     else:
         read = captioner.caption(frames)
-        out["roundtrip_acc"] = _rate([r.strip() == s for r, s in zip(read, states)])
+        out["roundtrip_acc"] = _rate([canonical(r) == canonical(s) for r, s in zip(read, states)])
     return out
 
 

@@ -45,7 +45,8 @@ def tiny_weights(tmp_path_factory) -> Path:
 
 
 class Oracle:
-    """Knows the true continuation of every history in the data (a perfect predictor and captioner)."""
+    """Knows the true continuation of every history in the data; writes it the way the predictor's tokenizer
+    decodes ("left, lamp on."), which must count as the world's "left , lamp on ."."""
 
     def __init__(self, clips: list[Clip]) -> None:
         self.clips = clips
@@ -55,7 +56,7 @@ class Oracle:
         for h in states:
             clip = next(c for c in self.clips if c.states[: len(h)] == h)
             rest = clip.states[len(h):] + ["empty ."] * k
-            out.append(rest[:k])
+            out.append([s.replace(" ,", ",").replace(" .", ".") for s in rest[:k]])
         return out
 
 
