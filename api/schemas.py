@@ -16,10 +16,13 @@ from pipeline.world_model import WorldModelOutput
 THUMB_SIDE = 192  # observed frames come back scaled down to this longest side
 
 _STATES_EXAMPLE = [
-    "a red ball is at the top left.",
-    "a red ball is at the top middle.",
+    "red box top right , orange ball top midleft .",
+    "red box top right , orange ball top center .",
 ]
-_PREDICTED_EXAMPLE = ["a red ball is at the top right.", "a red ball is at the middle right."]
+_PREDICTED_EXAMPLE = [
+    "red box top right , orange ball top midright .",
+    "red box top right , orange ball top right .",
+]
 
 
 class OutputFormat(StrEnum):
