@@ -55,7 +55,7 @@ class Oracle:
         out = []
         for h in states:
             clip = next(c for c in self.clips if c.states[: len(h)] == h)
-            rest = clip.states[len(h):] + ["empty ."] * k
+            rest = clip.states[len(h) :] + ["empty ."] * k
             out.append([s.replace(" ,", ",").replace(" .", ".") for s in rest[:k]])
         return out
 
@@ -149,8 +149,24 @@ def test_real_tiny_stages_end_to_end_through_the_cli(world_dir, tiny_weights, tm
     shutil.copytree(tiny_weights, weights)
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
-    ns = parser.parse_args(["world", "--data", str(world_dir), "--weights", str(weights), "--json",
-                            "--render-states", "2", "--horizon", "2", "--max-frames", "4", "--device", "cpu"])
+    ns = parser.parse_args(
+        [
+            "world",
+            "--data",
+            str(world_dir),
+            "--weights",
+            str(weights),
+            "--json",
+            "--render-states",
+            "2",
+            "--horizon",
+            "2",
+            "--max-frames",
+            "4",
+            "--device",
+            "cpu",
+        ]
+    )
     assert ns.func(ns) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["captioner"]["frames"] == 4 and 0.0 <= result["captioner"]["exact_match"] <= 1.0
@@ -161,8 +177,46 @@ def test_real_tiny_stages_end_to_end_through_the_cli(world_dir, tiny_weights, tm
     assert ren["states"] == 2 and 0.0 < ren["psnr"] < 60 and 0.0 <= ren["roundtrip_acc"] <= 1.0
     # Without the renderer folder, that part is skipped and the others still run.
     shutil.rmtree(weights / "renderer")
-    ns = parser.parse_args(["world", "--data", str(world_dir), "--weights", str(weights), "--json",
-                            "--parts", "renderer", "--device", "cpu"])
+    ns = parser.parse_args(
+        [
+            "world",
+            "--data",
+            str(world_dir),
+            "--weights",
+            str(weights),
+            "--json",
+            "--parts",
+            "renderer",
+            "--device",
+            "cpu",
+        ]
+    )
     assert ns.func(ns) == 0
     result = json.loads(capsys.readouterr().out)
     assert "skipped" in result["renderer"] and "predictor" not in result
+
+
+def test_train_all_quick_predictor_resumes_and_writes_the_index(tmp_path, monkeypatch):
+    """`semworld train all --quick --stages predictor`: weights in the shipped layout, an index naming them, and a
+    second run that finds the stage built and leaves it alone."""
+    from pipeline import train_all as ta
+    from pipeline.rollout import Predictor
+
+    args = ta.TrainAllArgs(
+        out=str(tmp_path / "w"),
+        run_dir=str(tmp_path / "r"),
+        stages=("predictor",),
+        quick=True,
+        progress=False,
+        device="cpu",
+    )
+    report = ta.train_all(args)
+    folder = tmp_path / "w" / "predictor"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(ta.PREDICTOR_FILES)
+    assert report["model_index"]["predictor"] == ["semworld", "FourTensorModel"]
+    assert "captioner" not in json.loads((tmp_path / "w" / "model_index.json").read_text())
+    assert Predictor.from_pretrained(folder, device="cpu").predict([["red ball top left ."]], 1)
+    monkeypatch.setattr(ta, "build_predictor", lambda *a: pytest.fail("a built stage was rebuilt"))
+    assert ta.train_all(args)["predictor"]["epochs_run"] == 1
+    with pytest.raises(UserError, match="--stages: unknown painter"):
+        ta.TrainAllArgs(stages=("painter",))
