@@ -96,7 +96,7 @@ def tiny_weights(tmp_path_factory) -> Path:
     from tests.api.fakes import build_tiny_weights
 
     try:
-        return build_tiny_weights(tmp_path_factory.mktemp("tiny") / "weights")
+        return build_tiny_weights(tmp_path_factory.getbasetemp() / "semworld-tiny-weights")
     except ImportError as err:
         pytest.skip(f"a stage module is not there yet: {err}")
 

@@ -72,6 +72,8 @@ def build_tiny_weights(root: Path) -> Path:
 
     for module in ("pipeline.captioner", "pipeline.rollout", "pipeline.renderer"):
         __import__(module)
+    if (root / "model_index.json").is_file():  # built earlier in this session: the index is written last
+        return root
     torch.manual_seed(0)
     root.mkdir(parents=True, exist_ok=True)
     sentences = world_sentences()

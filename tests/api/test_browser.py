@@ -64,7 +64,10 @@ def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tm
     page.wait_for_function(
         "[...document.querySelectorAll('.frame img')].every(i => i.complete && i.naturalWidth > 0)"
     )
-    assert page.locator("#predicted .frame img").first.evaluate("i => [i.naturalWidth, i.naturalHeight]") == [32, 24]
+    assert page.locator("#predicted .frame img").first.evaluate("i => [i.naturalWidth, i.naturalHeight]") == [
+        32,
+        24,
+    ]
     observed = page.locator("#observed .frame p.state").all_inner_texts()
     predicted = page.locator("#predicted textarea.state").evaluate_all("els => els.map(e => e.value)")
     assert predicted == [f"next {i} after {observed[-1]}" for i in range(3)]
@@ -75,7 +78,11 @@ def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tm
     page.locator("#predicted button.reroll").nth(1).click()
     page.wait_for_function("document.querySelector('#status').textContent.startsWith('re-rolled')")
     predicted = page.locator("#predicted textarea.state").evaluate_all("els => els.map(e => e.value)")
-    assert predicted == [f"next 0 after {observed[-1]}", "a red ball at the left.", "next 0 after a red ball at the left."]
+    assert predicted == [
+        f"next 0 after {observed[-1]}",
+        "a red ball at the left.",
+        "next 0 after a red ball at the left.",
+    ]
     assert page.locator("#predicted .frame img").count() == 3
 
     shots = Path(os.environ.get("SEMWORLD_SCREENSHOT_DIR") or tmp_path)

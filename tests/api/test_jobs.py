@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 import zipfile
 
 from api.jobs import JobState, JobStore
@@ -69,6 +70,9 @@ def test_cancel_queued_and_running_jobs(make_client):
     running = submit(client).json()["id"]
     queued = submit(client).json()["id"]
     wait_state(client, running, "running")
+    deadline = time.monotonic() + 30
+    while renderer.calls == 0 and time.monotonic() < deadline:  # held inside its first render batch
+        time.sleep(0.02)
     r = client.delete(f"/v1/jobs/{queued}")
     assert r.status_code == 200 and r.json()["state"] == "canceled"
     r = client.delete(f"/v1/jobs/{running}")

@@ -153,3 +153,23 @@ def test_seed_reproducible_over_http(make_client):
     b = client.post("/v1/rollout", json={"states": ["a."], "horizon": 2, "seed": 5}).json()["frames"]
     c = client.post("/v1/rollout", json={"states": ["a."], "horizon": 2, "seed": 6}).json()["frames"]
     assert a == b and a != c
+
+
+def test_tiny_real_weights_through_the_lifespan(tmp_path, tiny_weights):
+    """No override: the app loads the weights folder itself (from_pretrained), warms up, and answers."""
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+    from api.settings import Settings
+    from tests.api.conftest import wait_ready
+
+    app = create_app(
+        Settings(data_dir=tmp_path, weights_dir=tiny_weights, samples_dir=tmp_path, device="cpu")
+    )
+    with TestClient(app) as client:
+        wait_ready(client, timeout=120)
+        r = post_clip(client, REAL_CLIP.read_bytes(), horizon="2", stride="8")  # out of domain: still valid
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert len(body["observed_states"]) == 2 and len(body["predicted_states"]) == 2
+        assert [_png(f).shape for f in body["frames"]] == [(32, 32, 3)] * 2
