@@ -110,7 +110,15 @@ def test_graceful_restart_requeues_the_running_job(make_client, tmp_path):
     a = submit(first).json()["id"]
     b = submit(first).json()["id"]
     wait_state(first, a, "running")
-    threading.Timer(0.2, gate.set).start()  # let the held batch return so the worker sees the shutdown
+    worker = first.app.state.worker
+
+    def release_after_stop() -> None:  # let the held batch return once the shutdown has begun
+        deadline = time.monotonic() + 30
+        while not worker._stop.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gate.set()
+
+    threading.Thread(target=release_after_stop, daemon=True).start()
     first.__exit__(None, None, None)
     store = JobStore(data)
     assert store.get(a).state is JobState.queued and store.get(b).state is JobState.queued
