@@ -173,3 +173,29 @@ def test_tiny_real_weights_through_the_lifespan(tmp_path, tiny_weights):
         body = r.json()
         assert len(body["observed_states"]) == 2 and len(body["predicted_states"]) == 2
         assert [_png(f).shape for f in body["frames"]] == [(32, 32, 3)] * 2
+
+
+def test_too_many_sync_requests_is_429(make_client):
+    import threading
+
+    from pipeline.world_model import WorldModelPipeline
+    from tests.api.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
+
+    gate = threading.Event()
+    renderer = NoiseRenderer(gate=gate)
+    pipe = WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), renderer)
+    client = make_client(pipeline=pipe, warmup=False, max_sync_waiting=1, retry_after_s=3)
+    first: list = []
+    held = threading.Thread(target=lambda: first.append(client.post("/v1/rollout", json={"states": ["a."]})))
+    held.start()
+    for _ in range(1500):  # until the first request holds the model
+        if renderer.calls:
+            break
+        threading.Event().wait(0.02)
+    r = client.post("/v1/rollout", json={"states": ["b."]})
+    assert (
+        r.status_code == 429 and r.headers["retry-after"] == "3" and "too many requests" in r.json()["detail"]
+    )
+    gate.set()
+    held.join(30)
+    assert first[0].status_code == 200
