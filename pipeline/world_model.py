@@ -206,14 +206,16 @@ class WorldModelPipeline:
         generator: torch.Generator | None = None,
         steps: int | None = None,
         guidance: float | None = None,
+        context: int | None = None,
         render: bool = True,
         encode_video: bool = False,
         callback: ProgressCallback | None = None,
     ) -> WorldModelOutput:
         """Forecast `horizon` states after a clip (`video`: path, bytes or file) or after given `states`.
 
-        `seed` (or a `generator`) makes rendering reproducible; `steps`/`guidance` override the renderer's
-        defaults. With `encode_video`, the predicted frames also come back as MP4 bytes in `output.video`.
+        `context` keeps only the first N sampled frames of the clip as the observed past (the rest can be held out
+        as ground truth). `seed` (or a `generator`) makes rendering reproducible; `steps`/`guidance` override
+        the renderer's defaults. With `encode_video`, the predicted frames also come back as MP4 bytes in `output.video`.
         """
         notify = callback or (lambda stage, done, total: None)
         timings: dict[str, float] = {}
@@ -221,6 +223,8 @@ class WorldModelPipeline:
 
         # 1. check inputs
         self.check_inputs(video, states, horizon, stride, state_rate, steps, guidance)
+        if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
+            raise ValueError(f"context must be a positive integer, got {context!r}")
 
         # 2. decode and sample
         clip: SampledClip | None = None
@@ -228,6 +232,12 @@ class WorldModelPipeline:
             notify("decode", 0, 1)
             t = time.perf_counter()
             clip = read_video(video, stride=stride, state_rate=state_rate, limits=self.limits)
+            if context is not None:
+                clip.frames, clip.indices, clip.times = (
+                    clip.frames[:context],
+                    clip.indices[:context],
+                    clip.times[:context],
+                )
             timings["decode"] = time.perf_counter() - t
             notify("decode", 1, 1)
 

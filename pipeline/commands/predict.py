@@ -30,6 +30,37 @@ def read_states_file(path: Path) -> list[str]:
     return states
 
 
+def read_truth(path: Path, clip: Path | None) -> list[str]:
+    """Ground-truth states: the states.jsonl record whose clip is `clip` (else the first), or a text file."""
+    if not path.is_file():
+        raise UserError(f"--truth {path}: no such file")
+    if path.suffix != ".jsonl":
+        return read_states_file(path)
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not records:
+        raise UserError(f"--truth {path}: no records")
+    for rec in records:
+        if clip is not None and rec.get("clip") and (path.parent / rec["clip"]).resolve() == clip.resolve():
+            return list(rec["states"])
+    return list(records[0]["states"])
+
+
+def compare(label: str, got: list[str], truth: list[str], offset: int) -> tuple[int, int]:
+    """Print got vs truth side by side; return (exact matches, compared)."""
+    hits = n = 0
+    print(f"{label}:")
+    for i, s in enumerate(got):
+        t = offset + i
+        true = truth[t] if t < len(truth) else None
+        mark = " " if true is None else ("=" if s == true else "x")
+        hits += mark == "="
+        n += true is not None
+        print(f"  t={t:<3d} {mark} {s}")
+        if true is not None and s != true:
+            print(f"        truth {true}")
+    return hits, n
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -66,6 +97,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--guidance", type=float, default=None, help="guidance scale (default: the renderer's)")
     p.add_argument("--max-frames", type=_positive_int, default=64, help="most states a clip may give")
+    p.add_argument(
+        "--context",
+        type=_positive_int,
+        default=None,
+        help="observe only the first N states of the clip (hold the rest out, e.g. for --truth)",
+    )
+    p.add_argument(
+        "--truth",
+        type=Path,
+        default=None,
+        help="ground-truth states of the whole clip (states.jsonl of `semworld world generate`, or one "
+        "state per line) to compare what was read and predicted against",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     p.set_defaults(func=run_predict)
 
@@ -113,9 +157,11 @@ def run_predict(args: argparse.Namespace) -> int:
         seed=args.seed,
         steps=args.steps,
         guidance=args.guidance,
+        context=args.context if states is None else None,
         encode_video=True,
     )
     files = write_outputs(output, args.out)
+    truth = read_truth(args.truth, args.clip) if args.truth is not None else None
     if args.json:
         print(
             json.dumps(
@@ -127,19 +173,31 @@ def run_predict(args: argparse.Namespace) -> int:
                     "states_file": str(files.states),
                     "strip": str(files.strip),
                     "timings": {k: round(v, 4) for k, v in output.timings.items()},
+                    **({"truth": truth} if truth is not None else {}),
                 },
                 indent=2,
             )
         )
         return 0
     source = f"{args.clip}" if args.clip else f"{args.states} (states in words)"
-    print(f"read {len(output.observed_states)} states from {source}:")
-    for i, s in enumerate(output.observed_states):
-        print(f"  t={i:<3d} {s}")
     n = len(output.observed_states)
-    print(f"predicted {len(output.predicted_states)} states:")
-    for j, s in enumerate(output.predicted_states):
-        print(f"  t={n + j:<3d} {s}")
+    if truth is None:
+        print(f"read {n} states from {source}:")
+        for i, s in enumerate(output.observed_states):
+            print(f"  t={i:<3d} {s}")
+        print(f"predicted {len(output.predicted_states)} states:")
+        for j, s in enumerate(output.predicted_states):
+            print(f"  t={n + j:<3d} {s}")
+    else:
+        print("(= matches the ground truth, x differs)")
+        read_hits, read_n = compare(f"read {n} states from {source}", output.observed_states, truth, 0)
+        pred_hits, pred_n = compare(
+            f"predicted {len(output.predicted_states)} states", output.predicted_states, truth, n
+        )
+        print(
+            f"read correctly: {read_hits}/{read_n}; predicted correctly: {pred_hits}/{pred_n}"
+            + ("" if pred_n == len(output.predicted_states) else " (the rest is past the end of the truth)")
+        )
     print(f"wrote {len(files.predicted_frames)} frames, {files.video}, {files.states} and {files.strip}")
     print(f"took {output.timings['total']:.2f} s")
     return 0

@@ -295,3 +295,20 @@ def test_from_pretrained_names_a_missing_stage_folder(tiny_weights, tmp_path):
     (broken / "model_index.json").write_text('{"captioner": "captioner"}')
     with pytest.raises(UserError, match="no 'predictor' entry"):
         WorldModelPipeline.from_pretrained(broken)
+
+
+def test_cli_predict_context_and_truth(fake_weights, tmp_path, capsys):
+    from pipeline import cli
+
+    frames = read_video(ASSET, stride=4).frames
+    read = [f"a scene of brightness {int(f.mean()) // 16}." for f in frames]
+    truth = tmp_path / "truth.txt"
+    truth.write_text("\n".join([read[0], "something else.", read[2], f"next 0 after {read[2]}", "x."]) + "\n")
+    argv = ["predict", str(ASSET), "--stride", "4", "--context", "3", "-k", "2", "--truth", str(truth)]
+    assert cli.main([*argv, "--out", str(tmp_path / "o")]) == 0
+    text = capsys.readouterr().out
+    assert "read 3 states from" in text and "truth something else." in text
+    assert f"t=3   = next 0 after {read[2]}" in text and "t=4   x next 1 after" in text
+    assert "read correctly: 2/3; predicted correctly: 1/2" in text
+    with pytest.raises(ValueError, match="context must be a positive integer, got 0"):
+        WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), NoiseRenderer())(ASSET, context=0)
