@@ -144,28 +144,34 @@ def build_predictor(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
 
 
 # ---- the weights folder --------------------------------------------------------------------------------
-def stage_class(folder: Path, stage: str) -> list[str]:
-    """[library, class] of a saved stage, read from its own files (diffusers model_index.json style)."""
-    if stage == "captioner":
-        cfg = json.loads((folder / "config.json").read_text())
-        return ["transformers", (cfg.get("architectures") or ["BlipForConditionalGeneration"])[0]]
-    if stage == "renderer":
-        return ["diffusers", json.loads((folder / MODEL_INDEX).read_text()).get("_class_name",
-                                                                                 "StableDiffusionPipeline")]
-    kind = json.loads((folder / "config.json").read_text()).get("semworld_model", "four_tensor")
-    from models.hub import MODEL_KINDS
+DEFAULT_CLASSES = {"captioner": ["transformers", "BlipForConditionalGeneration"],
+                   "predictor": ["semworld", "FourTensorModel"],
+                   "renderer": ["diffusers", "StableDiffusionPipeline"]}
 
-    return ["semworld", MODEL_KINDS[kind][1]]
+
+def stage_class(folder: Path, stage: str) -> list[str]:
+    """[library, class] of a saved stage, read from its own files (the stage's default when it is not there)."""
+    try:
+        if stage == "captioner":
+            cfg = json.loads((folder / "config.json").read_text())
+            return ["transformers", cfg["architectures"][0]]
+        if stage == "renderer":
+            return ["diffusers", json.loads((folder / MODEL_INDEX).read_text())["_class_name"]]
+        from models.hub import MODEL_KINDS
+
+        kind = json.loads((folder / "config.json").read_text())["semworld_model"]
+        return ["semworld", MODEL_KINDS[kind][1]]
+    except (OSError, KeyError, IndexError, TypeError, json.JSONDecodeError):
+        return list(DEFAULT_CLASSES[stage])
 
 
 def write_model_index(out: str | Path) -> dict[str, Any]:
-    """out/model_index.json naming each stage folder present, as [library, class] (the folder is the stage's
-    name, as in a diffusers pipeline); `WorldModelPipeline.from_pretrained` reads it."""
+    """out/model_index.json: every stage as [library, class], its folder being the stage's name (as in a
+    diffusers pipeline); `WorldModelPipeline.from_pretrained` reads it. Classes come from the saved files."""
     out = Path(out)
     index: dict[str, Any] = {"_class_name": "WorldModelPipeline", "_semworld_layout": 1}
     for stage in ("captioner", "predictor", "renderer"):
-        if (out / stage).is_dir():
-            index[stage] = stage_class(out / stage, stage)
+        index[stage] = stage_class(out / stage, stage)
     (out / MODEL_INDEX).write_text(json.dumps(index, indent=2) + "\n")
     return index
 
