@@ -16,7 +16,7 @@ import logging
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -123,9 +123,11 @@ def sinusoidal_pe(positions: Tensor, dim: int) -> Tensor:
 
 
 def fiber_norm(ln: nn.LayerNorm, X: Tensor) -> Tensor:
-    """LayerNorm over the joint (n, q) fiber at index phi(n, q) = n * d_t + q. (B, N, T, d_x, d_t) -> same."""
-    B, N, T, d_x, d_t = X.shape
-    return ln(X.reshape(B, N, T, d_x * d_t)).view(B, N, T, d_x, d_t)
+    """LayerNorm over the joint (n, q) fiber at index phi(n, q) = n * d_t + q.
+
+    (B, N, T, d_x, d_t) -> same, or a packed list of slots (n, d_x, d_t) -> same.
+    """
+    return ln(X.flatten(-2)).view_as(X)  # (..., d) with d = d_x * d_t
 
 
 class InputConstruction(nn.Module):
@@ -171,9 +173,58 @@ class InputConstruction(nn.Module):
         S = S + self.P[None, :, None, :, None]  # Stage B: broadcast over t and q
         return S + self.Temb[None, :, :, None, :]  # Stage D: broadcast over n
 
+    def slots(self, ids: Tensor, x: Tensor, t: Tensor) -> Tensor:
+        """The same X for a packed list of slots: ids, columns x and sentences t, each (n,) -> (n, d_x, d_t)."""
+        E_sem, E_temp = self.tables()
+        S = F.embedding(ids, E_sem)[:, :, None] * F.embedding(ids, E_temp)[:, None, :]  # (n, d_x, d_t)
+        S = S + self.P[x][:, :, None]  # Stage B: P[x, n], broadcast over q
+        return S + self.Temb[x, t][:, None, :]  # Stage D: Temb[x, t, q], broadcast over n
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # Steps 2-5: rank-4 attention, H full-fiber heads summed
+
+
+class SlotGrid(NamedTuple):
+    """Where each slot of a packed list (n,) sits in a per-row compact grid (B, width) for attention."""
+
+    rows: Tensor  # (n,) batch row
+    cols: Tensor  # (n,) rank of the slot among its row's selected slots
+    width: int  # most selected slots in any row
+    full: bool  # every row has `width` slots: the packed list is the grid, no filler
+
+
+def pack_slots(sel: Tensor) -> tuple[Tensor, SlotGrid]:
+    """sel (B, S) bool -> flat indices b * S + s of the selected slots (n,), row-major, and their SlotGrid."""
+    B, S = sel.shape
+    flat = sel.reshape(-1).nonzero().squeeze(1)  # (n,)
+    cols = (sel.cumsum(dim=1) - 1).reshape(-1)[flat]  # (n,)
+    width = int(sel.sum(dim=1).max()) if flat.numel() else 0
+    return flat, SlotGrid(flat // S, cols, width, flat.numel() == B * width)
+
+
+def _to_grid(v: Tensor, at: SlotGrid, B: int) -> Tensor:
+    """Packed rows (n, k) -> compact grid (B, width, k), zero at filler cells (masked out by the caller)."""
+    if at.full:
+        return v.view(B, at.width, v.shape[-1])
+    return v.new_zeros(B, at.width, v.shape[-1]).index_put((at.rows, at.cols), v)
+
+
+def _from_grid(g: Tensor, at: SlotGrid) -> Tensor:
+    """Compact grid (B, width, k) -> packed rows (n, k), the inverse of _to_grid on the selected cells."""
+    return g.reshape(-1, g.shape[-1]) if at.full else g[at.rows, at.cols]
+
+
+class LayerStep(NamedTuple):
+    """What one layer computes on a packed stream (n slots): which rows are its queries and its keys (None: all),
+    their compact grids, and two key masks on the grids."""
+
+    queries: Tensor | None
+    keys: Tensor | None
+    q_at: SlotGrid
+    k_at: SlotGrid
+    key_pad: Tensor  # (B, 1, 1, W_k) bool: padding keys (smallest finite score)
+    excluded: Tensor  # (B, 1, 1|W_q, W_k) bool: grid filler and slice-causal future keys (-inf)
 
 
 def _rank4_weights(n_heads: int, d_x: int, d_t: int) -> nn.Parameter:
@@ -233,6 +284,36 @@ class FourTensorAttention(nn.Module):
         heads = A @ V  # (B, H, NT, d)
         return heads.sum(dim=1).view(B, N, T, d_x, d_t)  # plain sum over heads
 
+    def packed(self, h_q: Tensor, h_k: Tensor, step: LayerStep) -> Tensor:
+        """The same attention for packed slots: queries h_q (n_q, d), keys/values h_k (n_k, d) -> (n_q, d).
+
+        Each row's queries and keys are laid out on compact grids (B, W_q) and (B, W_k). Padding keys get the
+        smallest finite score, as in the dense path; grid filler and slice-causal future keys get -inf (weight
+        exactly zero, and every query keeps at least one key that is not -inf).
+
+        Without autograd the fused scaled-dot-product kernel adds the same fills as a score bias (its forward
+        gives the same distribution, uniform for a query that sees only padding, and is ~10% faster at batch 64).
+        With autograd the explicit softmax is used: the kernel's backward rebuilds the weights from a
+        log-sum-exp in which finfo.min swallows log(n), so a query that sees only padding would get weights of 1
+        instead of 1/n in the gradient.
+        """
+        H, d = self.n_heads, self.d_x * self.d_t
+        B = step.key_pad.shape[0]
+        Q = _to_grid(F.linear(h_q, self.W_Q.reshape(H * d, d)), step.q_at, B)  # (B, W_q, H*d)
+        K = _to_grid(F.linear(h_k, self.W_K.reshape(H * d, d)), step.k_at, B)  # (B, W_k, H*d)
+        V = _to_grid(F.linear(h_k, self.W_V.reshape(H * d, d)), step.k_at, B)
+        Q, K, V = (rearrange(Z, "b s (h d) -> b h s d", h=H) for Z in (Q, K, V))  # (B, H, W, d) views
+        if not torch.is_grad_enabled():
+            bias = torch.zeros(step.excluded.shape, dtype=Q.dtype, device=Q.device)
+            bias = bias.masked_fill(step.key_pad, torch.finfo(Q.dtype).min).masked_fill(step.excluded, float("-inf"))
+            heads = F.scaled_dot_product_attention(Q, K, V, attn_mask=bias, scale=self.scale)
+        else:
+            scores = self.scale * (Q @ K.transpose(-1, -2))  # (B, H, W_q, W_k)
+            scores = scores.masked_fill(step.key_pad, torch.finfo(scores.dtype).min)  # key axis only
+            scores = scores.masked_fill(step.excluded, float("-inf"))
+            heads = F.softmax(scores, dim=-1) @ V  # (B, H, W_q, d)
+        return _from_grid(heads.sum(dim=1), step.q_at)  # plain sum over heads, back to the list (n_q, d)
+
 
 class FourTensorLayer(nn.Module):
     """Pre-LN layer: X' = X + drop(Attn(LN_attn(X))); X_out = X' + drop(MLP(LN_mlp(X'))). No mask reaches the MLP."""
@@ -248,14 +329,26 @@ class FourTensorLayer(nn.Module):
         self.dropout = nn.Dropout(config.dropout)  # one rate, used on both residual branches only
 
     def mlp(self, X: Tensor) -> Tensor:
-        """Position-wise MLP on the normalised fiber: (B, N, T, d_x, d_t) -> same; no slot sees another."""
-        B, N, T, d_x, d_t = X.shape
-        v = self.ln_mlp(X.reshape(B, N, T, d_x * d_t))  # (B, N, T, d)
-        return self.fc2(F.gelu(self.fc1(v))).view(B, N, T, d_x, d_t)
+        """Position-wise MLP on the normalised fiber: (B, N, T, d_x, d_t) or packed (n, d_x, d_t) -> same.
+
+        No slot sees another, so a packed list of slots gives each slot exactly its dense result.
+        """
+        v = self.ln_mlp(X.flatten(-2))  # (..., d)
+        return self.fc2(F.gelu(self.fc1(v))).view_as(X)
 
     def forward(self, X: Tensor, key_mask: Tensor, future_mask: Tensor | None = None) -> Tensor:
         X = X + self.dropout(self.attention(fiber_norm(self.ln_attn, X), key_mask, future_mask))
         return X + self.dropout(self.mlp(X))
+
+    def packed(self, X: Tensor, step: LayerStep) -> Tensor:
+        """The same layer on a packed stream X (n, d_x, d_t); returns the stream at step.queries (n_q, d_x, d_t)."""
+        h = fiber_norm(self.ln_attn, X).flatten(-2)  # (n, d)
+        h_q = h if step.queries is None else h[step.queries]
+        h_k = h if step.keys is None else h[step.keys]
+        attn = self.attention.packed(h_q, h_k, step)  # (n_q, d)
+        Xq = X if step.queries is None else X[step.queries]  # (n_q, d_x, d_t)
+        Xq = Xq + self.dropout(attn.view_as(Xq))
+        return Xq + self.dropout(self.mlp(Xq))
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -298,7 +391,12 @@ def cut_at_end(ids: Tensor, end_ids: tuple[int, ...], padding_idx: int) -> Tenso
 
 
 class FourTensorModel(nn.Module):
-    """The 4-tensor predictor: logits (B, N, T, V) for S(1..T) from the window prefix S(0..T-1) in one forward."""
+    """The 4-tensor predictor: logits (B, N, T, V) for S(1..T) from the window prefix S(0..T-1) in one forward.
+
+    forward() is the dense path, every slot on the (B, N, T) grid, as the paper writes it. training_step, score
+    and predict_next compute the same numbers on a packed list of only the slots their result depends on
+    (packed_hidden_states): no logits for padding targets or unused slices, no stream for slots nobody reads.
+    """
 
     future_mask: Tensor  # (NT, NT) buffer, True where key sentence t' > query sentence t
 
@@ -330,8 +428,10 @@ class FourTensorModel(nn.Module):
     def readout_matrix(self) -> Tensor:
         """M[phi(n, q), v] = E_sem[v, n] * W'[q, v], materialised once per call: (d, V)."""
         E_sem, _ = self.input_construction.tables()
-        M = einsum(E_sem, self.W_prime, "v n, q v -> n q v")  # (d_x, d_t, V)
-        return M.reshape(self.config.d, self.config.vocab_size)  # rows at phi(n, q) = n * d_t + q
+        # One broadcast product written straight into the (n, q, v) order; transposing the small E_sem first
+        # makes this about 4x faster than letting einsum write a V-major product and copy it.
+        M = E_sem.t().contiguous()[:, None, :] * self.W_prime[None, :, :]  # (d_x, d_t, V)
+        return M.view(self.config.d, self.config.vocab_size)  # rows at phi(n, q) = n * d_t + q
 
     def hidden_states(self, token_ids: Tensor) -> Tensor:
         """token_ids (B, T, N) -> X_norm (B, N, T, d_x, d_t), after the last layer and final_norm."""
@@ -340,6 +440,62 @@ class FourTensorModel(nn.Module):
         X = self.input_construction(token_ids)  # (B, N, T, d_x, d_t)
         for layer in self.layers:
             X = layer(X, key_mask, future)  # every layer reuses this call's mask
+        return fiber_norm(self.final_norm, X)
+
+    def packed_hidden_states(self, token_ids: Tensor, wanted: Tensor) -> Tensor:
+        """X_norm of the wanted slots only: wanted (B, N, T) bool -> (n_w, d_x, d_t), row-major (b, x, t) order.
+
+        The same numbers as hidden_states(token_ids)[wanted], on fewer slots. Slots meet only in attention, as
+        keys, and a padding key gets weight exactly zero (exp(finfo.min - max) underflows) from every query that
+        also sees a live key. So the stream is carried for the live keys, the wanted slots, and the padding keys a
+        query may see with no live key beside them (its distribution is then uniform over those padding keys):
+        a row that is all padding; with slice_causal, the sentences before the row's first live token. The last
+        layer computes queries, residuals and the MLP for the wanted slots only.
+        """
+        c = self.config
+        B, NT = token_ids.shape[0], c.N * c.T
+        pad = build_pad_mask(token_ids, c.padding_idx)  # (B, N, T), local to this call
+        live = ~pad
+        if c.slice_causal:
+            live_t = live.any(dim=1)  # (B, T)
+            first = torch.where(live_t.any(dim=1), live_t.int().argmax(dim=1), c.T)  # (B,) first live sentence
+            t_idx = torch.arange(c.T, device=pad.device)
+            keys = live | (t_idx < first[:, None, None])  # (B, N, T)
+        else:
+            keys = live | ~live.flatten(1).any(dim=1)[:, None, None]  # a row of padding keeps every key
+        keys, wanted, pad = keys.reshape(B, NT), wanted.reshape(B, NT), pad.reshape(B, NT)
+        stream = keys | wanted  # (B, NT)
+        flat, s_at = pack_slots(stream)  # (n,) flat slots b * NT + x * T + t
+        k_flat, k_at = pack_slots(keys)
+        w_flat, w_at = pack_slots(wanted)
+        rank = stream.reshape(-1).cumsum(0) - 1  # (B*NT,) row of each stream slot in the packed list
+        k_rows = None if k_flat.numel() == flat.numel() else rank[k_flat]
+        w_rows = None if w_flat.numel() == flat.numel() else rank[w_flat]
+
+        key_pad = torch.zeros(B, 1, 1, k_at.width, dtype=torch.bool, device=pad.device)
+        key_pad[k_at.rows, 0, 0, k_at.cols] = pad.reshape(-1)[k_flat]  # (B, 1, 1, W_k): padding keys
+        filler = torch.ones_like(key_pad)
+        filler[k_at.rows, 0, 0, k_at.cols] = False  # grid cells without a key
+
+        def step(rows: Tensor | None, q_flat: Tensor, q_at: SlotGrid) -> LayerStep:
+            if not c.slice_causal:
+                return LayerStep(rows, k_rows, q_at, k_at, key_pad, filler)
+            t_k = torch.full((B, k_at.width), c.T, device=pad.device)  # filler: later than every query
+            t_k[k_at.rows, k_at.cols] = k_flat % c.T
+            t_q = torch.full((B, q_at.width), c.T - 1, device=pad.device)  # filler queries see every key
+            t_q[q_at.rows, q_at.cols] = q_flat % c.T
+            future = (t_k[:, None, :] > t_q[:, :, None])[:, None]  # (B, 1, W_q, W_k)
+            return LayerStep(rows, k_rows, q_at, k_at, key_pad, filler | future)
+
+        s = flat % NT
+        ids = rearrange(token_ids, "b t x -> (b x t)")[flat]  # (n,)
+        X = self.input_construction.slots(ids, s // c.T, s % c.T)  # (n, d_x, d_t)
+        layers = cast(list[FourTensorLayer], list(self.layers))
+        if c.n_layers > 1:
+            middle = step(None, flat, s_at)
+            for layer in layers[:-1]:
+                X = layer.packed(X, middle)  # every layer reuses this call's mask
+        X = layers[-1].packed(X, step(w_rows, w_flat, w_at))  # (n_w, d_x, d_t)
         return fiber_norm(self.final_norm, X)
 
     def forward(self, token_ids: Tensor) -> Tensor:
@@ -357,9 +513,17 @@ class FourTensorModel(nn.Module):
         return token_ids_full[:, :-1, :], token_ids_full[:, 1:, :].contiguous()
 
     def training_step(self, token_ids_full: Tensor) -> Tensor:
-        """(B, T+1, N) -> teacher-forced window cross-entropy over S(1..T), padding ignored (selection loss)."""
+        """(B, T+1, N) -> teacher-forced window cross-entropy over S(1..T), padding ignored (selection loss).
+
+        Equal to window_cross_entropy(self(prefix), Y): slots whose target is padding are ignored by that loss,
+        so their logits are never formed (packed_hidden_states keeps every slot they could influence).
+        """
         token_ids, Y = self.split_window(token_ids_full)
-        return window_cross_entropy(self(token_ids), Y, self.config.padding_idx)
+        tgt = rearrange(Y, "b t x -> b x t")  # (B, N, T), the target of slot (x, t)
+        wanted = tgt != self.config.padding_idx
+        X_norm = self.packed_hidden_states(token_ids, wanted)  # (n, d_x, d_t)
+        logits = X_norm.flatten(-2) @ self.readout_matrix()  # (n, V); M materialised first
+        return F.cross_entropy(logits, tgt[wanted])  # mean over the non-padding targets
 
     # --- evaluation -----------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -372,9 +536,16 @@ class FourTensorModel(nn.Module):
         """
         c = self.config
         token_ids, Y = self.split_window(token_ids_full)
-        logits = self(token_ids)  # (B, N, T, V)
-        sel = window_cross_entropy(logits, Y, c.padding_idx, reduction="sum")
-        last = logits[:, :, -1, :]  # (B, N, V): the slice that predicts S(T)
+        tgt = rearrange(Y, "b t x -> b x t")  # (B, N, T)
+        live_tgt = tgt != c.padding_idx
+        wanted = live_tgt.clone()
+        wanted[:, :, -1] = True  # every slot of the last slice is decoded
+        X_norm = self.packed_hidden_states(token_ids, wanted)  # (n, d_x, d_t)
+        logits = X_norm.flatten(-2) @ self.readout_matrix()  # (n, V)
+        row = torch.full(wanted.shape, -1, dtype=torch.long, device=wanted.device)
+        row[wanted] = torch.arange(logits.shape[0], device=wanted.device)  # (B, N, T): slot -> packed row
+        sel = F.cross_entropy(logits[row[live_tgt]], tgt[live_tgt], reduction="sum")
+        last = logits[row[:, :, -1]]  # (B, N, V): the slice that predicts S(T)
         gold = token_ids_full[:, -1, :]  # (B, N)
         live = gold != c.padding_idx
         last_ce = F.cross_entropy(last.reshape(-1, c.vocab_size), gold.reshape(-1), ignore_index=c.padding_idx,
@@ -405,11 +576,20 @@ class FourTensorModel(nn.Module):
     def predict_next(self, token_ids: Tensor, state: object | None = None) -> tuple[Tensor, object | None]:
         """(B, T, N) window -> next state S(T) ids (B, N), padded with padding_idx, and the recurrent state.
 
-        The window is embedded at positions 0..T-1 on every call (section 2.3), so a rollout slides it and calls
-        again. `state` is carried unchanged (None here); a later recurrent memory hands its state through it.
+        Only the last slice of the logits is formed, on the slots that can reach it (packed_hidden_states); the
+        ids equal those decoded from self(token_ids)[:, :, -1]. The window is embedded at positions 0..T-1 on
+        every call (section 2.3), so a rollout slides it and calls again. `state` is carried unchanged (None
+        here); a later recurrent memory hands its state through it.
         """
-        logits = self(token_ids)  # (B, N, T, V)
-        return self._decode(logits[:, :, -1, :]), state
+        self._check_ids(token_ids, self.config.T, "T")
+        B, T, N = token_ids.shape
+        with torch.inference_mode():
+            wanted = torch.zeros(B, N, T, dtype=torch.bool, device=token_ids.device)
+            wanted[:, :, -1] = True
+            X_norm = self.packed_hidden_states(token_ids, wanted)  # (B*N, d_x, d_t) in (b, x) order
+            logits = (X_norm.flatten(-2) @ self.readout_matrix()).view(B, N, self.config.vocab_size)
+            ids = self._decode(logits)
+        return ids.clone(), state  # a normal tensor again, free to be edited by the caller
 
     # --- files ----------------------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | Path) -> None:
