@@ -82,7 +82,8 @@ def run_eval_predictor(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{result['model']} predictor {result['weights']} on {result['data']} ({result['split']})")
+    table = Table(title=f"{result['model']} predictor, {result['split']} windows",
+                  caption=f"weights {result['weights']}, data {result['data']}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, fmt in (("L_S(T)", ".4f"), ("uniform_ce", ".4f"), ("token_acc", ".4f"), ("exact_acc", ".4f"),
