@@ -45,8 +45,10 @@ def detect_format(path: str | Path, fmt: str | None = None) -> str:
         return fmt
     suffix = Path(path).suffix.lower()
     if suffix not in _EXTENSIONS:
-        raise UserError(f"{path}: cannot tell the format from the extension {suffix or '(none)'!r}; "
-                        f"use .jsonl or .csv, or pass --format {'|'.join(FORMATS)}")
+        raise UserError(
+            f"{path}: cannot tell the format from the extension {suffix or '(none)'!r}; "
+            f"use .jsonl or .csv, or pass --format {'|'.join(FORMATS)}"
+        )
     return _EXTENSIONS[suffix]
 
 
@@ -75,17 +77,22 @@ def read_jsonl(path: str | Path) -> list[StateSequence]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
-                raise UserError(f"{path}:{lineno}: not valid JSON ({err.msg} at column {err.colno})") from None
+                raise UserError(
+                    f"{path}:{lineno}: not valid JSON ({err.msg} at column {err.colno})"
+                ) from None
             if not isinstance(record, dict):
-                raise UserError(f"{path}:{lineno}: expected a JSON object with a \"states\" list, "
-                                f"got {type(record).__name__}")
+                raise UserError(
+                    f'{path}:{lineno}: expected a JSON object with a "states" list, '
+                    f"got {type(record).__name__}"
+                )
             states = record.pop("states", None)
             if not isinstance(states, list) or not states:
-                raise UserError(f"{path}:{lineno}: \"states\" must be a non-empty list of sentences")
+                raise UserError(f'{path}:{lineno}: "states" must be a non-empty list of sentences')
             bad = [i for i, s in enumerate(states) if not isinstance(s, str)]
             if bad:
-                raise UserError(f"{path}:{lineno}: state {bad[0]} is {type(states[bad[0]]).__name__}, "
-                                "expected a string")
+                raise UserError(
+                    f"{path}:{lineno}: state {bad[0]} is {type(states[bad[0]]).__name__}, expected a string"
+                )
             seq_id = str(record.get("id", record.get("storyid", f"line{lineno}")))
             out.append(StateSequence(id=seq_id, states=states, extra=record))
     return out
@@ -100,12 +107,16 @@ def read_rocstories(path: str | Path) -> list[StateSequence]:
         header = reader.fieldnames or []
         missing = [c for c in ("storyid", *ROC_SENTENCES) if c not in header]
         if missing:
-            raise UserError(f"{path}:1: ROCStories header lacks {', '.join(missing)} "
-                            f"(expected storyid, storytitle, sentence1..sentence5)")
+            raise UserError(
+                f"{path}:1: ROCStories header lacks {', '.join(missing)} "
+                f"(expected storyid, storytitle, sentence1..sentence5)"
+            )
         for row in reader:
             lineno = reader.line_num
             if None in row:  # more cells than header columns
-                raise UserError(f"{path}:{lineno}: {len(header) + len(row[None])} cells, header has {len(header)}")
+                raise UserError(
+                    f"{path}:{lineno}: {len(header) + len(row[None])} cells, header has {len(header)}"
+                )
             states = [(row.get(c) or "").strip() for c in ROC_SENTENCES]
             empty = [c for c, s in zip(ROC_SENTENCES, states) if not s]
             if empty:
@@ -124,8 +135,9 @@ class Split:
     test: list[StateSequence] = field(default_factory=list)
 
 
-def split_sequences(sequences: Sequence[StateSequence], val_fraction: float = 0.05, seed: int = 0,
-                    test_fraction: float = 0.0) -> Split:
+def split_sequences(
+    sequences: Sequence[StateSequence], val_fraction: float = 0.05, seed: int = 0, test_fraction: float = 0.0
+) -> Split:
     """Shuffle whole sequences with `seed` and cut them into train/val/test, so no story spans two splits.
 
     A nonzero fraction always gets at least one sequence, and train keeps at least one.
@@ -143,8 +155,8 @@ def split_sequences(sequences: Sequence[StateSequence], val_fraction: float = 0.
     if n - n_val - n_test < 1:
         raise UserError(f"{n} sequences are too few to split (val {n_val}, test {n_test}, train none)")
     val = [sequences[i] for i in order[:n_val]]
-    test = [sequences[i] for i in order[n_val:n_val + n_test]]
-    train = [sequences[i] for i in order[n_val + n_test:]]
+    test = [sequences[i] for i in order[n_val : n_val + n_test]]
+    train = [sequences[i] for i in order[n_val + n_test :]]
     return Split(train=train, val=val, test=test)
 
 
@@ -168,12 +180,23 @@ class WindowSet:
         return float((self.ids == PAD_ID).float().mean()) if self.ids.numel() else 0.0
 
     def stats(self) -> dict[str, float | int]:
-        return {"windows": len(self), "pad_fraction": round(self.pad_fraction, 4), "states": self.states,
-                "truncated_sentences": self.truncated, "skipped_sequences": self.skipped}
+        return {
+            "windows": len(self),
+            "pad_fraction": round(self.pad_fraction, 4),
+            "states": self.states,
+            "truncated_sentences": self.truncated,
+            "skipped_sequences": self.skipped,
+        }
 
     def subset(self, index: torch.Tensor) -> WindowSet:
-        return WindowSet(self.ids[index], self.sequence_index[index], self.start[index],
-                         self.states, self.truncated, self.skipped)
+        return WindowSet(
+            self.ids[index],
+            self.sequence_index[index],
+            self.start[index],
+            self.states,
+            self.truncated,
+            self.skipped,
+        )
 
 
 def make_windows(sequences: Sequence[StateSequence], tokenizer: StateTokenizer, T: int, N: int) -> WindowSet:
@@ -200,12 +223,21 @@ def make_windows(sequences: Sequence[StateSequence], tokenizer: StateTokenizer, 
         seq_index += [i] * n_windows
         starts += list(range(n_windows))
     ids = torch.cat(chunks) if chunks else torch.zeros((0, T + 1, N), dtype=torch.long)
-    ws = WindowSet(ids=ids.contiguous(), sequence_index=torch.tensor(seq_index, dtype=torch.long),
-                   start=torch.tensor(starts, dtype=torch.long), states=n_states, truncated=truncated,
-                   skipped=skipped)
+    ws = WindowSet(
+        ids=ids.contiguous(),
+        sequence_index=torch.tensor(seq_index, dtype=torch.long),
+        start=torch.tensor(starts, dtype=torch.long),
+        states=n_states,
+        truncated=truncated,
+        skipped=skipped,
+    )
     if skipped:
-        logger.info("%d of %d sequences have fewer than T+1=%d states and give no window",
-                    skipped, len(sequences), T + 1)
+        logger.info(
+            "%d of %d sequences have fewer than T+1=%d states and give no window",
+            skipped,
+            len(sequences),
+            T + 1,
+        )
     return ws
 
 

@@ -25,8 +25,9 @@ class Predictor:
 
     def __init__(self, model: Any, tokenizer: StateTokenizer, device: torch.device | str = "cpu") -> None:
         if model.config.vocab_size != tokenizer.vocab_size:
-            raise ValueError(f"model vocab_size {model.config.vocab_size} != tokenizer vocab_size "
-                             f"{tokenizer.vocab_size}")
+            raise ValueError(
+                f"model vocab_size {model.config.vocab_size} != tokenizer vocab_size {tokenizer.vocab_size}"
+            )
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
@@ -36,8 +37,11 @@ class Predictor:
         """Load weights (either model kind) and tokenizer.json from a training output directory."""
         from models.hub import load_predictor
 
-        dev = torch.device(device) if device is not None else torch.device(
-            "cuda" if torch.cuda.is_available() else "cpu")
+        dev = (
+            torch.device(device)
+            if device is not None
+            else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        )
         return cls(load_predictor(directory, map_location=dev), StateTokenizer.from_file(directory), dev)
 
     @property
@@ -51,7 +55,9 @@ class Predictor:
     def encode_histories(self, states: list[list[str]], truncate: bool = False) -> torch.Tensor:
         """Histories -> the first window (B, T, N): the last T states, front-padded with empty states."""
         if not isinstance(states, list) or not states:
-            raise ValueError("states: expected a non-empty list of histories (each a non-empty list of strings)")
+            raise ValueError(
+                "states: expected a non-empty list of histories (each a non-empty list of strings)"
+            )
         T, N = self.T, self.N
         window = torch.full((len(states), T, N), PAD_ID, dtype=torch.long)  # (B, T, N)
         for b, history in enumerate(states):
@@ -65,15 +71,18 @@ class Predictor:
                 long = [(i, n) for i, n in enumerate(enc.lengths) if n > N]
                 where = ", ".join(f"state {len(history) - len(recent) + i} has {n} tokens" for i, n in long)
                 if not truncate:
-                    raise ValueError(f"states[{b}]: {where}; the model reads at most N={N} tokens per state "
-                                     "(pass truncate=True to cut them)")
+                    raise ValueError(
+                        f"states[{b}]: {where}; the model reads at most N={N} tokens per state "
+                        "(pass truncate=True to cut them)"
+                    )
                 logger.warning("states[%d]: %s; truncated to N=%d", b, where, N)
-            window[b, T - len(recent):] = enc.ids  # shorter histories: empty states in front
+            window[b, T - len(recent) :] = enc.ids  # shorter histories: empty states in front
         return window
 
     @torch.no_grad()
-    def predict_ids(self, window: torch.Tensor, k: int, state: object | None = None
-                    ) -> tuple[torch.Tensor, object | None]:
+    def predict_ids(
+        self, window: torch.Tensor, k: int, state: object | None = None
+    ) -> tuple[torch.Tensor, object | None]:
         """window (B, T, N) -> k predicted states (B, k, N), and the recurrent state after the last window."""
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")

@@ -55,8 +55,10 @@ class StateTokenizer:
     def __init__(self, tokenizer: Tokenizer) -> None:
         vocab = tokenizer.get_vocab()
         if vocab.get(PAD_TOKEN) != PAD_ID or vocab.get(UNK_TOKEN) != UNK_ID:
-            raise ValueError(f"tokenizer must map {PAD_TOKEN}->0 and {UNK_TOKEN}->1, got {PAD_TOKEN}->"
-                             f"{vocab.get(PAD_TOKEN)} and {UNK_TOKEN}->{vocab.get(UNK_TOKEN)}")
+            raise ValueError(
+                f"tokenizer must map {PAD_TOKEN}->0 and {UNK_TOKEN}->1, got {PAD_TOKEN}->"
+                f"{vocab.get(PAD_TOKEN)} and {UNK_TOKEN}->{vocab.get(UNK_TOKEN)}"
+            )
         self.backend = tokenizer
         self._id_to_token = {i: t for t, i in vocab.items()}
 
@@ -81,8 +83,13 @@ class StateTokenizer:
         for word in kept:
             if word not in vocab:
                 vocab[word] = len(vocab)
-        logger.info("tokenizer: %d words seen, %d kept (min frequency %d), vocabulary %d",
-                    len(counts), len(kept), min_frequency, len(vocab))
+        logger.info(
+            "tokenizer: %d words seen, %d kept (min frequency %d), vocabulary %d",
+            len(counts),
+            len(kept),
+            min_frequency,
+            len(vocab),
+        )
         return cls(_base_tokenizer(vocab))
 
     @classmethod
@@ -91,7 +98,9 @@ class StateTokenizer:
         if path.is_dir():
             path = path / TOKENIZER_FILE
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: no tokenizer file (expected {TOKENIZER_FILE} beside the weights)")
+            raise FileNotFoundError(
+                f"{path}: no tokenizer file (expected {TOKENIZER_FILE} beside the weights)"
+            )
         return cls(Tokenizer.from_file(str(path)))
 
     from_pretrained = from_file
@@ -110,7 +119,9 @@ class StateTokenizer:
         """The same tokenizer as a transformers `PreTrainedTokenizerFast` (pad and unk tokens set)."""
         from transformers import PreTrainedTokenizerFast
 
-        return PreTrainedTokenizerFast(tokenizer_object=self.backend, pad_token=PAD_TOKEN, unk_token=UNK_TOKEN)
+        return PreTrainedTokenizerFast(
+            tokenizer_object=self.backend, pad_token=PAD_TOKEN, unk_token=UNK_TOKEN
+        )
 
     # ---- vocabulary ---------------------------------------------------------------------------------
     @property

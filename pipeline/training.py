@@ -56,8 +56,9 @@ class PredictorModel(Protocol):
 
     def training_step(self, token_ids_full: torch.Tensor) -> torch.Tensor: ...
     def score(self, token_ids_full: torch.Tensor) -> dict[str, float]: ...
-    def predict_next(self, token_ids: torch.Tensor, state: object | None = None
-                     ) -> tuple[torch.Tensor, object | None]: ...
+    def predict_next(
+        self, token_ids: torch.Tensor, state: object | None = None
+    ) -> tuple[torch.Tensor, object | None]: ...
     def save_pretrained(self, directory: str | Path) -> None: ...
 
 
@@ -119,10 +120,14 @@ class TrainArgs:
         if not 0.0 <= self.dropout < 1.0:
             raise UserError(f"--dropout must be in [0, 1), got {self.dropout}")
         if self.lr <= 0 or self.weight_decay < 0 or self.tolerance < 1.0:
-            raise UserError(f"need lr > 0, weight_decay >= 0, tolerance >= 1; got {self.lr}, "
-                            f"{self.weight_decay}, {self.tolerance}")
+            raise UserError(
+                f"need lr > 0, weight_decay >= 0, tolerance >= 1; got {self.lr}, "
+                f"{self.weight_decay}, {self.tolerance}"
+            )
         if self.causal_slices and self.model == "baseline":
-            raise UserError("--causal-slices applies to the 4-tensor model only (the baseline is causal already)")
+            raise UserError(
+                "--causal-slices applies to the 4-tensor model only (the baseline is causal already)"
+            )
 
     def fingerprint(self) -> dict[str, Any]:
         """The fields a resumed run must share with the checkpoint it resumes (not epochs, device, progress)."""
@@ -141,8 +146,9 @@ class StopDecision:
     best_epoch: int  # zero-based index of the first minimum of the validation selection loss
 
 
-def stop_decision(val_losses: list[float], epoch_budget: int, patience: int = 5,
-                  tolerance: float = 1.01) -> StopDecision:
+def stop_decision(
+    val_losses: list[float], epoch_budget: int, patience: int = 5, tolerance: float = 1.01
+) -> StopDecision:
     """Decide after the last epoch of `val_losses` (one per finished epoch) whether training ends.
 
     Stop when at least `patience` epochs have passed since the minimum and the latest loss is above
@@ -251,7 +257,9 @@ def preset_shape(preset: str) -> dict[str, int]:
     from models import presets
 
     try:
-        cfg = presets.from_name(preset) if hasattr(presets, "from_name") else presets.four_tensor_config(preset)
+        cfg = (
+            presets.from_name(preset) if hasattr(presets, "from_name") else presets.four_tensor_config(preset)
+        )
     except ValueError as err:
         raise UserError(f"--preset: {err}") from None
     return {k: getattr(cfg, k) for k in ("vocab_size", "d_x", "d_t", "n_heads", "n_layers", "N", "T")}
@@ -277,30 +285,53 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
         train = cap_windows(train, args.max_windows, args.seed)
         val = cap_windows(val, val_window_cap(args.max_windows, args.val_fraction), args.seed + 1)
     if len(train) == 0 or len(val) == 0:
-        raise UserError(f"{args.data}: no training or validation windows ({len(train)} / {len(val)}); every "
-                        f"sequence needs at least T+1={T + 1} states, and there must be enough sequences to split")
+        raise UserError(
+            f"{args.data}: no training or validation windows ({len(train)} / {len(val)}); every "
+            f"sequence needs at least T+1={T + 1} states, and there must be enough sequences to split"
+        )
     stats = {
-        "sequences": len(sequences), "train_sequences": len(split.train), "val_sequences": len(split.val),
-        "train_windows": len(train), "val_windows": len(val),
-        "train_windows_before_cap": full_train, "val_windows_before_cap": full_val,
+        "sequences": len(sequences),
+        "train_sequences": len(split.train),
+        "val_sequences": len(split.val),
+        "train_windows": len(train),
+        "val_windows": len(val),
+        "train_windows_before_cap": full_train,
+        "val_windows_before_cap": full_val,
         "pad_fraction": round(float((torch.cat([train.ids, val.ids]) == 0).float().mean()), 4),
-        "states": train.states + val.states, "truncated_sentences": train.truncated + val.truncated,
-        "skipped_sequences": train.skipped + val.skipped, "vocab_size": tokenizer.vocab_size, "T": T, "N": N,
+        "states": train.states + val.states,
+        "truncated_sentences": train.truncated + val.truncated,
+        "skipped_sequences": train.skipped + val.skipped,
+        "vocab_size": tokenizer.vocab_size,
+        "T": T,
+        "N": N,
     }
-    logger.info("data: %d sequences -> %d train / %d val windows, pad fraction %.4f, %d of %d states truncated "
-                "at N=%d, vocabulary %d", stats["sequences"], len(train), len(val), stats["pad_fraction"],
-                stats["truncated_sentences"], stats["states"], N, tokenizer.vocab_size)
+    logger.info(
+        "data: %d sequences -> %d train / %d val windows, pad fraction %.4f, %d of %d states truncated "
+        "at N=%d, vocabulary %d",
+        stats["sequences"],
+        len(train),
+        len(val),
+        stats["pad_fraction"],
+        stats["truncated_sentences"],
+        stats["states"],
+        N,
+        tokenizer.vocab_size,
+    )
     return PreparedData(tokenizer, train, val, T, N, stats)
 
 
 # ---- models --------------------------------------------------------------------------------------------
-def build_model(kind: str, preset: str, tokenizer: StateTokenizer, dropout: float = 0.1,
-                causal_slices: bool = False) -> Any:
+def build_model(
+    kind: str, preset: str, tokenizer: StateTokenizer, dropout: float = 0.1, causal_slices: bool = False
+) -> Any:
     """A fresh predictor of `kind` shaped by `preset`, with vocab_size and end_ids from the tokenizer."""
     from models import presets
 
-    overrides: dict[str, Any] = {"vocab_size": tokenizer.vocab_size, "end_ids": tokenizer.end_ids,
-                                 "dropout": dropout}
+    overrides: dict[str, Any] = {
+        "vocab_size": tokenizer.vocab_size,
+        "end_ids": tokenizer.end_ids,
+        "dropout": dropout,
+    }
     if causal_slices:
         overrides["slice_causal"] = True
     make = presets.from_name if hasattr(presets, "from_name") else presets.four_tensor_config
@@ -337,19 +368,27 @@ def parameter_hash(model: nn.Module) -> str:
 
 
 # ---- evaluation ----------------------------------------------------------------------------------------
-SCORE_KEYS = ("selection_loss_sum", "selection_count", "last_ce_sum", "last_tokens", "last_correct",
-              "exact_sentences", "sentences")
+SCORE_KEYS = (
+    "selection_loss_sum",
+    "selection_count",
+    "last_ce_sum",
+    "last_tokens",
+    "last_correct",
+    "exact_sentences",
+    "sentences",
+)
 
 
 @torch.no_grad()
-def evaluate(model: Any, windows: torch.Tensor, batch_size: int = 64,
-             device: torch.device | str = "cpu") -> dict[str, float]:
+def evaluate(
+    model: Any, windows: torch.Tensor, batch_size: int = 64, device: torch.device | str = "cpu"
+) -> dict[str, float]:
     """Score windows (W, T+1, N): selection loss, L_S(T), token and exact-sentence accuracy, and the counts."""
     was_training = model.training
     model.eval()
     sums = dict.fromkeys(SCORE_KEYS, 0.0)
     for i in range(0, windows.shape[0], batch_size):
-        part = model.score(windows[i:i + batch_size].to(device))
+        part = model.score(windows[i : i + batch_size].to(device))
         for key in SCORE_KEYS:
             sums[key] += float(part[key])
     model.train(was_training)
@@ -386,8 +425,13 @@ def _write_log(path: Path, history: list[dict[str, Any]]) -> None:
     tmp.replace(path)
 
 
-def plot_curves(curves: dict[str, list[dict[str, Any]]], path: str | Path, uniform_ce: float | None = None,
-                best: dict[str, int] | None = None, title: str = "") -> Path:
+def plot_curves(
+    curves: dict[str, list[dict[str, Any]]],
+    path: str | Path,
+    uniform_ce: float | None = None,
+    best: dict[str, int] | None = None,
+    title: str = "",
+) -> Path:
     """L_S(T) per epoch, one line per model (the paper's figure 2); the selected epoch of each is marked."""
     import matplotlib
 
@@ -434,15 +478,22 @@ class TrainResult:
 EpochHook = Callable[[str, int], None]  # (model kind, finished epoch number 1..E), e.g. to simulate a kill
 
 
-def _train_one(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: DistContext,
-               on_epoch_end: EpochHook | None = None) -> TrainResult:
+def _train_one(
+    kind: str,
+    args: TrainArgs,
+    data: PreparedData,
+    out: Path,
+    ctx: DistContext,
+    on_epoch_end: EpochHook | None = None,
+) -> TrainResult:
     from tqdm.auto import tqdm
 
     ckpt_path = out / CHECKPOINT_DIR / CHECKPOINT_FILE
     fingerprint = {**args.fingerprint(), "model": kind, "world_size": ctx.world_size}
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model: Any = build_model(kind, args.preset, data.tokenizer, args.dropout,
-                        args.causal_slices and kind == "four_tensor").to(ctx.device)
+    model: Any = build_model(
+        kind, args.preset, data.tokenizer, args.dropout, args.causal_slices and kind == "four_tensor"
+    ).to(ctx.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     history: list[dict[str, Any]] = []
     start_epoch = 0
@@ -451,8 +502,10 @@ def _train_one(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: D
         ckpt = torch.load(ckpt_path, map_location=ctx.device, weights_only=False)
         if ckpt["fingerprint"] != fingerprint:
             diff = sorted(k for k in fingerprint if ckpt["fingerprint"].get(k) != fingerprint[k])
-            raise UserError(f"{out} holds a checkpoint of a different run (differs in {', '.join(diff)}); "
-                            f"use another --out or delete {ckpt_path.parent}")
+            raise UserError(
+                f"{out} holds a checkpoint of a different run (differs in {', '.join(diff)}); "
+                f"use another --out or delete {ckpt_path.parent}"
+            )
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         _set_rng_state(ckpt["rng"])
@@ -471,15 +524,19 @@ def _train_one(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: D
     train_ids = data.train.ids
     # The sampler only needs len(); it yields window indices (the same shards as torchrun's data loaders).
     indices: Any = range(len(train_ids))
-    sampler: DistributedSampler[int] = DistributedSampler(indices, num_replicas=ctx.world_size, rank=ctx.rank,
-                                                          shuffle=True, seed=args.seed)
+    sampler: DistributedSampler[int] = DistributedSampler(
+        indices, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed
+    )
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)
         ckpt_path.parent.mkdir(exist_ok=True)
         data.tokenizer.save(out)
         _write_log(out / LOG_FILE, history)  # drops lines of an epoch that ran after the last checkpoint
-    decision = stop_decision([h["val_selection_loss"] for h in history], args.epochs, args.patience,
-                             args.tolerance) if history else StopDecision(False, "", 0)
+    decision = (
+        stop_decision([h["val_selection_loss"] for h in history], args.epochs, args.patience, args.tolerance)
+        if history
+        else StopDecision(False, "", 0)
+    )
     started = time.perf_counter()
 
     epoch = start_epoch
@@ -491,10 +548,15 @@ def _train_one(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: D
         model.train()
         loss_sum, n_seen = 0.0, 0
         batches = range(0, len(order), args.batch_size)
-        bar = tqdm(batches, desc=f"{LABELS[kind]} epoch {epoch + 1}/{args.epochs}", leave=False,
-                   disable=not (args.progress and ctx.is_main), unit="batch")
+        bar = tqdm(
+            batches,
+            desc=f"{LABELS[kind]} epoch {epoch + 1}/{args.epochs}",
+            leave=False,
+            disable=not (args.progress and ctx.is_main),
+            unit="batch",
+        )
         for i in bar:
-            batch = train_ids[order[i:i + args.batch_size]].to(ctx.device)  # (B, T+1, N)
+            batch = train_ids[order[i : i + args.batch_size]].to(ctx.device)  # (B, T+1, N)
             loss = step_module(batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -508,32 +570,57 @@ def _train_one(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: D
             dist.all_reduce(t)
             train_loss = float(t[0] / t[1])
         # Validation on rank 0 only; the others receive its numbers, so every rank takes the same decision.
-        metrics = [evaluate(model, data.val.ids, max(args.batch_size, 64), ctx.device) if ctx.is_main else None]
+        metrics = [
+            evaluate(model, data.val.ids, max(args.batch_size, 64), ctx.device) if ctx.is_main else None
+        ]
         if ctx.distributed:
             dist.broadcast_object_list(metrics, src=0)
         m = metrics[0]
         assert m is not None
         record = {
-            "epoch": epoch + 1, "train_loss": round(train_loss, 6), "val_selection_loss": round(m["selection_loss"], 6),
-            "val_last_ce": round(m["last_ce"], 6), "val_token_acc": round(m["token_acc"], 6),
-            "val_exact_acc": round(m["exact_acc"], 6), "seconds": round(time.perf_counter() - t0, 3),
+            "epoch": epoch + 1,
+            "train_loss": round(train_loss, 6),
+            "val_selection_loss": round(m["selection_loss"], 6),
+            "val_last_ce": round(m["last_ce"], 6),
+            "val_token_acc": round(m["token_acc"], 6),
+            "val_exact_acc": round(m["exact_acc"], 6),
+            "seconds": round(time.perf_counter() - t0, 3),
         }
         history.append(record)
-        decision = stop_decision([h["val_selection_loss"] for h in history], args.epochs, args.patience,
-                                 args.tolerance)
-        logger.info("%s epoch %d: train %.4f  val selection %.4f  L_S(T) %.4f  token acc %.3f  exact %.3f  (%.1fs)",
-                    LABELS[kind], record["epoch"], train_loss, m["selection_loss"], m["last_ce"],
-                    m["token_acc"], m["exact_acc"], record["seconds"])
+        decision = stop_decision(
+            [h["val_selection_loss"] for h in history], args.epochs, args.patience, args.tolerance
+        )
+        logger.info(
+            "%s epoch %d: train %.4f  val selection %.4f  L_S(T) %.4f  token acc %.3f  exact %.3f  (%.1fs)",
+            LABELS[kind],
+            record["epoch"],
+            train_loss,
+            m["selection_loss"],
+            m["last_ce"],
+            m["token_acc"],
+            m["exact_acc"],
+            record["seconds"],
+        )
         if ctx.is_main:
             # Order matters for a kill at any point: best weights, then the log, then the checkpoint; a run
             # resumed from the previous checkpoint recomputes this epoch to the same numbers.
             if decision.best_epoch == len(history) - 1:
                 _save_weights_atomically(model, out)
             _write_log(out / LOG_FILE, history)
-            plot_curves({LABELS[kind]: history}, out / CURVE_FILE, uniform, {LABELS[kind]: decision.best_epoch})
+            plot_curves(
+                {LABELS[kind]: history}, out / CURVE_FILE, uniform, {LABELS[kind]: decision.best_epoch}
+            )
             tmp = ckpt_path.with_name(CHECKPOINT_FILE + ".tmp")
-            torch.save({"fingerprint": fingerprint, "model": model.state_dict(),
-                        "optimizer": optimizer.state_dict(), "rng": _rng_state(), "history": history}, tmp)
+            torch.save(
+                {
+                    "fingerprint": fingerprint,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "rng": _rng_state(),
+                    "history": history,
+                },
+                tmp,
+            )
             tmp.replace(ckpt_path)
         if ctx.distributed:
             dist.barrier()
@@ -543,20 +630,41 @@ def _train_one(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: D
 
     best = history[decision.best_epoch]
     summary = {
-        "model": kind, "preset": args.preset, "parameters": n_params,
-        "config": model.config.to_dict(), "args": asdict(args), "data": data.stats,
-        "vocab_size": data.tokenizer.vocab_size, "uniform_ce": uniform,
-        "best_epoch": best["epoch"], "epochs_run": len(history), "stopped_by": decision.reason,
-        "best": best, "seconds_total": round(sum(h["seconds"] for h in history), 3),
+        "model": kind,
+        "preset": args.preset,
+        "parameters": n_params,
+        "config": model.config.to_dict(),
+        "args": asdict(args),
+        "data": data.stats,
+        "vocab_size": data.tokenizer.vocab_size,
+        "uniform_ce": uniform,
+        "best_epoch": best["epoch"],
+        "epochs_run": len(history),
+        "stopped_by": decision.reason,
+        "best": best,
+        "seconds_total": round(sum(h["seconds"] for h in history), 3),
         "seconds_this_session": round(time.perf_counter() - started, 3),
-        "world_size": ctx.world_size, "device": str(ctx.device),
-        "split": {"seed": args.seed, "val_fraction": args.val_fraction, "max_windows": args.max_windows,
-                  "data_format": args.data_format},
+        "world_size": ctx.world_size,
+        "device": str(ctx.device),
+        "split": {
+            "seed": args.seed,
+            "val_fraction": args.val_fraction,
+            "max_windows": args.max_windows,
+            "data_format": args.data_format,
+        },
     }
     if ctx.is_main:
         _atomic_json(out / SUMMARY_FILE, summary)
-        logger.info("%s: selected epoch %d of %d (stopped by %s): L_S(T) %.4f vs uniform ln|V| %.4f -> %s",
-                    LABELS[kind], best["epoch"], len(history), decision.reason, best["val_last_ce"], uniform, out)
+        logger.info(
+            "%s: selected epoch %d of %d (stopped by %s): L_S(T) %.4f vs uniform ln|V| %.4f -> %s",
+            LABELS[kind],
+            best["epoch"],
+            len(history),
+            decision.reason,
+            best["val_last_ce"],
+            uniform,
+            out,
+        )
     if os.environ.get(PARAM_HASH_ENV):
         Path(f"{os.environ[PARAM_HASH_ENV]}.{kind}.rank{ctx.rank}").write_text(parameter_hash(model) + "\n")
     return TrainResult(kind, out, history, decision.best_epoch, decision.reason, summary)
@@ -579,10 +687,13 @@ def train_predictor(args: TrainArgs, on_epoch_end: EpochHook | None = None) -> d
     data = prepare_data(args, tokenizer)
     results = {k: _train_one(k, args, data, dirs[k], ctx, on_epoch_end) for k in kinds}
     if args.model == "both" and ctx.is_main:
-        plot_curves({LABELS[k]: r.history for k, r in results.items()}, out / BOTH_CURVE_FILE,
-                    uniform_cross_entropy(data.tokenizer.vocab_size),
-                    {LABELS[k]: r.best_epoch for k, r in results.items()},
-                    title=f"L_S(T) per epoch, preset {args.preset}")
+        plot_curves(
+            {LABELS[k]: r.history for k, r in results.items()},
+            out / BOTH_CURVE_FILE,
+            uniform_cross_entropy(data.tokenizer.vocab_size),
+            {LABELS[k]: r.best_epoch for k, r in results.items()},
+            title=f"L_S(T) per epoch, preset {args.preset}",
+        )
     if ctx.distributed:
         dist.barrier()
     return results

@@ -15,27 +15,47 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-DEMO_FILES = ("config.json", "model.safetensors", "tokenizer.json", "training_summary.json", "train_log.jsonl",
-              "loss_curve.png", "data.jsonl", "checkpoint")
+DEMO_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "training_summary.json",
+    "train_log.jsonl",
+    "loss_curve.png",
+    "data.jsonl",
+    "checkpoint",
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="short predictor training on the built-in world, then a rollout",
-                       description=__doc__)
+    p = sub.add_parser(
+        "demo", help="short predictor training on the built-in world, then a rollout", description=__doc__
+    )
     p.add_argument("--out", default="runs/demo", help="output directory (default %(default)s)")
-    p.add_argument("--scenarios", default="bounce,fast,gravity,collide",
-                   help="world scenarios to train on (default %(default)s)")
+    p.add_argument(
+        "--scenarios",
+        default="bounce,fast,gravity,collide",
+        help="world scenarios to train on (default %(default)s)",
+    )
     p.add_argument("--clips", type=int, default=200, help="training sequences (default %(default)s)")
     p.add_argument("--length", type=int, default=12, help="states per sequence (default %(default)s)")
     p.add_argument("--preset", default="small", help="model shape (default %(default)s)")
     p.add_argument("--epochs", type=int, default=10, help="epoch budget (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default %(default)s: fastest for this small model on 2 shared cores)")
-    p.add_argument("--rollouts", type=int, default=4, help="held-out histories to roll out (default %(default)s)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default %(default)s: fastest for this small model on 2 shared cores)",
+    )
+    p.add_argument(
+        "--rollouts", type=int, default=4, help="held-out histories to roll out (default %(default)s)"
+    )
     p.add_argument("--k", type=int, default=3, help="states to predict per history (default %(default)s)")
-    p.add_argument("--fresh", action="store_true", help="discard an earlier demo run in --out instead of resuming")
+    p.add_argument(
+        "--fresh", action="store_true", help="discard an earlier demo run in --out instead of resuming"
+    )
     p.set_defaults(func=run_demo)
 
 
@@ -83,13 +103,22 @@ def run_demo(ns: argparse.Namespace) -> int:
     data = out / "data.jsonl"
     records = demo_sequences(ns.scenarios, ns.clips, ns.seed, ns.length, "train")
     data.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "clip"}) + "\n" for r in records))
-    console.print(f"[bold]semworld demo[/]: {len(records)} sequences of {ns.length} states "
-                  f"({ns.scenarios}) -> {data}")
+    console.print(
+        f"[bold]semworld demo[/]: {len(records)} sequences of {ns.length} states ({ns.scenarios}) -> {data}"
+    )
     console.print(f"  e.g. {records[0]['states'][0]}")
 
     # 2. Training (resumes if an earlier demo run was interrupted).
-    args = TrainArgs(data=str(data), preset=ns.preset, out=str(out), epochs=ns.epochs, batch_size=ns.batch_size,
-                     seed=ns.seed, val_fraction=0.1, threads=ns.threads)
+    args = TrainArgs(
+        data=str(data),
+        preset=ns.preset,
+        out=str(out),
+        epochs=ns.epochs,
+        batch_size=ns.batch_size,
+        seed=ns.seed,
+        val_fraction=0.1,
+        threads=ns.threads,
+    )
     results = train_predictor(args)
     print_epoch_table(results)
 
@@ -101,23 +130,31 @@ def run_demo(ns: argparse.Namespace) -> int:
     predicted = predictor.predict(histories, k=k, truncate=True)
     hits = total = 0
     for i, (rec, pred) in enumerate(zip(held_out, predicted)):
-        table = Table(title=f"held-out history {i + 1} ({rec.get('scenario', 'built-in')}): last state "
-                            f"'{rec['states'][T - 1]}'", show_lines=False)
+        table = Table(
+            title=f"held-out history {i + 1} ({rec.get('scenario', 'built-in')}): last state "
+            f"'{rec['states'][T - 1]}'",
+            show_lines=False,
+        )
         table.add_column("step", justify="right")
         table.add_column("predicted")
         table.add_column("true")
         table.add_column("", justify="center")
         for j in range(k):
-            true = predictor.tokenizer.decode(predictor.tokenizer.encode_states([rec["states"][T + j]],
-                                                                                predictor.N).ids[0])
+            true = predictor.tokenizer.decode(
+                predictor.tokenizer.encode_states([rec["states"][T + j]], predictor.N).ids[0]
+            )
             same = pred[j] == true
             hits, total = hits + same, total + 1
             table.add_row(f"+{j + 1}", pred[j], true, "[green]=[/]" if same else "[red]x[/]")
         console.print(table)
     best = results["four_tensor"].best
-    console.print(f"selected epoch {best['epoch']}: validation L_S(T) {best['val_last_ce']:.3f} nats/token "
-                  f"(uniform {results['four_tensor'].summary['uniform_ce']:.3f}), exact next state "
-                  f"{best['val_exact_acc']:.1%}; rollout states matched {hits}/{total}")
-    console.print(f"weights, tokenizer, log and curve in {out}; score them with: semworld eval predictor "
-                  f"--weights {out} --data {data} --split val")
+    console.print(
+        f"selected epoch {best['epoch']}: validation L_S(T) {best['val_last_ce']:.3f} nats/token "
+        f"(uniform {results['four_tensor'].summary['uniform_ce']:.3f}), exact next state "
+        f"{best['val_exact_acc']:.1%}; rollout states matched {hits}/{total}"
+    )
+    console.print(
+        f"weights, tokenizer, log and curve in {out}; score them with: semworld eval predictor "
+        f"--weights {out} --data {data} --split val"
+    )
     return 0

@@ -25,21 +25,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev_sub = ev.add_subparsers(dest="eval_what", metavar="WHAT")
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
 
-    p = ev_sub.add_parser("predictor", help="score a trained predictor on state sequences",
-                          description="L_S(T), token and exact-sentence accuracy of saved predictor weights.")
-    p.add_argument("--weights", required=True, help="directory with config.json, model.safetensors, tokenizer.json")
+    p = ev_sub.add_parser(
+        "predictor",
+        help="score a trained predictor on state sequences",
+        description="L_S(T), token and exact-sentence accuracy of saved predictor weights.",
+    )
+    p.add_argument(
+        "--weights", required=True, help="directory with config.json, model.safetensors, tokenizer.json"
+    )
     p.add_argument("--data", required=True, help=".jsonl state sequences or ROCStories .csv")
     p.add_argument("--format", dest="data_format", choices=("jsonl", "rocstories"), default=None)
-    p.add_argument("--split", choices=("val", "all"), default="all",
-                   help="val: the validation split recorded in training_summary.json; all: every window")
+    p.add_argument(
+        "--split",
+        choices=("val", "all"),
+        default="all",
+        help="val: the validation split recorded in training_summary.json; all: every window",
+    )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_eval_predictor)
 
 
-def evaluate_predictor(weights: str | Path, data: str | Path, split: str = "all", data_format: str | None = None,
-                       batch_size: int = 64, device: str = "auto") -> dict[str, Any]:
+def evaluate_predictor(
+    weights: str | Path,
+    data: str | Path,
+    split: str = "all",
+    data_format: str | None = None,
+    batch_size: int = 64,
+    device: str = "auto",
+) -> dict[str, Any]:
     """Load weights + tokenizer from `weights`, window `data` at the model's T and N, and score them."""
     from models.hub import load_predictor
 
@@ -49,13 +64,17 @@ def evaluate_predictor(weights: str | Path, data: str | Path, split: str = "all"
     tokenizer = load_tokenizer(weights)
     cfg = model.config
     if cfg.vocab_size != tokenizer.vocab_size:
-        raise UserError(f"{weights}: tokenizer.json has {tokenizer.vocab_size} tokens, the model {cfg.vocab_size}")
+        raise UserError(
+            f"{weights}: tokenizer.json has {tokenizer.vocab_size} tokens, the model {cfg.vocab_size}"
+        )
     sequences = read_sequences(data, data_format)
     max_windows = None
     if split == "val":
         summary_path = weights / SUMMARY_FILE
         if not summary_path.is_file():
-            raise UserError(f"{weights}: no {SUMMARY_FILE}, so the validation split is unknown; use --split all")
+            raise UserError(
+                f"{weights}: no {SUMMARY_FILE}, so the validation split is unknown; use --split all"
+            )
         recorded = json.loads(summary_path.read_text())["split"]
         sequences = split_sequences(sequences, recorded["val_fraction"], seed=recorded["seed"]).val
         if recorded.get("max_windows") is not None:
@@ -67,11 +86,21 @@ def evaluate_predictor(weights: str | Path, data: str | Path, split: str = "all"
         raise UserError(f"{data}: no windows (every sequence needs at least T+1={cfg.T + 1} states)")
     metrics = evaluate(model, windows.ids, batch_size, dev)
     kind = json.loads((weights / "config.json").read_text()).get("semworld_model")
-    return {"model": kind, "weights": str(weights), "data": str(data), "split": split,
-            "L_S(T)": metrics["last_ce"], "token_acc": metrics["token_acc"], "exact_acc": metrics["exact_acc"],
-            "selection_loss": metrics["selection_loss"], "uniform_ce": uniform_cross_entropy(tokenizer.vocab_size),
-            "vocab_size": tokenizer.vocab_size, "last_tokens": metrics["last_tokens"],
-            "sentences": metrics["sentences"], **{k: v for k, v in windows.stats().items() if k != "states"}}
+    return {
+        "model": kind,
+        "weights": str(weights),
+        "data": str(data),
+        "split": split,
+        "L_S(T)": metrics["last_ce"],
+        "token_acc": metrics["token_acc"],
+        "exact_acc": metrics["exact_acc"],
+        "selection_loss": metrics["selection_loss"],
+        "uniform_ce": uniform_cross_entropy(tokenizer.vocab_size),
+        "vocab_size": tokenizer.vocab_size,
+        "last_tokens": metrics["last_tokens"],
+        "sentences": metrics["sentences"],
+        **{k: v for k, v in windows.stats().items() if k != "states"},
+    }
 
 
 def run_eval_predictor(ns: argparse.Namespace) -> int:
@@ -82,13 +111,24 @@ def run_eval_predictor(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{result['model']} predictor, {result['split']} windows",
-                  caption=f"weights {result['weights']}, data {result['data']}")
+    table = Table(
+        title=f"{result['model']} predictor, {result['split']} windows",
+        caption=f"weights {result['weights']}, data {result['data']}",
+    )
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key, fmt in (("L_S(T)", ".4f"), ("uniform_ce", ".4f"), ("token_acc", ".4f"), ("exact_acc", ".4f"),
-                     ("selection_loss", ".4f"), ("windows", "d"), ("last_tokens", "d"), ("pad_fraction", ".4f"),
-                     ("truncated_sentences", "d"), ("vocab_size", "d")):
+    for key, fmt in (
+        ("L_S(T)", ".4f"),
+        ("uniform_ce", ".4f"),
+        ("token_acc", ".4f"),
+        ("exact_acc", ".4f"),
+        ("selection_loss", ".4f"),
+        ("windows", "d"),
+        ("last_tokens", "d"),
+        ("pad_fraction", ".4f"),
+        ("truncated_sentences", "d"),
+        ("vocab_size", "d"),
+    ):
         label = "uniform ln|V|" if key == "uniform_ce" else key
         table.add_row(label, format(result[key], fmt))
     Console().print(table)

@@ -22,40 +22,82 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="train the state predictor (4-tensor, baseline, or both)",
         description="Train a predictor on state sequences; rerun the same command to resume after a kill.",
     )
-    p.add_argument("--data", required=True, help=".jsonl ({\"states\": [...]} per line) or ROCStories .csv")
-    p.add_argument("--format", dest="data_format", choices=("jsonl", "rocstories"), default=None,
-                   help="override the format the file extension implies")
+    p.add_argument("--data", required=True, help='.jsonl ({"states": [...]} per line) or ROCStories .csv')
+    p.add_argument(
+        "--format",
+        dest="data_format",
+        choices=("jsonl", "rocstories"),
+        default=None,
+        help="override the format the file extension implies",
+    )
     p.add_argument("--preset", required=True, help="model shape (see `semworld presets`)")
-    p.add_argument("--out", required=True, help="output directory (weights, tokenizer.json, logs, checkpoint)")
+    p.add_argument(
+        "--out", required=True, help="output directory (weights, tokenizer.json, logs, checkpoint)"
+    )
     p.add_argument("--model", choices=("four_tensor", "baseline", "both"), default="four_tensor")
     p.add_argument("--epochs", type=int, default=TrainArgs.epochs, help="epoch budget (default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=TrainArgs.batch_size,
-                   help="windows per step on each process (default %(default)s)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=TrainArgs.batch_size,
+        help="windows per step on each process (default %(default)s)",
+    )
     p.add_argument("--seed", type=int, default=TrainArgs.seed)
-    p.add_argument("--causal-slices", action="store_true",
-                   help="4-tensor only, beyond the paper: slice t may not attend to later slices t' > t")
-    p.add_argument("--val-fraction", type=float, default=TrainArgs.val_fraction,
-                   help="share of sequences held out for validation (default %(default)s)")
+    p.add_argument(
+        "--causal-slices",
+        action="store_true",
+        help="4-tensor only, beyond the paper: slice t may not attend to later slices t' > t",
+    )
+    p.add_argument(
+        "--val-fraction",
+        type=float,
+        default=TrainArgs.val_fraction,
+        help="share of sequences held out for validation (default %(default)s)",
+    )
     p.add_argument("--max-windows", type=int, default=None, help="cap on training windows (seeded choice)")
     p.add_argument("--lr", type=float, default=TrainArgs.lr, help="AdamW learning rate (default %(default)s)")
     p.add_argument("--weight-decay", type=float, default=TrainArgs.weight_decay)
     p.add_argument("--dropout", type=float, default=TrainArgs.dropout)
-    p.add_argument("--patience", type=int, default=TrainArgs.patience,
-                   help="stopping rule: epochs since the minimum (default %(default)s)")
-    p.add_argument("--min-frequency", type=int, default=TrainArgs.min_frequency,
-                   help="rarer words become [UNK] (default %(default)s)")
+    p.add_argument(
+        "--patience",
+        type=int,
+        default=TrainArgs.patience,
+        help="stopping rule: epochs since the minimum (default %(default)s)",
+    )
+    p.add_argument(
+        "--min-frequency",
+        type=int,
+        default=TrainArgs.min_frequency,
+        help="rarer words become [UNK] (default %(default)s)",
+    )
     p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, cuda:1, ...")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads per process (default: torch's)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads per process (default: torch's)"
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.set_defaults(func=run_train_predictor)
 
 
 def args_from_namespace(ns: argparse.Namespace) -> TrainArgs:
     return TrainArgs(
-        data=ns.data, preset=ns.preset, out=ns.out, model=ns.model, epochs=ns.epochs, batch_size=ns.batch_size,
-        seed=ns.seed, causal_slices=ns.causal_slices, val_fraction=ns.val_fraction, max_windows=ns.max_windows,
-        lr=ns.lr, weight_decay=ns.weight_decay, dropout=ns.dropout, patience=ns.patience,
-        min_frequency=ns.min_frequency, data_format=ns.data_format, device=ns.device, threads=ns.threads,
+        data=ns.data,
+        preset=ns.preset,
+        out=ns.out,
+        model=ns.model,
+        epochs=ns.epochs,
+        batch_size=ns.batch_size,
+        seed=ns.seed,
+        causal_slices=ns.causal_slices,
+        val_fraction=ns.val_fraction,
+        max_windows=ns.max_windows,
+        lr=ns.lr,
+        weight_decay=ns.weight_decay,
+        dropout=ns.dropout,
+        patience=ns.patience,
+        min_frequency=ns.min_frequency,
+        data_format=ns.data_format,
+        device=ns.device,
+        threads=ns.threads,
         progress=ns.progress,
     )
 
@@ -72,12 +114,20 @@ def print_epoch_table(results: dict[str, TrainResult]) -> None:
             table.add_column(col, justify="right")
         for i, rec in enumerate(res.history):
             mark = "*" if i == res.best_epoch else ""
-            table.add_row(f"{rec['epoch']}{mark}", f"{rec['train_loss']:.4f}", f"{rec['val_selection_loss']:.4f}",
-                          f"{rec['val_last_ce']:.4f}", f"{rec['val_token_acc']:.3f}", f"{rec['val_exact_acc']:.3f}",
-                          f"{rec['seconds']:.1f}")
+            table.add_row(
+                f"{rec['epoch']}{mark}",
+                f"{rec['train_loss']:.4f}",
+                f"{rec['val_selection_loss']:.4f}",
+                f"{rec['val_last_ce']:.4f}",
+                f"{rec['val_token_acc']:.3f}",
+                f"{rec['val_exact_acc']:.3f}",
+                f"{rec['seconds']:.1f}",
+            )
         console.print(table)
-        console.print(f"selected epoch {res.best['epoch']}: L_S(T) {res.best['val_last_ce']:.4f} "
-                      f"vs uniform ln|V| {res.summary['uniform_ce']:.4f}")
+        console.print(
+            f"selected epoch {res.best['epoch']}: L_S(T) {res.best['val_last_ce']:.4f} "
+            f"vs uniform ln|V| {res.summary['uniform_ce']:.4f}"
+        )
 
 
 def run_train_predictor(ns: argparse.Namespace) -> int:

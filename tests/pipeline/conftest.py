@@ -43,8 +43,17 @@ def roc_csv(tmp_path: Path) -> Path:
         w = csv.writer(fh)
         w.writerow(["storyid", "storytitle", *[f"sentence{i}" for i in range(1, 6)]])
         for i in range(12):
-            w.writerow([f"id-{i}", f"Title {i}", f"Tom went to shop {i}.", "He bought milk, then bread!",
-                        "Was it raining?", "He walked home.", f"Tom drank the milk {i}."])
+            w.writerow(
+                [
+                    f"id-{i}",
+                    f"Title {i}",
+                    f"Tom went to shop {i}.",
+                    "He bought milk, then bread!",
+                    "Was it raining?",
+                    "He walked home.",
+                    f"Tom drank the milk {i}.",
+                ]
+            )
     return path
 
 

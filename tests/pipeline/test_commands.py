@@ -24,8 +24,10 @@ def test_train_errors_are_one_line(tmp_path, toy_jsonl, capsys):
     assert err.endswith("nope.jsonl: no such file")
     err = _error(capsys, [*base, "--data", str(toy_jsonl), "--preset", "huge"])
     assert "unknown preset 'huge'" in err and "tiny" in err
-    err = _error(capsys, [*base, "--data", str(toy_jsonl), "--preset", "tiny", "--model", "baseline",
-                          "--causal-slices"])
+    err = _error(
+        capsys,
+        [*base, "--data", str(toy_jsonl), "--preset", "tiny", "--model", "baseline", "--causal-slices"],
+    )
     assert "--causal-slices applies to the 4-tensor model only" in err
     err = _error(capsys, [*base, "--data", str(toy_jsonl), "--preset", "tiny", "--val-fraction", "1.5"])
     assert "--val-fraction must be in (0, 1), got 1.5" in err
@@ -39,5 +41,7 @@ def test_eval_errors_are_one_line(tmp_path, toy_jsonl, capsys):
     err = _error(capsys, ["eval", "predictor", "--weights", str(tmp_path / "none"), "--data", str(toy_jsonl)])
     assert "no such model directory" in err
     (tmp_path / "empty").mkdir()
-    err = _error(capsys, ["eval", "predictor", "--weights", str(tmp_path / "empty"), "--data", str(toy_jsonl)])
+    err = _error(
+        capsys, ["eval", "predictor", "--weights", str(tmp_path / "empty"), "--data", str(toy_jsonl)]
+    )
     assert "no config.json" in err

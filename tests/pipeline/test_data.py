@@ -32,7 +32,10 @@ def test_jsonl_reader_keeps_extra_keys(toy_jsonl):
     ("lines", "message"),
     [
         (['{"states": ["a."]}', "{not json"], r"bad\.jsonl:2: not valid JSON"),
-        (['{"states": ["a."]}', "", '{"sentences": ["a."]}'], r"bad\.jsonl:3: \"states\" must be a non-empty list"),
+        (
+            ['{"states": ["a."]}', "", '{"sentences": ["a."]}'],
+            r"bad\.jsonl:3: \"states\" must be a non-empty list",
+        ),
         (['{"states": []}'], r"bad\.jsonl:1: \"states\" must be a non-empty list"),
         (['{"states": ["a.", 3]}'], r"bad\.jsonl:1: state 1 is int, expected a string"),
         (['["a.", "b."]'], r"bad\.jsonl:1: expected a JSON object"),
@@ -50,19 +53,28 @@ def test_rocstories_reader(roc_csv):
     seqs = read_sequences(roc_csv)
     assert len(seqs) == 12
     assert seqs[3].id == "id-3"
-    assert seqs[3].states == ["Tom went to shop 3.", "He bought milk, then bread!", "Was it raining?",
-                              "He walked home.", "Tom drank the milk 3."]
+    assert seqs[3].states == [
+        "Tom went to shop 3.",
+        "He bought milk, then bread!",
+        "Was it raining?",
+        "He walked home.",
+        "Tom drank the milk 3.",
+    ]
     assert seqs[3].extra == {"storytitle": "Title 3"}
 
 
 def test_rocstories_errors(tmp_path):
     missing = tmp_path / "missing.csv"
     missing.write_text("storyid,storytitle,sentence1,sentence2\nx,t,a.,b.\n")
-    with pytest.raises(UserError, match=r"missing\.csv:1: ROCStories header lacks sentence3, sentence4, sentence5"):
+    with pytest.raises(
+        UserError, match=r"missing\.csv:1: ROCStories header lacks sentence3, sentence4, sentence5"
+    ):
         read_sequences(missing)
     empty = tmp_path / "empty.csv"
-    empty.write_text("storyid,storytitle,sentence1,sentence2,sentence3,sentence4,sentence5\n"
-                     "a,t,s1.,s2.,s3.,s4.,s5.\nb,t,s1.,,s3.,s4.,s5.\n")
+    empty.write_text(
+        "storyid,storytitle,sentence1,sentence2,sentence3,sentence4,sentence5\n"
+        "a,t,s1.,s2.,s3.,s4.,s5.\nb,t,s1.,,s3.,s4.,s5.\n"
+    )
     with pytest.raises(UserError, match=r"empty\.csv:3: empty sentence2"):
         read_sequences(empty)
 
@@ -103,8 +115,11 @@ def test_windows_of_one_story_stay_in_one_split(toy_jsonl):
 
 def test_window_shapes_and_contents():
     tok = StateTokenizer.build(["a b c.", "d e."])
-    seqs = [StateSequence("x", ["a.", "b.", "c.", "d.", "e."]), StateSequence("y", ["a b c.", "d e."]),
-            StateSequence("z", ["a.", "b.", "c.", "d."])]
+    seqs = [
+        StateSequence("x", ["a.", "b.", "c.", "d.", "e."]),
+        StateSequence("y", ["a b c.", "d e."]),
+        StateSequence("z", ["a.", "b.", "c.", "d."]),
+    ]
     ws = make_windows(seqs, tok, T=3, N=4)
     assert ws.ids.shape == (3, 4, 4)  # x gives 2 windows, z gives 1, y (2 states) none
     assert ws.sequence_index.tolist() == [0, 0, 2] and ws.start.tolist() == [0, 1, 0]

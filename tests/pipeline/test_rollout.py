@@ -51,7 +51,9 @@ def test_window_slides_and_is_re_embedded_at_positions_0_to_T_minus_1(tok):
     # A history shorter than T is padded at the front with empty (all-padding) states.
     assert (first[1, :2] == PAD_ID).all() and torch.equal(first[1, 2], enc(WORDS[:1])[0])
     # Each new window is the last T states (the prediction appended) written again into slots 0..T-1.
-    assert torch.equal(second[:, :2], first[:, 1:]) and torch.equal(second[:, 2], model.next_ids.expand(2, -1))
+    assert torch.equal(second[:, :2], first[:, 1:]) and torch.equal(
+        second[:, 2], model.next_ids.expand(2, -1)
+    )
     assert torch.equal(third[:, :1], first[:, 2:]) and torch.equal(third[:, 1], second[:, 2])
 
 

@@ -14,10 +14,34 @@ def test_two_process_replicas_end_identical(tmp_path):
     out = tmp_path / "ddp"
     hashes = tmp_path / "hash"
     env = {**os.environ, PARAM_HASH_ENV: str(hashes), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "pipeline.cli", "train", "predictor", "--data", str(data), "--preset", "tiny", "--out", str(out),
-           "--epochs", "2", "--batch-size", "4", "--val-fraction", "0.2", "--max-windows", "24", "--no-progress",
-           "--device", "cpu"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "pipeline.cli",
+        "train",
+        "predictor",
+        "--data",
+        str(data),
+        "--preset",
+        "tiny",
+        "--out",
+        str(out),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "4",
+        "--val-fraction",
+        "0.2",
+        "--max-windows",
+        "24",
+        "--no-progress",
+        "--device",
+        "cpu",
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rank0 = (tmp_path / "hash.four_tensor.rank0").read_text()

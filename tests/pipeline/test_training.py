@@ -14,21 +14,42 @@ ARGS = ["--preset", "tiny", "--batch-size", "8", "--val-fraction", "0.2", "--no-
 
 def _eval_json(capsys, weights, data, split="all"):
     capsys.readouterr()
-    assert cli.main(["eval", "predictor", "--weights", str(weights), "--data", str(data), "--json",
-                     "--split", split]) == 0
+    assert (
+        cli.main(
+            ["eval", "predictor", "--weights", str(weights), "--data", str(data), "--json", "--split", split]
+        )
+        == 0
+    )
     return json.loads(capsys.readouterr().out)
 
 
 def test_two_epochs_write_weights_that_eval_scores_below_uniform(tmp_path, toy_jsonl, capsys):
     out = tmp_path / "run"
-    assert cli.main(["train", "predictor", "--data", str(toy_jsonl), "--out", str(out), "--epochs", "2", *ARGS]) == 0
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "training_summary.json",
-                 "train_log.jsonl", "loss_curve.png", f"{CHECKPOINT_DIR}/last.pt"):
+    assert (
+        cli.main(["train", "predictor", "--data", str(toy_jsonl), "--out", str(out), "--epochs", "2", *ARGS])
+        == 0
+    )
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "training_summary.json",
+        "train_log.jsonl",
+        "loss_curve.png",
+        f"{CHECKPOINT_DIR}/last.pt",
+    ):
         assert (out / name).is_file(), name
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in log] == [1, 2]
-    assert set(log[0]) == {"epoch", "train_loss", "val_selection_loss", "val_last_ce", "val_token_acc",
-                           "val_exact_acc", "seconds"}
+    assert set(log[0]) == {
+        "epoch",
+        "train_loss",
+        "val_selection_loss",
+        "val_last_ce",
+        "val_token_acc",
+        "val_exact_acc",
+        "seconds",
+    }
     summary = json.loads((out / "training_summary.json").read_text())
     assert summary["stopped_by"] == "budget" and summary["epochs_run"] == 2
     assert summary["config"]["vocab_size"] == summary["vocab_size"]
@@ -48,8 +69,16 @@ class Killed(Exception):
 
 
 def test_resume_after_kill_equals_uninterrupted(tmp_path, toy_jsonl):
-    common = dict(data=str(toy_jsonl), preset="tiny", epochs=3, batch_size=8, val_fraction=0.2, progress=False,
-                  seed=3, max_windows=64)
+    common = dict(
+        data=str(toy_jsonl),
+        preset="tiny",
+        epochs=3,
+        batch_size=8,
+        val_fraction=0.2,
+        progress=False,
+        seed=3,
+        max_windows=64,
+    )
     full = train_predictor(TrainArgs(out=str(tmp_path / "full"), **common))["four_tensor"]
 
     def kill_after_one(kind, epoch):
@@ -63,7 +92,9 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path, toy_jsonl):
 
     strip = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]  # noqa: E731
     assert strip(resumed.history) == strip(full.history)
-    assert (tmp_path / "cut" / "model.safetensors").read_bytes() == (tmp_path / "full" / "model.safetensors").read_bytes()
+    assert (tmp_path / "cut" / "model.safetensors").read_bytes() == (
+        tmp_path / "full" / "model.safetensors"
+    ).read_bytes()
     a = torch.load(tmp_path / "full" / CHECKPOINT_DIR / "last.pt", weights_only=False)["model"]
     b = torch.load(tmp_path / "cut" / CHECKPOINT_DIR / "last.pt", weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -73,7 +104,9 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path, toy_jsonl):
 
 
 def test_resume_refuses_a_different_run(tmp_path, toy_jsonl):
-    common = dict(data=str(toy_jsonl), preset="tiny", epochs=1, batch_size=8, val_fraction=0.2, progress=False)
+    common = dict(
+        data=str(toy_jsonl), preset="tiny", epochs=1, batch_size=8, val_fraction=0.2, progress=False
+    )
     train_predictor(TrainArgs(out=str(tmp_path / "r"), **common))
     with pytest.raises(UserError, match="checkpoint of a different run.*seed"):
         train_predictor(TrainArgs(out=str(tmp_path / "r"), seed=9, **common))
@@ -81,8 +114,26 @@ def test_resume_refuses_a_different_run(tmp_path, toy_jsonl):
 
 def test_both_models_on_the_same_windows(tmp_path, toy_jsonl, capsys):
     out = tmp_path / "both"
-    assert cli.main(["train", "predictor", "--data", str(toy_jsonl), "--out", str(out), "--model", "both",
-                     "--epochs", "1", "--max-windows", "24", *ARGS]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "predictor",
+                "--data",
+                str(toy_jsonl),
+                "--out",
+                str(out),
+                "--model",
+                "both",
+                "--epochs",
+                "1",
+                "--max-windows",
+                "24",
+                *ARGS,
+            ]
+        )
+        == 0
+    )
     assert (out / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"
     s4 = json.loads((out / "four_tensor" / "training_summary.json").read_text())
     sb = json.loads((out / "baseline" / "training_summary.json").read_text())
