@@ -333,7 +333,12 @@ def build_model(
         "dropout": dropout,
     }
     if causal_slices:
-        overrides["slice_causal"] = True
+        from dataclasses import fields
+
+        from models.four_tensor import FourTensorConfig
+
+        names = {f.name for f in fields(FourTensorConfig)}
+        overrides["causal_slices" if "causal_slices" in names else "slice_causal"] = True
     make = presets.from_name if hasattr(presets, "from_name") else presets.four_tensor_config
     cfg = make(preset, **overrides)
     if kind == "four_tensor":

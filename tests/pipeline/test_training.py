@@ -141,3 +141,15 @@ def test_both_models_on_the_same_windows(tmp_path, toy_jsonl, capsys):
     assert s4["model"] == "four_tensor" and sb["model"] == "baseline"
     result = _eval_json(capsys, out / "baseline", toy_jsonl)
     assert result["model"] == "baseline" and result["windows"] > 24
+
+
+def test_causal_slices_reach_the_model_config():
+    from pipeline.tokenizer import StateTokenizer
+    from pipeline.training import build_model
+
+    tok = StateTokenizer.build(["a b.", "c?"])
+    plain = build_model("four_tensor", "tiny", tok).config
+    masked = build_model("four_tensor", "tiny", tok, causal_slices=True).config
+    flag = "causal_slices" if hasattr(plain, "causal_slices") else "slice_causal"
+    assert getattr(plain, flag) is False and getattr(masked, flag) is True
+    assert masked.vocab_size == tok.vocab_size and masked.end_ids == tok.end_ids
