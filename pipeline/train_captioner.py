@@ -43,7 +43,7 @@ class CaptionerModelConfig:
 
     image_size: int = 80
     patch_size: int = 16
-    vision_layers: int = 4
+    vision_layers: int = 3
     text_layers: int = 2
     hidden: int = 128
     heads: int = 4
@@ -54,8 +54,8 @@ class CaptionerModelConfig:
         if self.image_size < 8 or self.image_size % self.patch_size:
             raise ValueError(f"image_size ({self.image_size}) must be >= 8 and a multiple of patch_size "
                              f"({self.patch_size})")
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        if self.hidden % self.heads or self.hidden % 4:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) and by 4")
         for name in ("vision_layers", "text_layers", "mlp_ratio"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -93,6 +93,19 @@ def build_processor(tokenizer, image_size: int):  # -> transformers.BlipProcesso
     return BlipProcessor(image_processor=image_processor, tokenizer=tokenizer)
 
 
+def sincos_2d(grid: int, dim: int) -> torch.Tensor:
+    """(grid * grid, dim) row-major 2-D sine-cosine position codes: half the channels code the row, half the
+    column, each as sin/cos pairs at geometric frequencies."""
+    if dim % 4:
+        raise ValueError(f"dim must be divisible by 4, got {dim}")
+    freqs = 1.0 / (10_000 ** (torch.arange(dim // 4, dtype=torch.float32) / (dim // 4)))  # (dim/4,)
+    pos = torch.arange(grid, dtype=torch.float32)[:, None] * freqs[None]  # (grid, dim/4)
+    code = torch.cat([pos.sin(), pos.cos()], dim=1)  # (grid, dim/2)
+    rows = code[:, None, :].expand(grid, grid, dim // 2)  # (grid, grid, dim/2): varies with the row
+    cols = code[None, :, :].expand(grid, grid, dim // 2)  # (grid, grid, dim/2): varies with the column
+    return torch.cat([rows, cols], dim=-1).reshape(grid * grid, dim)  # (grid * grid, dim)
+
+
 def build_blip(config: CaptionerModelConfig, tokenizer):  # -> transformers.BlipForConditionalGeneration
     """A randomly initialised BlipForConditionalGeneration sized by `config` for `tokenizer`'s vocabulary."""
     from transformers import BlipConfig, BlipForConditionalGeneration
@@ -103,6 +116,7 @@ def build_blip(config: CaptionerModelConfig, tokenizer):  # -> transformers.Blip
             hidden_size=config.hidden, intermediate_size=config.mlp_ratio * config.hidden,
             num_hidden_layers=config.vision_layers, num_attention_heads=config.heads,
             image_size=config.image_size, patch_size=config.patch_size,
+            initializer_range=0.02,  # BLIP's default (1e-10) starts the image tower at zero: it learns far slower
         ),
         text_config=dict(
             vocab_size=len(tokenizer), hidden_size=config.hidden, intermediate_size=config.mlp_ratio * config.hidden,
@@ -114,6 +128,11 @@ def build_blip(config: CaptionerModelConfig, tokenizer):  # -> transformers.Blip
         image_text_hidden_size=config.hidden,
     )
     model = BlipForConditionalGeneration(blip_config)
+    with torch.no_grad():  # fixed 2-D sin-cos positions to start from, as in MAE: "where" is readable at once
+        embeddings = model.vision_model.embeddings
+        grid = config.image_size // config.patch_size
+        embeddings.position_embedding[0, 1:] = sincos_2d(grid, config.hidden)  # (grid * grid, hidden)
+        embeddings.position_embedding[0, 0] = 0.0  # the class token has no place
     model.generation_config.max_new_tokens = MAX_STATE_TOKENS + 2
     model.generation_config.eos_token_id = eos
     model.generation_config.pad_token_id = pad
@@ -161,6 +180,24 @@ def degrade(frame: np.ndarray, rng: np.random.Generator, quality: tuple[int, int
     return np.ascontiguousarray(cv2.imdecode(buf, cv2.IMREAD_COLOR)[..., ::-1])
 
 
+def rescale(frame: np.ndarray, rng: np.random.Generator, sizes: Sequence[int]) -> np.ndarray:
+    """The same scene drawn at a smaller random size and scaled back up (bicubic): the soft edges of a frame
+    that a renderer drew at low resolution, or of an upscaled video."""
+    from PIL import Image
+
+    side = frame.shape[0]
+    small = int(rng.choice(np.asarray(sizes)))
+    shrunk = Image.fromarray(frame).resize((small, small), Image.Resampling.BICUBIC)
+    return np.asarray(shrunk.resize((side, side), Image.Resampling.BICUBIC))
+
+
+def add_noise(frame: np.ndarray, rng: np.random.Generator, std: tuple[float, float]) -> np.ndarray:
+    """Gaussian pixel noise with a random standard deviation in `std` (in 0..255 units)."""
+    sigma = rng.uniform(*std)
+    noisy = frame.astype(np.float32) + rng.normal(0.0, sigma, frame.shape).astype(np.float32)
+    return np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
+
+
 def make_examples(
     rng: np.random.Generator,
     n: int,
@@ -168,8 +205,17 @@ def make_examples(
     frame_size: int = 128,
     degrade_prob: float = 0.0,
     jpeg_quality: tuple[int, int] = (60, 95),
+    rescale_prob: float = 0.0,
+    rescale_sizes: Sequence[int] = (48, 64, 80, 96),
+    noise_prob: float = 0.0,
+    noise_std: tuple[float, float] = (1.0, 8.0),
 ) -> tuple[list[np.ndarray], list[str]]:
-    """`n` random world frames (frame_size, frame_size, 3) uint8 and their canonical states."""
+    """`n` random world frames (frame_size, frame_size, 3) uint8 and their canonical states.
+
+    Each frame is, with its probability, rescaled through a smaller size, given pixel noise, then sent through
+    a JPEG round trip (in that order). A probability of 0 draws no random number, so adding an augmentation
+    later in a run leaves the earlier epochs' data unchanged.
+    """
     from world.grammar import caption
     from world.render import render_scene
 
@@ -177,6 +223,10 @@ def make_examples(
     for _ in range(n):
         scene = sample_scene(rng, count_weights)
         frame = render_scene(scene, size=frame_size)
+        if rescale_prob > 0 and rng.random() < rescale_prob:
+            frame = rescale(frame, rng, rescale_sizes)
+        if noise_prob > 0 and rng.random() < noise_prob:
+            frame = add_noise(frame, rng, noise_std)
         if degrade_prob > 0 and rng.random() < degrade_prob:
             frame = degrade(frame, rng, jpeg_quality)
         frames.append(frame)
@@ -207,8 +257,17 @@ class TrainCaptionerArgs:
         lr * min_lr_ratio.
     count_weights: relative frequency of scenes with 0, 1, 2, 3 objects (the most crowded are the hardest).
     degrade_prob: fraction of training frames sent through a JPEG round trip (robustness to decoded video).
+    rescale_prob / noise_prob: fractions of training frames drawn small and scaled back up (soft, as the
+        renderer's low-resolution frames) / given Gaussian pixel noise; both only from epoch `augment_from`
+        on (a curriculum: clean frames first, then the harder ones).
     eval_frames: size of the seeded held-out set, balanced over object counts; evaluated by exact match.
+    attn_weight: weight of the attention-supervision loss: while it writes an object's words, the decoder's
+        cross-attention (mean over layers and heads) is pulled onto that object's cell (-log of its share).
+        Without it the decoder reads colours and shapes from the whole image but learns *where* only after a
+        long plateau. Used when the ViT grid equals the world's (image_size / patch_size == 5); 0 turns it off.
     target: stop early once held-out exact match reaches this (after at least one full evaluation).
+    test_clips: at the end, the saved model is reloaded through `Captioner` and scored on the frames of this
+        many clips of the world's test split (0: skip).
     threads: torch CPU threads (1 leaves the other core of a shared machine free).
     model: the BLIP shape (see CaptionerModelConfig).
     """
@@ -216,9 +275,9 @@ class TrainCaptionerArgs:
     out: str
     run_dir: str = "runs/captioner"
     seed: int = 0
-    epochs: int = 40
+    epochs: int = 36
     steps_per_epoch: int = 250
-    batch_size: int = 64
+    batch_size: int = 32
     lr: float = 1.5e-3
     min_lr_ratio: float = 0.05
     warmup_steps: int = 200
@@ -226,8 +285,13 @@ class TrainCaptionerArgs:
     grad_clip: float = 1.0
     count_weights: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4)
     degrade_prob: float = 0.2
+    rescale_prob: float = 0.25
+    noise_prob: float = 0.15
+    augment_from: int = 12
     eval_frames: int = 800
+    attn_weight: float = 1.0
     target: float = 1.0
+    test_clips: int = 200
     threads: int = 1
     device: str = "cpu"
     model: CaptionerModelConfig = field(default_factory=CaptionerModelConfig)
@@ -241,8 +305,9 @@ class TrainCaptionerArgs:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not 0 <= self.degrade_prob <= 1:
-            raise ValueError(f"degrade_prob must be in [0, 1], got {self.degrade_prob}")
+        for name in ("degrade_prob", "rescale_prob", "noise_prob"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if len(self.count_weights) < 1 or min(self.count_weights) < 0 or sum(self.count_weights) <= 0:
             raise ValueError(f"count_weights must be non-negative with a positive sum, got {self.count_weights}")
 
@@ -280,6 +345,22 @@ def evaluation_set(seed: int, n: int, counts: int) -> tuple[list[np.ndarray], li
     return frames, states
 
 
+def attention_targets(states: Sequence[str], length: int, grid: int) -> torch.Tensor:
+    """(B, L) index of the image token each text position should look at, -1 where none is prescribed.
+
+    Input position 5k (the [BOS] or the ',' before object k) and the next three (its colour, shape and row
+    words) predict object k's next word, which only that object's cell shows: image token 1 + row * grid + col
+    (token 0 is the class token). Requires one ViT patch per world cell.
+    """
+    from world.grammar import parse_state
+
+    targets = torch.full((len(states), length), -1, dtype=torch.long)  # (B, L)
+    for b, state in enumerate(states):
+        for k, obj in enumerate(parse_state(state).objects):
+            targets[b, 5 * k : 5 * k + 4] = 1 + obj.row * grid + obj.col
+    return targets
+
+
 def exact_match(predicted: Sequence[str], states: Sequence[str]) -> dict[str, float]:
     """Overall exact match and exact match by number of objects in the true state (keys 'objects=K')."""
     from world.grammar import parse_state
@@ -292,6 +373,16 @@ def exact_match(predicted: Sequence[str], states: Sequence[str]) -> dict[str, fl
     for k in sorted(by_count):
         result[f"objects={k}"] = sum(by_count[k]) / len(by_count[k])
     return result
+
+
+def world_split_exact_match(captioner, clips: int = 200, seed: int = 0, split: str = "test") -> dict[str, float]:
+    """Exact match of `captioner` on the frames at the state instants of `clips` world clips of `split`
+    (every scenario, as `semworld world generate --scenario all` makes them), overall and by object count."""
+    from world import frames_and_states
+
+    pairs = list(frames_and_states("all", n=clips, seed=seed, split=split))
+    predicted = captioner.caption([frame for frame, _ in pairs])
+    return {**exact_match(predicted, [state for _, state in pairs]), "frames": len(pairs)}
 
 
 def _atomic_torch_save(obj: object, path: Path) -> None:
@@ -356,9 +447,19 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
         logger.info("resuming from %s at epoch %d (best exact match so far %.4f)", ckpt_path, start_epoch,
                     best["exact_match"])
     n_params = sum(p.numel() for p in model.parameters())
+    from world.grammar import GRID
+
+    grid = args.model.image_size // args.model.patch_size
+    supervise_attention = args.attn_weight > 0 and grid == GRID
+    if args.attn_weight > 0 and not supervise_attention:
+        logger.info("no attention supervision: the ViT grid (%d) is not the world's (%d)", grid, GRID)
     logger.info("captioner: %d parameters, %s", n_params, args.model)
 
     eval_frames, eval_states = evaluation_set(args.seed, args.eval_frames, len(args.count_weights))
+    # The same held-out scenes drawn at 64 and scaled up, then JPEG'd: a check of robustness, not of the target.
+    soft_rng = np.random.default_rng([args.seed, 1_000_033])
+    soft_frames = [degrade(rescale(f, soft_rng, (64,)), soft_rng, (85, 85)) for f in eval_frames[::4]]
+    soft_states = eval_states[::4]
     captioner = Captioner(model, processor, batch_size=128)
 
     def log(record: dict) -> None:
@@ -372,16 +473,32 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
             break
         model.train()
         rng = np.random.default_rng([args.seed, epoch])
+        late = epoch >= args.augment_from
+        augment = {"degrade_prob": args.degrade_prob, "rescale_prob": args.rescale_prob if late else 0.0,
+                   "noise_prob": args.noise_prob if late else 0.0}
         t0, losses = time.time(), []
         bar = tqdm(range(args.steps_per_epoch), desc=f"captioner epoch {epoch + 1}/{args.epochs}", leave=False,
                    mininterval=5.0)
         for i in bar:
             step = epoch * args.steps_per_epoch + i
-            frames, states = make_examples(rng, args.batch_size, args.count_weights, degrade_prob=args.degrade_prob)
+            frames, states = make_examples(rng, args.batch_size, args.count_weights, **augment)
             batch = {k: v.to(device) for k, v in encode_batch(processor, frames, states).items()}
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, args)
-            loss = model(**batch).loss
+            if supervise_attention:
+                # The same computation as model(**batch), keeping the decoder's cross-attention maps.
+                image = model.vision_model(pixel_values=batch["pixel_values"]).last_hidden_state  # (B, 1+P, d)
+                out = model.text_decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                         encoder_hidden_states=image, labels=batch["labels"],
+                                         output_attentions=True, return_dict=True)
+                attn = torch.stack(out.cross_attentions).mean(dim=(0, 2))  # (layers, B, H, L, 1+P) -> (B, L, 1+P)
+                targets = attention_targets(states, attn.shape[1], grid).to(device)  # (B, L)
+                mask = targets >= 0
+                picked = attn.gather(-1, targets.clamp(min=0)[..., None])[..., 0]  # (B, L)
+                attn_loss = -(picked[mask] + 1e-6).log().mean()
+                loss = out.loss + args.attn_weight * attn_loss
+            else:
+                loss = model(**batch).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
@@ -392,14 +509,16 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
 
         predicted = captioner.caption(eval_frames)  # the same adapter code that serves the model
         metrics = exact_match(predicted, eval_states)
+        soft = exact_match(captioner.caption(soft_frames), soft_states)["exact_match"]
         wrong = [(p, s) for p, s in zip(predicted, eval_states) if p != s][:3]
         record = {"event": "epoch", "epoch": epoch + 1, "step": (epoch + 1) * args.steps_per_epoch,
                   "loss": float(np.mean(losses)), "lr": lr_at(step, args), "train_s": round(train_s, 1),
-                  "eval_s": round(time.time() - t0 - train_s, 1), **metrics, "examples_wrong": wrong}
+                  "eval_s": round(time.time() - t0 - train_s, 1), **metrics, "soft_exact_match": soft,
+                  "examples_wrong": wrong}
         log(record)
-        logger.info("epoch %d: loss %.4f, exact match %.4f (%s), %.0fs", epoch + 1, record["loss"],
-                    metrics["exact_match"], {k: round(v, 3) for k, v in metrics.items() if k != "exact_match"},
-                    train_s)
+        logger.info("epoch %d: loss %.4f, exact match %.4f (%s), soft frames %.4f, %.0fs", epoch + 1,
+                    record["loss"], metrics["exact_match"],
+                    {k: round(v, 3) for k, v in metrics.items() if k != "exact_match"}, soft, train_s)
         if metrics["exact_match"] >= best["exact_match"]:
             best = {**metrics, "epoch": epoch + 1}
             _atomic_torch_save({"model": model.state_dict(), "metrics": best}, best_path)
@@ -412,6 +531,12 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
     log({"event": "saved", "out": str(out), **best})
     logger.info("saved the best captioner (epoch %s, exact match %.4f) to %s", best.get("epoch"),
                 best["exact_match"], out)
+    if args.test_clips:  # reload through the serving adapter (offline) and score the world's test split
+        test = world_split_exact_match(Captioner.from_pretrained(out, device="cpu"), clips=args.test_clips)
+        log({"event": "test", "split": "test", "clips": args.test_clips, **test})
+        logger.info("world test split (%d frames): exact match %.4f %s", test["frames"], test["exact_match"],
+                    {k: round(v, 4) for k, v in test.items() if k.startswith("objects=")})
+        best = {**best, **{f"test_{k}": v for k, v in test.items()}}
     return best
 
 
@@ -426,9 +551,11 @@ def add_parser(train_subparsers: argparse._SubParsersAction) -> argparse.Argumen
     )
     p.add_argument("--out", required=True, help="directory for the final model (Hugging Face layout)")
     p.add_argument("--run-dir", default=defaults.run_dir, help="checkpoints and log.jsonl (resumes from here)")
-    for name in ("seed", "epochs", "steps_per_epoch", "batch_size", "warmup_steps", "eval_frames", "threads"):
+    for name in ("seed", "epochs", "steps_per_epoch", "batch_size", "warmup_steps", "eval_frames", "test_clips",
+                 "augment_from", "threads"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
-    for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "degrade_prob", "target"):
+    for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "degrade_prob", "rescale_prob", "noise_prob",
+                 "attn_weight", "target"):
         p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
     p.add_argument("--count-weights", type=float, nargs="+", default=list(defaults.count_weights),
                    help="relative frequency of scenes with 0, 1, 2, 3 objects")

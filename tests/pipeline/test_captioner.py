@@ -33,7 +33,9 @@ def tiny_blip_dir(tmp_path_factory) -> Path:
 
     torch.manual_seed(0)
     tokenizer = build_tokenizer(SENTENCES)
-    config = CaptionerModelConfig(image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
+    config = CaptionerModelConfig(
+        image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2
+    )
     model = build_blip(config, tokenizer)
     assert isinstance(model, BlipForConditionalGeneration)
     path = tmp_path_factory.mktemp("blip")
@@ -54,10 +56,23 @@ def tiny_git_dir(tmp_path_factory) -> Path:
     (path / "vocab.txt").write_text("\n".join(words) + "\n")
     tokenizer = BertTokenizer(vocab_file=str(path / "vocab.txt"))
     config = GitConfig(
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=32, patch_size=8),
-        vocab_size=len(words), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        max_position_embeddings=64, bos_token_id=2, eos_token_id=3, pad_token_id=0,
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        ),
+        vocab_size=len(words),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=2,
+        eos_token_id=3,
+        pad_token_id=0,
     )
     image_processor = CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     GitForCausalLM(config).save_pretrained(path)
@@ -80,7 +95,9 @@ def test_adapter_loads_real_classes_and_captions(fixture, request):
     path = request.getfixturevalue(fixture)
     captioner = Captioner.from_pretrained(path, device="cpu", batch_size=3)
     assert isinstance(captioner.model, BlipForConditionalGeneration | GitForCausalLM)
-    assert "Pil" in type(captioner.processor.image_processor).__name__  # slow processor: no torchvision needed
+    assert (
+        "Pil" in type(captioner.processor.image_processor).__name__
+    )  # slow processor: no torchvision needed
     assert captioner.dtype == torch.float32
     frames = _frames(5)
     texts = captioner.caption(frames)  # two batches: 3 + 2
@@ -175,11 +192,23 @@ def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
 
     from pipeline.train_captioner import CaptionerModelConfig, TrainCaptionerArgs, train_captioner
 
-    model = CaptionerModelConfig(image_size=32, patch_size=16, vision_layers=1, text_layers=1, hidden=32, heads=2)
-    args = TrainCaptionerArgs(out=str(tmp_path / "model"), run_dir=str(tmp_path / "run"), epochs=1,
-                              steps_per_epoch=2, batch_size=4, eval_frames=8, warmup_steps=1, model=model)
+    model = CaptionerModelConfig(
+        image_size=32, patch_size=16, vision_layers=1, text_layers=1, hidden=32, heads=2
+    )
+    args = TrainCaptionerArgs(
+        out=str(tmp_path / "model"),
+        run_dir=str(tmp_path / "run"),
+        epochs=1,
+        steps_per_epoch=2,
+        batch_size=4,
+        eval_frames=8,
+        warmup_steps=1,
+        test_clips=1,
+        model=model,
+    )
     best = train_captioner(args)
     assert 0.0 <= best["exact_match"] <= 1.0 and best["epoch"] == 1
+    assert best["test_frames"] == 12 and 0.0 <= best["test_exact_match"] <= 1.0
     assert (tmp_path / "run" / "checkpoint.pt").is_file()
     # a second run with more epochs resumes after epoch 1 instead of starting again
     args.epochs = 2
@@ -190,6 +219,16 @@ def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
     captioner = Captioner.from_pretrained(tmp_path / "model", device="cpu")
     assert len(captioner.caption(_frames(2))) == 2
     assert not (tmp_path / "model" / "checkpoint.pt").exists()  # the HF folder holds the model only
+
+
+def test_attention_targets_point_at_each_objects_cell():
+    from pipeline.train_captioner import attention_targets
+
+    targets = attention_targets(["red ball top left , blue box bottom right , lamp on .", "empty ."], 16, 5)
+    assert targets.shape == (2, 16)
+    # [BOS]/',' and the colour, shape and row words of object k look at its cell: 1 + row * 5 + col
+    assert targets[0, :10].tolist() == [1, 1, 1, 1, -1, 25, 25, 25, 25, -1]
+    assert (targets[0, 10:] == -1).all() and (targets[1] == -1).all()
 
 
 def test_train_args_validate():
