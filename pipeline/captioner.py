@@ -151,7 +151,8 @@ class Captioner:
         except Exception as err:  # noqa: BLE001 - any failure inside a checkpoint is the user's file, reported in one line
             first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UserError(f"captioner weights directory {path} could not be loaded: {first_line}") from err
-        model.to(dev)
+        module: torch.nn.Module = model  # (transformers' own `to` wrapper confuses type checkers)
+        module.to(dev)
         logger.info("captioner %s loaded from %s on %s (%s)", type(model).__name__, path, dev, dtype)
         return cls(model, processor, **kwargs)
 

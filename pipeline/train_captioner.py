@@ -175,9 +175,10 @@ def degrade(frame: np.ndarray, rng: np.random.Generator, quality: tuple[int, int
 
     q = int(rng.integers(quality[0], quality[1] + 1))
     ok, buf = cv2.imencode(".jpg", frame[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, q])
-    if not ok:  # pragma: no cover - OpenCV always encodes a uint8 image
+    decoded = cv2.imdecode(buf, cv2.IMREAD_COLOR) if ok else None
+    if decoded is None:  # pragma: no cover - OpenCV always round-trips a uint8 image
         return frame
-    return np.ascontiguousarray(cv2.imdecode(buf, cv2.IMREAD_COLOR)[..., ::-1])
+    return np.ascontiguousarray(decoded[..., ::-1])
 
 
 def rescale(frame: np.ndarray, rng: np.random.Generator, sizes: Sequence[int]) -> np.ndarray:
@@ -474,14 +475,14 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
         model.train()
         rng = np.random.default_rng([args.seed, epoch])
         late = epoch >= args.augment_from
-        augment = {"degrade_prob": args.degrade_prob, "rescale_prob": args.rescale_prob if late else 0.0,
-                   "noise_prob": args.noise_prob if late else 0.0}
+        rescale_prob, noise_prob = (args.rescale_prob, args.noise_prob) if late else (0.0, 0.0)
         t0, losses = time.time(), []
         bar = tqdm(range(args.steps_per_epoch), desc=f"captioner epoch {epoch + 1}/{args.epochs}", leave=False,
                    mininterval=5.0)
         for i in bar:
             step = epoch * args.steps_per_epoch + i
-            frames, states = make_examples(rng, args.batch_size, args.count_weights, **augment)
+            frames, states = make_examples(rng, args.batch_size, args.count_weights, degrade_prob=args.degrade_prob,
+                                           rescale_prob=rescale_prob, noise_prob=noise_prob)
             batch = {k: v.to(device) for k, v in encode_batch(processor, frames, states).items()}
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, args)
