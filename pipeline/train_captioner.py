@@ -568,11 +568,16 @@ def add_parser(train_subparsers: argparse._SubParsersAction) -> argparse.Argumen
     return p
 
 
-def _run_from_cli(ns: argparse.Namespace) -> int:
+def args_from_namespace(ns: argparse.Namespace) -> TrainCaptionerArgs:
+    """The TrainCaptionerArgs that parsed `semworld train captioner` flags describe."""
     model = CaptionerModelConfig(**{k: getattr(ns, k) for k in (
         "image_size", "patch_size", "vision_layers", "text_layers", "hidden", "heads", "mlp_ratio")})
     kwargs = {f: getattr(ns, f) for f in TrainCaptionerArgs.__dataclass_fields__ if f != "model" and hasattr(ns, f)}
-    train_captioner(TrainCaptionerArgs(**kwargs, model=model))
+    return TrainCaptionerArgs(**kwargs, model=model)
+
+
+def _run_from_cli(ns: argparse.Namespace) -> int:
+    train_captioner(args_from_namespace(ns))
     return 0
 
 

@@ -231,6 +231,23 @@ def test_attention_targets_point_at_each_objects_cell():
     assert (targets[0, 10:] == -1).all() and (targets[1] == -1).all()
 
 
+def test_cli_flags_map_onto_the_args_dataclass():
+    import argparse
+
+    from pipeline.train_captioner import TrainCaptionerArgs, add_parser, args_from_namespace
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    ns = parser.parse_args(["captioner", "--out", "w/captioner", "--epochs", "3", "--attn-weight", "0",
+                            "--count-weights", "1", "1", "2", "4", "--hidden", "64"])
+    args = args_from_namespace(ns)
+    assert callable(ns.func)
+    assert (args.out, args.epochs, args.attn_weight, args.model.hidden) == ("w/captioner", 3, 0.0, 64)
+    assert args.count_weights == (1.0, 1.0, 2.0, 4.0)
+    defaults = TrainCaptionerArgs(out="w/captioner")
+    assert args.batch_size == defaults.batch_size and args.augment_from == defaults.augment_from
+
+
 def test_train_args_validate():
     from pipeline.train_captioner import CaptionerModelConfig, TrainCaptionerArgs
 
