@@ -198,7 +198,8 @@ def score_predictor(predictor: _Predicts, clips: Sequence[Clip], horizon: int = 
     Every clip position s >= `min_history` starts a rollout from the true states 0..s-1; the state predicted
     at horizon h is compared with true state s+h-1 when that exists and is flagged predictable. Reported
     overall, by family and by scenario (each a {horizon: rate} map with counts), plus horizon-1 results on
-    unpredictable steps and the share of horizon-1 predictions that are valid world states.
+    unpredictable steps and the share of horizon-1 predictions that are valid world states. `by_horizon_chain`
+    keeps only targets whose every step since the rollout began is predictable (no object appeared meanwhile).
     """
     if horizon < 1 or min_history < 1:
         raise ValueError(f"horizon and min_history must be >= 1, got {horizon}, {min_history}")
@@ -228,6 +229,8 @@ def score_predictor(predictor: _Predicts, clips: Sequence[Clip], horizon: int = 
                     continue
                 for key in (("all", "all"), ("family", family), ("scenario", clip.scenario)):
                     hits.setdefault((*key, h), []).append(hit)
+                if all(clip.predictable[s:t + 1]):  # nothing random happened since the rollout began
+                    hits.setdefault(("chain", "all", h), []).append(hit)
 
     def table(kind: str, name: str) -> dict[str, Any]:
         return {str(h): _rate(hits.get((kind, name, h), [])) for h in range(1, horizon + 1)}
@@ -239,6 +242,7 @@ def score_predictor(predictor: _Predicts, clips: Sequence[Clip], horizon: int = 
     scenarios = sorted({k[1] for k in hits if k[0] == "scenario"})
     return {
         "by_horizon": table("all", "all"), "steps": counts("all", "all"),
+        "by_horizon_chain": table("chain", "all"), "chain_steps": counts("chain", "all"),
         "by_family": {f: table("family", f) for f in families},
         "family_steps": {f: counts("family", f) for f in families},
         "by_scenario": {s: table("scenario", s) for s in scenarios},
@@ -464,6 +468,7 @@ def write_report(result: dict[str, Any]) -> None:
             for fam, row in res["by_family"].items():
                 table.add_row(fam, *(_fmt(row[str(k)]) for k in range(1, h + 1)))
             ref = result.get("copy_last", {}).get("by_horizon", {})
+            table.add_row("all, chain", *(_fmt(res["by_horizon_chain"][str(k)]) for k in range(1, h + 1)))
             table.add_row("copy-last", *(_fmt(ref.get(str(k))) for k in range(1, h + 1)))
             table.add_row("steps", *(str(res["steps"][str(k)]) for k in range(1, h + 1)))
             console.print(table)

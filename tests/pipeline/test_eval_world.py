@@ -84,6 +84,7 @@ def test_predictor_scores_by_horizon_on_predictable_steps_only(world_dir):
     # 7 states, starts 4..6: horizon 1 has 3 targets per clip, horizon 3 only one (state 6).
     assert perfect["steps"] == {"1": 6, "2": 4, "3": 2} and perfect["rollouts"] == 6
     assert set(perfect["by_family"]) == {"physics"} and perfect["valid_h1"] == 1.0
+    assert perfect["chain_steps"] == perfect["steps"]  # states 2.. of these clips are all predictable
     # Copy-last is right exactly where the true state repeats the one before (never, for moving objects).
     copy = score_predictor(CopyLast(), clips, horizon=3, min_history=4)
     expected = np.mean([c.states[t] == c.states[t - 1] for c in clips for t in range(4, 7)])
