@@ -21,6 +21,7 @@ from pipeline.train_renderer import (
     layout_check,
     psnr,
     save_renderer,
+    shape_check,
     ssim,
     train_renderer,
 )
@@ -222,6 +223,7 @@ def test_metrics_tell_right_frames_from_wrong_ones():
     truth = [world.render_state(s, size=64) for s in states]
     assert psnr(truth[0], truth[0]) == float("inf") and ssim(truth[0], truth[0]) == pytest.approx(1.0)
     assert layout_check(states[0], truth[0]) == (2, 2, True)
+    assert shape_check(states[0], truth[0]) == [True, True]
     right = evaluate_frames(states, truth)
     assert right["layout_acc"] == 1.0 and right["object_cell_acc"] == 1.0
     moved = [world.render_state(s, size=64) for s in
@@ -231,6 +233,12 @@ def test_metrics_tell_right_frames_from_wrong_ones():
     assert wrong["layout_acc"] == pytest.approx(1 / 3)  # a moved ball and an unlit lamp are caught
     assert wrong["object_cell_acc"] == pytest.approx(3 / 4)
     assert wrong["psnr"] < 30 and wrong["ssim"] < 1.0
+    assert right["object_shape_acc"] == 1.0 and right["frame_acc"] == 1.0
+    reshaped = [world.render_state(s, size=64) for s in
+                ["red box top left , blue box bottom right .", states[1], states[2]]]  # fmt: skip
+    shapes = evaluate_frames(states, reshaped)
+    assert shapes["layout_acc"] == 1.0  # colours and cells are right...
+    assert shapes["object_shape_acc"] == pytest.approx(3 / 4) and shapes["frame_acc"] == pytest.approx(2 / 3)
 
 
 def test_args_are_validated():
