@@ -120,8 +120,8 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 def ssim(a: np.ndarray, b: np.ndarray) -> float:
     """Mean SSIM of two (H, W, 3) uint8 images: 7x7 uniform windows per channel, the usual constants."""
-    x = torch.from_numpy(a).double().permute(2, 0, 1)[:, None]  # (3, 1, H, W)
-    y = torch.from_numpy(b).double().permute(2, 0, 1)[:, None]
+    x = torch.tensor(np.asarray(a), dtype=torch.float64).permute(2, 0, 1)[:, None]  # (3, 1, H, W)
+    y = torch.tensor(np.asarray(b), dtype=torch.float64).permute(2, 0, 1)[:, None]
 
     def mean(t: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.avg_pool2d(t, 7, stride=1)
