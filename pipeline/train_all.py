@@ -109,7 +109,8 @@ def build_renderer(args: TrainAllArgs, run: Path, out: Path, captioner: Path | N
     rargs = tr.TrainRendererArgs(out=str(run), seed=args.seed, threads=args.threads,
                                  captioner=str(captioner) if captioner is not None else None, **fields)
     metrics = tr.train_renderer(rargs)
-    _replace_dir(run / "pipeline", out)  # train_renderer leaves the final diffusers checkpoint there
+    # train_renderer leaves the final diffusers checkpoint in run/pipeline (and the best evaluated in run/best).
+    _replace_dir(run / getattr(tr, "SHIPPED_FOLDER", "pipeline"), out)
     return {"args": rargs.to_dict(), "metrics": metrics}
 
 
