@@ -489,15 +489,15 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
             if supervise_attention:
                 # The same computation as model(**batch), keeping the decoder's cross-attention maps.
                 image = model.vision_model(pixel_values=batch["pixel_values"]).last_hidden_state  # (B, 1+P, d)
-                out = model.text_decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                dec = model.text_decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                                          encoder_hidden_states=image, labels=batch["labels"],
                                          output_attentions=True, return_dict=True)
-                attn = torch.stack(out.cross_attentions).mean(dim=(0, 2))  # (layers, B, H, L, 1+P) -> (B, L, 1+P)
+                attn = torch.stack(dec.cross_attentions).mean(dim=(0, 2))  # (layers, B, H, L, 1+P) -> (B, L, 1+P)
                 targets = attention_targets(states, attn.shape[1], grid).to(device)  # (B, L)
                 mask = targets >= 0
                 picked = attn.gather(-1, targets.clamp(min=0)[..., None])[..., 0]  # (B, L)
                 attn_loss = -(picked[mask] + 1e-6).log().mean()
-                loss = out.loss + args.attn_weight * attn_loss
+                loss = dec.loss + args.attn_weight * attn_loss
             else:
                 loss = model(**batch).loss
             optimizer.zero_grad(set_to_none=True)

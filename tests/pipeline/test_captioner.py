@@ -192,8 +192,9 @@ def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
 
     from pipeline.train_captioner import CaptionerModelConfig, TrainCaptionerArgs, train_captioner
 
+    # a 5 x 5 ViT grid (40 / 8), one patch per world cell, so the attention-supervised path runs too
     model = CaptionerModelConfig(
-        image_size=32, patch_size=16, vision_layers=1, text_layers=1, hidden=32, heads=2
+        image_size=40, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2
     )
     args = TrainCaptionerArgs(
         out=str(tmp_path / "model"),
