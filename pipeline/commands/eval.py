@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from pipeline import eval_world
 from pipeline.data import cap_windows, make_windows, read_sequences, split_sequences, uniform_cross_entropy
 from pipeline.errors import UserError
 from pipeline.tokenizer import load_tokenizer
@@ -24,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("eval", help="evaluate a model")
     ev_sub = ev.add_subparsers(dest="eval_what", metavar="WHAT")
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
+    eval_world.add_parser(ev_sub)  # `semworld eval world`: all three shipped stages on a generated world split
 
     p = ev_sub.add_parser(
         "predictor",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from pipeline import train_all, train_captioner, train_renderer
 from pipeline.training import LABELS, TrainArgs, TrainResult, train_predictor
 
 
@@ -16,6 +17,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     train = sub.add_parser("train", help="train a model")
     train_sub = train.add_subparsers(dest="train_what", metavar="WHAT")
     train.set_defaults(func=lambda args: (train.print_help(), 2)[1])
+    # The shipped models' trainers each add their own subcommand: captioner, renderer, all.
+    train_captioner.add_parser(train_sub)
+    train_renderer.add_parser(train_sub)
+    train_all.add_parser(train_sub)
 
     p = train_sub.add_parser(
         "predictor",
