@@ -45,7 +45,9 @@ def ragged_windows(seed: int = 1) -> torch.Tensor:
     return x
 
 
-def naive_free_run(model: BaselineModel, window: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+def naive_free_run(
+    model: BaselineModel, window: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """Section 7.4 written out for one window (T+1, N), no cache: the whole sequence is recomputed each step."""
     cfg = model.config
     seq = [cfg.bos_id] + [int(t) for s in window[: cfg.T] for t in s if int(t) != cfg.padding_idx]
@@ -256,9 +258,7 @@ def test_eos_counts_in_selection_loss_but_not_in_content_ce():
     assert int(res.loss_count) == int(packed.gold_len.sum())
     assert int(res.content_count) == int((x[:, T] != 0).sum()) == int(res.loss_count) - B
     eos_steps = packed.gold_len - 1
-    eos_ce = F.cross_entropy(
-        res.logits[torch.arange(B), eos_steps], torch.full((B,), V + 1), reduction="sum"
-    )
+    eos_ce = F.cross_entropy(res.logits[torch.arange(B), eos_steps], torch.full((B,), V + 1), reduction="sum")
     torch.testing.assert_close(res.loss_sum - res.content_sum, eos_ce, rtol=1e-10, atol=1e-12)
     s = model.score(x.clone())
     assert s["selection_count"] == s["last_tokens"] + B
@@ -403,5 +403,7 @@ def test_paper_parameter_counts(layers, paper, exact):
     assert count_parameters(cfg) == total and count_parameters(cfg, include_positions=False) == total - WPE
     # the head count does not change the baseline's size (section 7.3)
     with torch.device("meta"):
-        h2 = BaselineModel(BaselineConfig(vocab_size=36711, d_x=64, d_t=32, n_heads=2, n_layers=layers, N=16, T=4))
+        h2 = BaselineModel(
+            BaselineConfig(vocab_size=36711, d_x=64, d_t=32, n_heads=2, n_layers=layers, N=16, T=4)
+        )
     assert sum(p.numel() for p in h2.parameters()) == total

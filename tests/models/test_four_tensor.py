@@ -287,8 +287,12 @@ def test_check08_pre_ln_on_branches_and_final_norm():
     X_last = model.input_construction(ids)
     for lay in model.layers:
         X_last = lay(X_last, build_pad_mask(ids, PAD))
-    expected = torch.einsum("bxtnq,vn,qv->bxtv", ref_ln(model.final_norm, X_last),
-                            model.input_construction.E_sem.weight, model.W_prime)
+    expected = torch.einsum(
+        "bxtnq,vn,qv->bxtv",
+        ref_ln(model.final_norm, X_last),
+        model.input_construction.E_sem.weight,
+        model.W_prime,
+    )
     torch.testing.assert_close(model(ids), expected)
 
 
@@ -358,8 +362,11 @@ def test_check12_training_compares_logits_to_integer_targets():
         model.training_step(full).backward()
     names = log.names()
     assert not any("one_hot" in n for n in names)
-    vocab_softmax = [out for f, _, out in log.calls
-                     if str(f).startswith("aten._softmax.") and out.shape[-1] == c.vocab_size]
+    vocab_softmax = [
+        out
+        for f, _, out in log.calls
+        if str(f).startswith("aten._softmax.") and out.shape[-1] == c.vocab_size
+    ]
     assert not vocab_softmax
     nll = [args for f, args, _ in log.calls if str(f).startswith(("aten.nll_loss.", "aten.nll_loss_forward"))]
     assert nll and all(not args[1].is_floating_point() for args in nll)

@@ -34,7 +34,12 @@ def test_cpu_presets_build_and_run(name):
 
 def test_overrides_and_unknown_names():
     cfg = four_tensor_config("tiny", vocab_size=99, end_ids=(3,), slice_causal=True)
-    assert (cfg.vocab_size, cfg.end_ids, cfg.slice_causal, cfg.d_x) == (99, (3,), True, get_preset("tiny").d_x)
+    assert (cfg.vocab_size, cfg.end_ids, cfg.slice_causal, cfg.d_x) == (
+        99,
+        (3,),
+        True,
+        get_preset("tiny").d_x,
+    )
     with pytest.raises(ValueError, match="unknown preset 'huge'; known presets: tiny, small"):
         get_preset("huge")
 
