@@ -271,3 +271,18 @@ def test_shipped_captioner_reads_world_frames_exactly():
     predicted = captioner.caption(frames)
     wrong = [(p, s) for p, s in zip(predicted, states) if p != s]
     assert len(wrong) <= 1, wrong[:3]  # >= 99% of 96 frames
+
+
+def test_legacy_layout_with_preprocessor_config(tiny_blip_dir, tmp_path):
+    """Hub checkpoints (e.g. Salesforce/blip-image-captioning-base) keep the image processor in
+    preprocessor_config.json and name the fast/torchvision class; the adapter still loads the PIL one."""
+    legacy = tmp_path / "legacy"
+    shutil.copytree(tiny_blip_dir, legacy)
+    processor_config = json.loads((legacy / "processor_config.json").read_text())
+    image_config = {**processor_config["image_processor"], "processor_class": "BlipProcessor",
+                    "image_processor_type": "BlipImageProcessor"}
+    (legacy / "preprocessor_config.json").write_text(json.dumps(image_config))
+    (legacy / "processor_config.json").unlink()
+    captioner = Captioner.from_pretrained(legacy, device="cpu")
+    assert type(captioner.processor.image_processor).__name__ == "BlipImageProcessorPil"
+    assert captioner.caption(_frames(2)) == Captioner.from_pretrained(tiny_blip_dir, device="cpu").caption(_frames(2))
