@@ -210,20 +210,39 @@ def make_examples(
     rescale_sizes: Sequence[int] = (48, 64, 80, 96),
     noise_prob: float = 0.0,
     noise_std: tuple[float, float] = (1.0, 8.0),
+    jitter_prob: float = 0.0,
+    jitter: float = 0.15,
+    resize_prob: float = 0.0,
+    resize_range: tuple[int, int] = (56, 192),
 ) -> tuple[list[np.ndarray], list[str]]:
     """`n` random world frames (frame_size, frame_size, 3) uint8 and their canonical states.
 
-    Each frame is, with its probability, rescaled through a smaller size, given pixel noise, then sent through
-    a JPEG round trip (in that order). A probability of 0 draws no random number, so adding an augmentation
+    Each frame is, with its probability, drawn with every object moved off its cell's centre by up to `jitter`
+    cells and/or drawn natively at a random side in `resize_range` and resized to frame_size (sub-pixel
+    placement and other rasterisations: a renderer's or a camera's frames are never pixel-identical to the
+    world's), rescaled through a smaller size, given pixel noise, then sent through a JPEG round trip. A probability of 0 draws no random number, so adding an augmentation
     later in a run leaves the earlier epochs' data unchanged.
     """
+    from PIL import Image
+
     from world.grammar import caption
-    from world.render import render_scene
+    from world.render import draw_frame, render_scene
 
     frames, states = [], []
     for _ in range(n):
         scene = sample_scene(rng, count_weights)
-        frame = render_scene(scene, size=frame_size)
+        jittered = jitter_prob > 0 and rng.random() < jitter_prob
+        side = frame_size
+        if resize_prob > 0 and rng.random() < resize_prob:
+            side = int(rng.integers(resize_range[0], resize_range[1] + 1))
+        if jittered:
+            offsets = rng.uniform(-jitter, jitter, size=(len(scene.objects), 2))
+            placed = [(o.colour, o.shape, o.row + dy, o.col + dx) for o, (dy, dx) in zip(scene.objects, offsets)]
+            frame = draw_frame(placed, screen=scene.screen, lamp=scene.lamp, size=side)
+        else:
+            frame = render_scene(scene, size=side)
+        if side != frame_size:
+            frame = np.asarray(Image.fromarray(frame).resize((frame_size, frame_size), Image.Resampling.BICUBIC))
         if rescale_prob > 0 and rng.random() < rescale_prob:
             frame = rescale(frame, rng, rescale_sizes)
         if noise_prob > 0 and rng.random() < noise_prob:
@@ -258,6 +277,10 @@ class TrainCaptionerArgs:
         lr * min_lr_ratio.
     count_weights: relative frequency of scenes with 0, 1, 2, 3 objects (the most crowded are the hardest).
     degrade_prob: fraction of training frames sent through a JPEG round trip (robustness to decoded video).
+    jitter_prob / resize_prob: fractions of training frames whose objects sit up to 0.15 cell off their cell's
+        centre / that are drawn natively at 56-192 px and resized to 128 (see make_examples); from augment_from.
+    init_from: a saved captioner folder (this layout) to start from instead of a random initialisation: the
+        fine-tuning phase of the shipped recipe (SHIPPED_FINETUNE).
     rescale_prob / noise_prob: fractions of training frames drawn small and scaled back up (soft, as the
         renderer's low-resolution frames) / given Gaussian pixel noise; both only from epoch `augment_from`
         on (a curriculum: clean frames first, then the harder ones).
@@ -290,7 +313,10 @@ class TrainCaptionerArgs:
     degrade_prob: float = 0.2
     rescale_prob: float = 0.25
     noise_prob: float = 0.15
+    jitter_prob: float = 0.0
+    resize_prob: float = 0.0
     augment_from: int = 12
+    init_from: str | None = None
     eval_frames: int = 800
     attn_weight: float = 1.0
     target: float | None = None
@@ -310,7 +336,7 @@ class TrainCaptionerArgs:
             raise ValueError(f"target must be in (0, 1] or None, got {self.target}")
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
-        for name in ("degrade_prob", "rescale_prob", "noise_prob"):
+        for name in ("degrade_prob", "rescale_prob", "noise_prob", "jitter_prob", "resize_prob"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if len(self.count_weights) < 1 or min(self.count_weights) < 0 or sum(self.count_weights) <= 0:
@@ -434,6 +460,16 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
     tokenizer = build_tokenizer(world_sentences())
     processor = build_processor(tokenizer, args.model.image_size)
     model = build_blip(args.model, tokenizer).to(device)
+    if args.init_from is not None:
+        from safetensors.torch import load_file
+
+        weights = Path(args.init_from) / "model.safetensors"
+        if not weights.is_file():
+            raise UserError(f"--init-from {args.init_from}: no model.safetensors (expected a captioner folder)")
+        missing, unexpected = model.load_state_dict(load_file(str(weights)), strict=False)
+        if unexpected or [k for k in missing if "predictions.decoder" not in k]:  # tied weights are not stored
+            raise UserError(f"--init-from {args.init_from}: not a captioner of shape {args.model}")
+        model.tie_weights()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embeddings" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embeddings" not in n)]
     optimizer = torch.optim.AdamW(
@@ -480,13 +516,15 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
         rng = np.random.default_rng([args.seed, epoch])
         late = epoch >= args.augment_from
         rescale_prob, noise_prob = (args.rescale_prob, args.noise_prob) if late else (0.0, 0.0)
+        jitter_prob, resize_prob = (args.jitter_prob, args.resize_prob) if late else (0.0, 0.0)
         t0, losses = time.time(), []
         bar = tqdm(range(args.steps_per_epoch), desc=f"captioner epoch {epoch + 1}/{args.epochs}", leave=False,
                    mininterval=5.0)
         for i in bar:
             step = epoch * args.steps_per_epoch + i
             frames, states = make_examples(rng, args.batch_size, args.count_weights, degrade_prob=args.degrade_prob,
-                                           rescale_prob=rescale_prob, noise_prob=noise_prob)
+                                           rescale_prob=rescale_prob, noise_prob=noise_prob,
+                                           jitter_prob=jitter_prob, resize_prob=resize_prob)
             batch = {k: v.to(device) for k, v in encode_batch(processor, frames, states).items()}
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, args)
@@ -545,6 +583,26 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
     return best
 
 
+# ---- the shipped recipe ---------------------------------------------------------------------------------
+# weights/captioner/ is made in two phases: the defaults of TrainCaptionerArgs (36 epochs from scratch), then a
+# short fine-tune from that model with these settings, which adds jittered and natively resized frames (the
+# first model read pixel-perfect world frames perfectly but lost most frames shifted by one pixel).
+SHIPPED_FINETUNE: dict[str, object] = {
+    "epochs": 8, "lr": 3e-4, "warmup_steps": 50, "augment_from": 0, "jitter_prob": 0.5, "resize_prob": 0.3,
+}
+
+
+def train_shipped(out: str | Path, run_dir: str | Path, seed: int = 0, threads: int = 1) -> dict[str, float]:
+    """Both phases of the shipped captioner: from scratch into run_dir/base, then the fine-tune into `out`."""
+    run_dir = Path(run_dir)
+    base = TrainCaptionerArgs(out=str(run_dir / "base" / "model"), run_dir=str(run_dir / "base"), seed=seed,
+                              threads=threads, test_clips=0)
+    train_captioner(base)
+    finetune = TrainCaptionerArgs(out=str(out), run_dir=str(run_dir / "finetune"), seed=seed, threads=threads,
+                                  init_from=base.out, **SHIPPED_FINETUNE)  # type: ignore[arg-type]
+    return train_captioner(finetune)
+
+
 # ---- command line --------------------------------------------------------------------------------------
 def add_parser(train_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `captioner` to `semworld train`; the parser's func runs train_captioner and returns 0."""
@@ -560,13 +618,14 @@ def add_parser(train_subparsers: argparse._SubParsersAction) -> argparse.Argumen
                  "augment_from", "threads"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "degrade_prob", "rescale_prob", "noise_prob",
-                 "attn_weight"):
+                 "jitter_prob", "resize_prob", "attn_weight"):
         p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
     p.add_argument("--target", type=float, default=defaults.target,
                    help="stop once held-out exact match reaches this (default: train the whole schedule)")
     p.add_argument("--count-weights", type=float, nargs="+", default=list(defaults.count_weights),
                    help="relative frequency of scenes with 0, 1, 2, 3 objects")
     p.add_argument("--device", default=defaults.device)
+    p.add_argument("--init-from", default=None, help="start from this saved captioner folder (fine-tuning)")
     for name in ("image_size", "patch_size", "vision_layers", "text_layers", "hidden", "heads", "mlp_ratio"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(model_defaults, name),
                        help="model shape (see CaptionerModelConfig)")

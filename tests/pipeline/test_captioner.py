@@ -222,6 +222,32 @@ def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
     assert not (tmp_path / "model" / "checkpoint.pt").exists()  # the HF folder holds the model only
 
 
+def test_init_from_continues_from_a_saved_captioner(tmp_path):
+    from pipeline.train_captioner import CaptionerModelConfig, TrainCaptionerArgs, train_captioner
+
+    model = CaptionerModelConfig(image_size=40, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
+    common = dict(epochs=1, steps_per_epoch=1, batch_size=2, eval_frames=4, warmup_steps=1, test_clips=0, model=model)
+    train_captioner(TrainCaptionerArgs(out=str(tmp_path / "a"), run_dir=str(tmp_path / "ra"), **common))
+    before = Captioner.from_pretrained(tmp_path / "a", device="cpu").caption(_frames(2))
+    # lr ~ 0: the fine-tuned model is the one it started from, so it captions the same
+    train_captioner(TrainCaptionerArgs(out=str(tmp_path / "b"), run_dir=str(tmp_path / "rb"), init_from=str(tmp_path / "a"),
+                                       lr=1e-12, jitter_prob=1.0, resize_prob=1.0, augment_from=0, **common))
+    assert Captioner.from_pretrained(tmp_path / "b", device="cpu").caption(_frames(2)) == before
+    with pytest.raises(UserError, match="no model.safetensors"):
+        train_captioner(TrainCaptionerArgs(out=str(tmp_path / "c"), run_dir=str(tmp_path / "rc"),
+                                           init_from=str(tmp_path), **common))
+
+
+def test_jitter_and_resize_keep_the_states():
+    from pipeline.train_captioner import make_examples
+
+    plain_frames, plain_states = make_examples(np.random.default_rng(3), 6, (0, 0, 0, 1))
+    frames, states = make_examples(np.random.default_rng(3), 6, (0, 0, 0, 1), jitter_prob=1.0, resize_prob=1.0)
+    assert states[0] == plain_states[0]  # the scene is drawn first: same scene, moved and re-rasterised
+    assert all(f.shape == (128, 128, 3) and f.dtype == np.uint8 for f in frames)
+    assert plain_frames[0].shape == frames[0].shape and not np.array_equal(plain_frames[0], frames[0])
+
+
 def test_attention_targets_point_at_each_objects_cell():
     from pipeline.train_captioner import attention_targets
 
