@@ -32,7 +32,7 @@ PREDICTOR_FILES = ("config.json", "model.safetensors", "tokenizer.json", "traini
 # the clips held out for the section 8.2 stopping rule; docs/predictor_world.md has the measurements behind it.
 PREDICTOR_RECIPE: dict[str, Any] = {
     "model": "four_tensor", "preset": "small", "causal_slices": False, "clips": 3000, "length": 20,
-    "max_windows": 10000, "epochs": 8, "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05,
+    "max_windows": None, "epochs": 8, "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05,
 }
 # --quick: the same code path in seconds (tests, smoke runs); the models it makes are not worth shipping.
 QUICK_PREDICTOR = {"preset": "tiny", "clips": 40, "length": 8, "max_windows": 120, "epochs": 1}
