@@ -96,9 +96,10 @@ class Predictor:
         return torch.stack(predicted, dim=1), state  # (B, k, N)
 
     def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
-        """Roll out k future states for each history; returns B lists of k sentences."""
+        """Roll out k future states for each history; returns B lists of k states in the canonical spelling
+        (tokens separated by single spaces, as the captioner writes them)."""
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
         window = self.encode_histories(states, truncate=truncate)
         ids, _ = self.predict_ids(window, k)
-        return [[self.tokenizer.decode(ids[b, j]) for j in range(k)] for b in range(ids.shape[0])]
+        return [[self.tokenizer.spell(ids[b, j]) for j in range(k)] for b in range(ids.shape[0])]

@@ -175,6 +175,19 @@ class StateTokenizer:
         text = _APOSTROPHE.sub(r"\1'\2", text)
         return _SPACE_AFTER.sub(r"\1", _SPACE_BEFORE.sub(r"\1", text))
 
+    def spell(self, ids: Sequence[int] | torch.Tensor) -> str:
+        """Ids back to a state in its canonical spelling, stopping at the first padding id: every token (word or
+        punctuation mark) separated by one space, "red ball top left , lamp on .", the spelling the world's
+        captions and the captioner use, so that predicted and observed states compare as plain strings."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        words: list[str] = []
+        for i in ids:
+            if int(i) == PAD_ID:
+                break
+            words.append(self._id_to_token.get(int(i), UNK_TOKEN))
+        return " ".join(words)
+
     def decode_batch(self, ids: torch.Tensor) -> list[str]:
         """(S, N) ids -> S strings."""
         return [self.decode(row) for row in ids]

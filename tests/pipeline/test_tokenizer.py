@@ -38,6 +38,7 @@ def test_round_trip_and_padding(tok):
 def test_decode_stops_at_padding(tok):
     ids = tok.encode("the cat sat.") + [PAD_ID] + tok.encode("dog")
     assert tok.decode(ids) == "the cat sat."
+    assert tok.spell(ids) == "the cat sat ."
 
 
 def test_truncation_is_counted(tok):
