@@ -95,8 +95,13 @@ def _replace_dir(src: Path, dst: Path, files: tuple[str, ...] | None = None) -> 
 def build_captioner(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
     from pipeline import train_captioner as tc
 
-    fields = {**_recipe(tc, {}), **(QUICK_CAPTIONER if args.quick else {})}
-    model = {**fields.pop("model", {}), **(QUICK_CAPTIONER_MODEL if args.quick else {})}
+    if not args.quick:
+        # The shipped recipe has two phases: from scratch, then a fine-tune on nudged and rescaled frames.
+        metrics = tc.train_shipped(out, run, seed=args.seed, threads=args.threads)
+        return {"args": {"recipe": "train_captioner.train_shipped", "finetune": dict(tc.SHIPPED_FINETUNE)},
+                "metrics": metrics}
+    fields = {**_recipe(tc, {}), **QUICK_CAPTIONER}
+    model = {**fields.pop("model", {}), **QUICK_CAPTIONER_MODEL}
     targs = tc.TrainCaptionerArgs(out=str(out), run_dir=str(run), seed=args.seed, threads=args.threads,
                                   model=tc.CaptionerModelConfig(**model), **fields)
     return {"args": dataclasses.asdict(targs), "metrics": tc.train_captioner(targs)}
