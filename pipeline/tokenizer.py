@@ -164,14 +164,7 @@ class StateTokenizer:
     # ---- decoding -----------------------------------------------------------------------------------
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
         """Ids back to text, stopping at the first padding id; words joined the way they are written."""
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
-        words: list[str] = []
-        for i in ids:
-            if int(i) == PAD_ID:
-                break
-            words.append(self._id_to_token.get(int(i), UNK_TOKEN))
-        text = " ".join(words)
+        text = self.spell(ids)
         text = _APOSTROPHE.sub(r"\1'\2", text)
         return _SPACE_AFTER.sub(r"\1", _SPACE_BEFORE.sub(r"\1", text))
 
