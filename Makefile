@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow lint typecheck bench clean weights
+.PHONY: install demo demo-train serve test test-slow lint typecheck bench clean weights
 
 install: $(STAMP)
 
@@ -16,8 +16,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The main job on the embedded models: a clip of the built-in world in, its next states and frames out,
+# compared with the world's ground truth (outputs in runs/demo/).
 demo: install
+	$(BIN)/semworld world generate --scenario bounce --clips 1 --split test --seed 0 --out runs/demo/world --no-progress
+	$(BIN)/semworld predict runs/demo/world/clips/000000.mp4 --stride 5 --context 8 --horizon 4 \
+		--truth runs/demo/world/states.jsonl --out runs/demo/predict
+
+# A short training run of the 4-tensor predictor on world state sequences, then a rollout (about a minute).
+demo-train: install
 	$(BIN)/semworld demo
+
+serve: install
+	$(BIN)/semworld serve
 
 lint: install
 	$(BIN)/ruff check .
@@ -39,6 +50,7 @@ weights: install
 
 bench: install
 	$(BIN)/python bench/predictor_speed.py
+	$(BIN)/python bench/pipeline_speed.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
