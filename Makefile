@@ -39,6 +39,7 @@ typecheck: install
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -m "not slow"
 
 test-slow: install

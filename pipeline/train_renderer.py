@@ -583,9 +583,9 @@ def train_renderer(args: TrainRendererArgs) -> dict[str, Any]:
         bar = tqdm(total=args.vae_steps, initial=step, desc="renderer vae", unit="step")
         while not _stage_done(args, "vae", step, started):
             gen = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
-            idx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen).tolist()
+            vae_idx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen).tolist()
             x = frames_of(
-                [train_pool[i] for i in idx], args.image_size, args.render_size
+                [train_pool[i] for i in vae_idx], args.image_size, args.render_size
             )  # (B, 3, H, W) in [-1, 1]
             posterior = vae.encode(x).latent_dist
             latent = posterior.sample(generator=gen) if args.vae_sample else posterior.mode()
