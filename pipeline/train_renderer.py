@@ -865,4 +865,4 @@ SHIPPED_RECIPE: dict[str, Any] = {
     "pool": 8000,
     "eval_every": 250,
 }
-SHIPPED_FOLDER = "pipeline"  # the final checkpoint of the run (its evaluations pick no other one)
+SHIPPED_FOLDER = "best"  # the checkpoint its periodic evaluation scored best; the shipped weights are one (checkpoints swing)
