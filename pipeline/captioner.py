@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from tokenizers import pre_tokenizers
 
-from pipeline.errors import UserError
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from pipeline.errors import UserError
 from pipeline.tokenizer import PAD_ID, StateTokenizer
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.errors import UserError
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 

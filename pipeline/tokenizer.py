@@ -16,7 +16,7 @@ import torch
 from tokenizers import Tokenizer, normalizers, pre_tokenizers
 from tokenizers.models import WordLevel
 
-from pipeline.errors import UserError
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import av
 import cv2
 import numpy as np
 
-from pipeline.errors import UserError
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 

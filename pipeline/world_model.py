@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from pipeline.errors import UserError
+from pipeline.utils import UserError
 from pipeline.video import SampledClip, VideoLimits, VideoSource, encode_mp4, read_video
 
 logger = logging.getLogger(__name__)
@@ -146,8 +146,8 @@ class WorldModelPipeline:
 
         # The stage modules are imported here so that the pipeline itself stays cheap to import.
         from pipeline.captioner import Captioner as HFCaptioner
+        from pipeline.predictor import Predictor as TensorPredictor
         from pipeline.renderer import Renderer as HFRenderer
-        from pipeline.rollout import Predictor as TensorPredictor
 
         t0 = time.perf_counter()
         captioner = HFCaptioner.from_pretrained(

@@ -61,16 +61,16 @@ def build_tiny_weights(root: Path) -> Path:
     """
     from models.four_tensor import FourTensorConfig, FourTensorModel
     from pipeline.tokenizer import StateTokenizer
-    from pipeline.train_captioner import (
+    from pipeline.training.captioner import (
         CaptionerModelConfig,
         build_blip,
         build_processor,
         build_tokenizer,
         world_sentences,
     )
-    from pipeline.train_renderer import TrainRendererArgs, build_pipeline, save_renderer
+    from pipeline.training.renderer import TrainRendererArgs, build_pipeline, save_renderer
 
-    for module in ("pipeline.captioner", "pipeline.rollout", "pipeline.renderer"):
+    for module in ("pipeline.captioner", "pipeline.predictor", "pipeline.renderer"):
         __import__(module)
     if (root / "model_index.json").is_file():  # built earlier in this session: the index is written last
         return root

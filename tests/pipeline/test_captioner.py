@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pipeline.captioner import Captioner, normalize_state_text
-from pipeline.errors import UserError
+from pipeline.utils import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "weights" / "captioner"
@@ -29,7 +29,7 @@ def tiny_blip_dir(tmp_path_factory) -> Path:
     """A randomly initialised BlipForConditionalGeneration with our word-level tokenizer, saved in HF layout."""
     from transformers import BlipForConditionalGeneration
 
-    from pipeline.train_captioner import CaptionerModelConfig, build_blip, build_processor, build_tokenizer
+    from pipeline.training.captioner import CaptionerModelConfig, build_blip, build_processor, build_tokenizer
 
     torch.manual_seed(0)
     tokenizer = build_tokenizer(SENTENCES)
@@ -174,7 +174,7 @@ def test_corrupt_weights_are_one_clear_error(tiny_blip_dir, tmp_path):
 
 # ---- the training script -------------------------------------------------------------------------------
 def test_sample_scene_is_valid_and_fits_n_tokens():
-    from pipeline.train_captioner import sample_scene
+    from pipeline.training.captioner import sample_scene
     from world import MAX_TOKENS, caption, parse_state, tokenize
 
     rng = np.random.default_rng(0)
@@ -190,7 +190,7 @@ def test_sample_scene_is_valid_and_fits_n_tokens():
 def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
     import json as _json
 
-    from pipeline.train_captioner import CaptionerModelConfig, TrainCaptionerArgs, train_captioner
+    from pipeline.training.captioner import CaptionerModelConfig, TrainCaptionerArgs, train_captioner
 
     # a 5 x 5 ViT grid (40 / 8), one patch per world cell, so the attention-supervised path runs too
     model = CaptionerModelConfig(
@@ -223,7 +223,7 @@ def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
 
 
 def test_init_from_continues_from_a_saved_captioner(tmp_path):
-    from pipeline.train_captioner import CaptionerModelConfig, TrainCaptionerArgs, train_captioner
+    from pipeline.training.captioner import CaptionerModelConfig, TrainCaptionerArgs, train_captioner
 
     model = CaptionerModelConfig(image_size=40, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
     common = dict(epochs=1, steps_per_epoch=1, batch_size=2, eval_frames=4, warmup_steps=1, test_clips=0, model=model)
@@ -239,7 +239,7 @@ def test_init_from_continues_from_a_saved_captioner(tmp_path):
 
 
 def test_jitter_and_resize_keep_the_states():
-    from pipeline.train_captioner import make_examples
+    from pipeline.training.captioner import make_examples
 
     plain_frames, plain_states = make_examples(np.random.default_rng(3), 6, (0, 0, 0, 1))
     frames, states = make_examples(np.random.default_rng(3), 6, (0, 0, 0, 1), jitter_prob=1.0, resize_prob=1.0)
@@ -249,7 +249,7 @@ def test_jitter_and_resize_keep_the_states():
 
 
 def test_attention_targets_point_at_each_objects_cell():
-    from pipeline.train_captioner import attention_targets
+    from pipeline.training.captioner import attention_targets
 
     targets = attention_targets(["red ball top left , blue box bottom right , lamp on .", "empty ."], 16, 5)
     assert targets.shape == (2, 16)
@@ -261,7 +261,7 @@ def test_attention_targets_point_at_each_objects_cell():
 def test_cli_flags_map_onto_the_args_dataclass():
     import argparse
 
-    from pipeline.train_captioner import TrainCaptionerArgs, add_parser, args_from_namespace
+    from pipeline.training.captioner import TrainCaptionerArgs, add_parser, args_from_namespace
 
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
@@ -276,7 +276,7 @@ def test_cli_flags_map_onto_the_args_dataclass():
 
 
 def test_train_args_validate():
-    from pipeline.train_captioner import CaptionerModelConfig, TrainCaptionerArgs
+    from pipeline.training.captioner import CaptionerModelConfig, TrainCaptionerArgs
 
     with pytest.raises(ValueError, match="epochs"):
         TrainCaptionerArgs(out="x", epochs=0)

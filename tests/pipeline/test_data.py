@@ -13,8 +13,8 @@ from pipeline.data import (
     read_sequences,
     split_sequences,
 )
-from pipeline.errors import UserError
 from pipeline.tokenizer import PAD_ID, StateTokenizer
+from pipeline.utils import UserError
 
 from .conftest import toy_sequences, write_jsonl
 

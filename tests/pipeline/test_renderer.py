@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.errors import UserError
 from pipeline.renderer import Renderer, RenderSettings
-from pipeline.train_renderer import (
+from pipeline.training.renderer import (
     TrainRendererArgs,
     build_pipeline,
     evaluate_frames,
@@ -25,6 +24,7 @@ from pipeline.train_renderer import (
     ssim,
     train_renderer,
 )
+from pipeline.utils import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "weights" / "renderer"

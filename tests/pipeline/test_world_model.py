@@ -10,8 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from pipeline.errors import UserError
 from pipeline.outputs import make_strip, states_document, write_outputs, zip_outputs
+from pipeline.utils import UserError
 from pipeline.video import VideoLimits, read_video
 from pipeline.world_model import WorldModelOutput, WorldModelPipeline
 
@@ -260,8 +260,8 @@ def tiny_weights(tmp_path_factory) -> Path:
 
 def test_from_pretrained_runs_real_tiny_stages(tiny_weights, tmp_path):
     from pipeline.captioner import Captioner
+    from pipeline.predictor import Predictor
     from pipeline.renderer import Renderer
-    from pipeline.rollout import Predictor
 
     pipe = WorldModelPipeline.from_pretrained(tiny_weights, device="cpu")
     pipe.warmup()  # a blank frame captions to a long state: warmup must cut it, not fail

@@ -84,9 +84,9 @@ def run_demo(ns: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from pipeline.commands.train import print_epoch_table
-    from pipeline.rollout import Predictor
-    from pipeline.training import TrainArgs, train_predictor
+    from pipeline.cli.train import print_epoch_table
+    from pipeline.predictor import Predictor
+    from pipeline.training.predictor import TrainArgs, train_predictor
 
     console = Console()
     out = Path(ns.out)

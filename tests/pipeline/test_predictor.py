@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.rollout import Predictor
+from pipeline.predictor import Predictor
 from pipeline.tokenizer import PAD_ID, StateTokenizer
 
 WORDS = ["the ball is at one.", "the ball is at two.", "the ball is at three.", "the ball is at four."]

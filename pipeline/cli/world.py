@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pipeline.errors import UserError
+from pipeline.utils import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline.training import stop_decision
+from pipeline.training.predictor import stop_decision
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-from pipeline.errors import UserError
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ import os
 import subprocess
 import sys
 
-from pipeline.training import PARAM_HASH_ENV
+from pipeline.training.predictor import PARAM_HASH_ENV
 
-from .conftest import toy_sequences, write_jsonl
+from ..conftest import toy_sequences, write_jsonl
 
 
 def test_two_process_replicas_end_identical(tmp_path):

@@ -8,16 +8,16 @@ import logging
 import os
 import sys
 
-from pipeline.errors import UserError
+from pipeline.utils import UserError
 
 # Each module exposes `register(subparsers)` and sets `func` on the parsers it adds.
 COMMAND_MODULES = (
-    "pipeline.commands.presets",
-    "pipeline.commands.world",
-    "pipeline.commands.train",
-    "pipeline.commands.eval",
-    "pipeline.commands.demo",
-    "pipeline.commands.predict",
+    "pipeline.cli.presets",
+    "pipeline.cli.world",
+    "pipeline.cli.train",
+    "pipeline.cli.eval",
+    "pipeline.cli.demo",
+    "pipeline.cli.predict",
 )
 
 
@@ -53,6 +53,3 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     return int(rc or 0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

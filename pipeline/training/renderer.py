@@ -22,8 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipeline.errors import UserError
 from pipeline.renderer import RenderSettings
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class TrainRendererArgs:
 def build_tokenizer(max_length: int):  # -> transformers.PreTrainedTokenizerFast
     """semworld's word-level tokenizer over the world vocabulary, as a transformers fast tokenizer."""
     from pipeline.tokenizer import StateTokenizer
-    from pipeline.train_captioner import world_sentences
+    from pipeline.training.captioner import world_sentences
 
     tokenizer = StateTokenizer.build(world_sentences()).to_transformers()
     tokenizer.model_max_length = max_length
@@ -257,7 +257,7 @@ def count_parameters(module: torch.nn.Module) -> int:
 # ---- data ----------------------------------------------------------------------------------------------
 def scene_states(seed: int, n: int, count_weights: Sequence[float]) -> list[str]:
     """`n` random valid world states (uniform over identities and cells, object counts by `count_weights`)."""
-    from pipeline.train_captioner import sample_scene
+    from pipeline.training.captioner import sample_scene
     from world.grammar import caption
 
     rng = np.random.default_rng(np.random.SeedSequence([seed, 4]))
@@ -842,7 +842,7 @@ def _run(ns: argparse.Namespace) -> int:
     return 0
 
 
-# The settings of the shipped weights/renderer (read by `pipeline.train_all`). The shipped files come from a run
+# The settings of the shipped weights/renderer (read by `pipeline.training.all`). The shipped files come from a run
 # with restarts under wall-clock caps on the shared CPU (weights/README.md lists them); this recipe is that design
 # as one uninterrupted, seeded run: the VAE on 128-pixel world frames resized to 80, then the UNet + text encoder
 # with the decoder fine-tuned alongside. Not yet run from scratch end to end.

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.errors import UserError
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -646,11 +646,11 @@ def _run_from_cli(ns: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m pipeline.train_captioner --out DIR ... (same flags as the CLI command)
+if __name__ == "__main__":  # python -m pipeline.training.captioner --out DIR ... (same flags as the CLI command)
     import sys
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _parser = argparse.ArgumentParser(prog="python -m pipeline.train_captioner")
+    _parser = argparse.ArgumentParser(prog="python -m pipeline.training.captioner")
     add_parser(_parser.add_subparsers())
     _ns = _parser.parse_args(["captioner", *sys.argv[1:]])
     sys.exit(_ns.func(_ns))

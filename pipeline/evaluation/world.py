@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from pipeline.errors import UserError
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -340,7 +340,7 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
     """Score each requested stage whose weights exist; a missing stage gives {"skipped": reason}."""
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    from pipeline.training import resolve_device
+    from pipeline.training.predictor import resolve_device
 
     device = resolve_device(args.device)
     clips = read_world_dir(args.data)
@@ -373,7 +373,7 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
         if folder is None:
             result["predictor"] = missing("predictor")
         else:
-            from pipeline.rollout import Predictor
+            from pipeline.predictor import Predictor
 
             predictor = Predictor.from_pretrained(folder, device=device)
             kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
@@ -421,7 +421,7 @@ def add_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Argument
 def default_weights() -> str:
     import os
 
-    return os.environ.get("SEMWORLD_WEIGHTS_DIR") or str(Path(__file__).resolve().parents[1] / "weights")
+    return os.environ.get("SEMWORLD_WEIGHTS_DIR") or str(Path(__file__).resolve().parents[2] / "weights")
 
 
 def run_eval_world(ns: argparse.Namespace) -> int:
@@ -481,9 +481,9 @@ def write_report(result: dict[str, Any]) -> None:
         console.print(table)
 
 
-if __name__ == "__main__":  # python -m pipeline.eval_world --data DIR ... (the same flags)
+if __name__ == "__main__":  # python -m pipeline.evaluation.world --data DIR ... (the same flags)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _parser = argparse.ArgumentParser(prog="python -m pipeline.eval_world")
+    _parser = argparse.ArgumentParser(prog="python -m pipeline.evaluation.world")
     add_parser(_parser.add_subparsers())
     _ns = _parser.parse_args(["world", *sys.argv[1:]])
     try:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 
-from pipeline import train_all, train_captioner, train_renderer
-from pipeline.training import LABELS, TrainArgs, TrainResult, train_predictor
+from pipeline.training import all as train_all
+from pipeline.training import captioner as train_captioner
+from pipeline.training import renderer as train_renderer
+from pipeline.training.predictor import LABELS, TrainArgs, TrainResult, train_predictor
 
 
 def register(sub: argparse._SubParsersAction) -> None:

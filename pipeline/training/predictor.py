@@ -32,8 +32,8 @@ from pipeline.data import (
     split_sequences,
     uniform_cross_entropy,
 )
-from pipeline.errors import UserError
 from pipeline.tokenizer import StateTokenizer
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 

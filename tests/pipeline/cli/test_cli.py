@@ -3,7 +3,7 @@
 import pytest
 
 from pipeline import cli
-from pipeline.errors import UserError
+from pipeline.utils import UserError
 
 
 def test_help_lists_commands(capsys):

@@ -11,11 +11,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pipeline import eval_world
 from pipeline.data import cap_windows, make_windows, read_sequences, split_sequences, uniform_cross_entropy
-from pipeline.errors import UserError
+from pipeline.evaluation import world as eval_world
 from pipeline.tokenizer import load_tokenizer
-from pipeline.training import SUMMARY_FILE, evaluate, resolve_device, val_window_cap
+from pipeline.training.predictor import SUMMARY_FILE, evaluate, resolve_device, val_window_cap
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 

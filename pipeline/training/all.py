@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import UserError
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def _replace_dir(src: Path, dst: Path, files: tuple[str, ...] | None = None) -> 
 
 # ---- the stages ----------------------------------------------------------------------------------------
 def build_captioner(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
-    from pipeline import train_captioner as tc
+    from pipeline.training import captioner as tc
 
     if not args.quick:
         # The shipped recipe has two phases: from scratch, then a fine-tune on nudged and rescaled frames.
@@ -108,7 +108,7 @@ def build_captioner(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
 
 
 def build_renderer(args: TrainAllArgs, run: Path, out: Path, captioner: Path | None) -> dict[str, Any]:
-    from pipeline import train_renderer as tr
+    from pipeline.training import renderer as tr
 
     fields = {**_recipe(tr, {}), **(QUICK_RENDERER if args.quick else {})}
     rargs = tr.TrainRendererArgs(out=str(run), seed=args.seed, threads=args.threads,
@@ -132,7 +132,7 @@ def predictor_data(path: Path, seed: int, clips: int, length: int) -> Path:
 
 
 def build_predictor(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
-    from pipeline.training import TrainArgs, train_predictor
+    from pipeline.training.predictor import TrainArgs, train_predictor
 
     recipe = {**PREDICTOR_RECIPE, **(QUICK_PREDICTOR if args.quick else {})}
     data = predictor_data(run / "train.jsonl", args.seed, recipe["clips"], recipe["length"])
@@ -253,9 +253,9 @@ def run_train_all(ns: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m pipeline.train_all --out weights ... (what `make weights` runs)
+if __name__ == "__main__":  # python -m pipeline.training.all --out weights ... (what `make weights` runs)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _parser = argparse.ArgumentParser(prog="python -m pipeline.train_all")
+    _parser = argparse.ArgumentParser(prog="python -m pipeline.training.all")
     add_parser(_parser.add_subparsers())
     _ns = _parser.parse_args(["all", *sys.argv[1:]])
     try:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from pipeline import cli
-from pipeline.errors import UserError
-from pipeline.training import CHECKPOINT_DIR, TrainArgs, train_predictor
+from pipeline.training.predictor import CHECKPOINT_DIR, TrainArgs, train_predictor
+from pipeline.utils import UserError
 
 ARGS = ["--preset", "tiny", "--batch-size", "8", "--val-fraction", "0.2", "--no-progress"]
 
@@ -145,7 +145,7 @@ def test_both_models_on_the_same_windows(tmp_path, toy_jsonl, capsys):
 
 def test_causal_slices_reach_the_model_config():
     from pipeline.tokenizer import StateTokenizer
-    from pipeline.training import build_model
+    from pipeline.training.predictor import build_model
 
     tok = StateTokenizer.build(["a b.", "c?"])
     plain = build_model("four_tensor", "tiny", tok).config

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.errors import UserError
-from pipeline.eval_world import (
+from pipeline.evaluation.world import (
     Clip,
     CopyLast,
     EvalWorldArgs,
@@ -25,6 +24,7 @@ from pipeline.eval_world import (
     ssim,
     stage_folder,
 )
+from pipeline.utils import UserError
 
 
 @pytest.fixture(scope="module")
@@ -200,8 +200,8 @@ def test_real_tiny_stages_end_to_end_through_the_cli(world_dir, tiny_weights, tm
 def test_train_all_quick_predictor_resumes_and_writes_the_index(tmp_path, monkeypatch):
     """`semworld train all --quick --stages predictor`: weights in the shipped layout, an index naming them, and a
     second run that finds the stage built and leaves it alone."""
-    from pipeline import train_all as ta
-    from pipeline.rollout import Predictor
+    from pipeline.predictor import Predictor
+    from pipeline.training import all as ta
 
     args = ta.TrainAllArgs(
         out=str(tmp_path / "w"),

@@ -1,1 +1,0 @@
-"""One module per command group of the `semworld` CLI."""
