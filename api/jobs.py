@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from api.engine import Engine, Stopped
-from pipeline.errors import UserError
 from pipeline.outputs import write_atomic, zip_outputs
+from pipeline.utils import UserError
 from pipeline.world_model import WorldModelOutput
 
 logger = logging.getLogger(__name__)
