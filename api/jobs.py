@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from api.engine import Engine, Stopped
-from pipeline.outputs import write_atomic, zip_outputs
-from pipeline.utils import UserError
+from pipeline.outputs import zip_outputs
+from pipeline.utils import UserError, atomic_write_bytes
 from pipeline.world_model import WorldModelOutput
 
 logger = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class JobStore:
 
     def create(self, data: bytes, params: dict[str, Any], filename: str | None = None) -> Job:
         job_id = uuid.uuid4().hex
-        write_atomic(self.input_path(job_id), data)  # the file first: a row never points at nothing
+        atomic_write_bytes(self.input_path(job_id), data)  # the file first: a row never points at nothing
         now = time.time()
         progress = {s: {"done": 0, "total": 0} for s in STAGES}
         with self._db() as db:
@@ -259,7 +259,7 @@ class JobStore:
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         for name, data in files.items():
-            write_atomic(partial / name, data)
+            atomic_write_bytes(partial / name, data)
         shutil.rmtree(final, ignore_errors=True)  # a previous run that crashed after its rename
         os.replace(partial, final)
         fd = os.open(job_dir, os.O_RDONLY)

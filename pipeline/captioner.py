@@ -2,7 +2,7 @@
 
 `Captioner` wraps any local Hugging Face image-to-text checkpoint (our embedded BLIP, a real BLIP or GIT
 directory) loaded offline through `AutoProcessor` + `AutoModelForImageTextToText`, and post-processes what it
-generates into plain state text in the world's spelling.
+generates into plain state text in the world's spelling (`pipeline.utils.canonical_state`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tokenizers import pre_tokenizers
 
-from pipeline.utils import UserError
+from pipeline.utils import UserError, canonical_state, default_dtype, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -28,20 +27,6 @@ DEFAULT_BATCH_SIZE = 64
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json")
-# The state tokenizer's word splitting (pipeline.tokenizer): whitespace, then every punctuation mark alone.
-_PRE_TOKENIZER = pre_tokenizers.Sequence(
-    [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(behavior="isolated")]
-)
-
-
-def normalize_state_text(text: str) -> str:
-    """Lowercase words and punctuation marks joined by single spaces: the world's spelling of a state.
-
-    "Red ball top left, lamp on." -> "red ball top left , lamp on ." (the world's canonical captions put a
-    space around each punctuation token, as the word-level tokenizer splits them).
-    """
-    words = _PRE_TOKENIZER.pre_tokenize_str(text.lower())
-    return " ".join(word for word, _ in words)
 
 
 def _check_checkpoint_dir(directory: Path) -> None:
@@ -85,12 +70,6 @@ def _check_checkpoint_dir(directory: Path) -> None:
         )
     if not any((directory / name).is_file() for name in _TOKENIZER_FILES):
         raise UserError(f"captioner weights directory {directory} has no tokenizer (tokenizer.json or vocab.txt)")
-
-
-def _default_dtype(device: torch.device) -> torch.dtype:
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.float32
 
 
 class Captioner:
@@ -138,8 +117,8 @@ class Captioner:
 
         path = Path(directory).expanduser()
         _check_checkpoint_dir(path)
-        dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        dtype = dtype or _default_dtype(dev)
+        dev = resolve_device(device)
+        dtype = dtype or default_dtype(dev)
         try:
             # The PIL image processor: portable, needs no torchvision, and the one the embedded model trained with.
             processor = AutoProcessor.from_pretrained(
@@ -172,7 +151,7 @@ class Captioner:
                 num_beams=1,
             )  # (B, L) token ids
             decoded = self.processor.batch_decode(out, skip_special_tokens=True)  # type: ignore[attr-defined]
-            texts.extend(normalize_state_text(t) for t in decoded)
+            texts.extend(canonical_state(t) for t in decoded)
         return texts
 
 

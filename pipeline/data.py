@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 
 FORMATS = ("jsonl", "rocstories")
 ROC_SENTENCES = tuple(f"sentence{i}" for i in range(1, 6))
+# Written by the trainer beside the weights; records the split that `semworld eval predictor --split val` rebuilds.
+SUMMARY_FILE = "training_summary.json"
 _EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "rocstories"}
 
 
@@ -253,3 +255,8 @@ def cap_windows(windows: WindowSet, limit: int | None, seed: int) -> WindowSet:
 def uniform_cross_entropy(vocab_size: int) -> float:
     """ln |V|: the cross-entropy of a uniform guess over the vocabulary."""
     return math.log(vocab_size)
+
+
+def val_window_cap(max_windows: int, val_fraction: float) -> int:
+    """Validation windows kept when training windows are capped at max_windows (the same proportion)."""
+    return max(1, math.ceil(max_windows * val_fraction / (1.0 - val_fraction)))

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from pipeline.tokenizer import PAD_ID, StateTokenizer
+from pipeline.utils import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +38,7 @@ class Predictor:
         """Load weights (either model kind) and tokenizer.json from a training output directory."""
         from models.hub import load_predictor
 
-        dev = (
-            torch.device(device)
-            if device is not None
-            else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        )
+        dev = resolve_device(device)
         return cls(load_predictor(directory, map_location=dev), StateTokenizer.from_file(directory), dev)
 
     @property

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.utils import UserError
+from pipeline.utils import UserError, default_dtype, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -115,16 +115,15 @@ class Renderer:
     ) -> Renderer:
         """Load any local diffusers text-to-image checkpoint, offline (never remote code).
 
-        device: None picks CUDA when present, else CPU. dtype: None gives float16 on CUDA, float32 elsewhere.
+        device: None picks CUDA when present, else CPU. dtype: None gives `pipeline.utils.default_dtype`.
         A missing or malformed directory raises one `UserError` naming it and what was expected.
         """
         from diffusers import AutoPipelineForText2Image
 
         path = Path(directory).expanduser()
         _check_directory(path)
-        device = torch.device(device) if device is not None else _default_device()
-        if dtype is None:
-            dtype = torch.float16 if device.type == "cuda" else torch.float32
+        device = resolve_device(device)
+        dtype = dtype or default_dtype(device)
         try:
             pipe = AutoPipelineForText2Image.from_pretrained(str(path), dtype=dtype, local_files_only=True)
         except Exception as err:  # diffusers raises OSError, ValueError, KeyError... for broken checkpoints
@@ -216,6 +215,3 @@ def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
     return np.asarray(Image.fromarray(image).resize((size[1], size[0]), Image.Resampling.BICUBIC))
 
-
-def _default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -16,7 +16,7 @@ import torch
 from tokenizers import Tokenizer, normalizers, pre_tokenizers
 from tokenizers.models import WordLevel
 
-from pipeline.utils import UserError
+from pipeline.utils import UserError, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -110,9 +110,7 @@ class StateTokenizer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / TOKENIZER_FILE
-        tmp = path.with_suffix(".json.tmp")
-        self.backend.save(str(tmp))
-        tmp.replace(path)
+        atomic_write_text(path, self.backend.to_str(pretty=True))
         return path
 
     def to_transformers(self):  # -> transformers.PreTrainedTokenizerFast

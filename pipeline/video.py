@@ -20,7 +20,7 @@ import av
 import cv2
 import numpy as np
 
-from pipeline.utils import UserError
+from pipeline.utils import UserError, atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -246,9 +246,6 @@ def write_world_samples(
         ep = episode(name, seed, 0, split="test")
         frames = ep.frames(STRIDE, size)  # (F, size, size, 3)
         path = out / f"world-{name}.mp4"
-        data = encode_mp4(list(frames), FPS)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, encode_mp4(list(frames), FPS))
         paths.append(path)
     return paths

@@ -1,52 +1,26 @@
 """`WorldModelPipeline`: clip -> captioned states -> predicted states -> rendered frames, as numbered steps.
 
-The three stages sit behind small interfaces (`Captioner`, `Predictor`, `Renderer` below) and load from one
+The three stages sit behind small interfaces (`Captioner`, `Predictor`, `Renderer` in pipeline.interfaces) and load from one
 weights directory whose `model_index.json` names a folder per stage, like a diffusers pipeline.
 """
 
 from __future__ import annotations
 
-import inspect
-import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
-from pipeline.utils import UserError
+from pipeline.interfaces import Captioner, Predictor, ProgressCallback, Renderer
+from pipeline.utils import MODEL_INDEX, STAGES, UserError, read_model_index, stage_folder
 from pipeline.video import SampledClip, VideoLimits, VideoSource, encode_mp4, read_video
 
 logger = logging.getLogger(__name__)
-
-MODEL_INDEX = "model_index.json"
-STAGES = ("captioner", "predictor", "renderer")
-
-# callback(stage, done, total): called as each stage starts (done=0) and after each batch. It may raise
-# (e.g. to cancel a job or on a deadline); the exception propagates out of the call unchanged.
-ProgressCallback = Callable[[str, int, int], None]
-
-
-class Captioner(Protocol):
-    def caption(self, frames: list[np.ndarray]) -> list[str]: ...
-
-
-class Predictor(Protocol):
-    def predict(self, states: list[list[str]], k: int) -> list[list[str]]: ...
-
-
-class Renderer(Protocol):
-    def render(
-        self,
-        states: list[str],
-        generator: torch.Generator | None = None,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> list[np.ndarray]: ...
 
 
 @dataclass
@@ -63,21 +37,12 @@ class WorldModelOutput:
     video: bytes | None = None  # H.264 MP4 of the predicted frames, when asked for
 
 
-def _accepts(fn: Callable[..., Any], name: str) -> bool:
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _stage_folder(weights_dir: Path, index: dict[str, Any], stage: str) -> Path:
-    entry = index.get(stage)
-    if entry is None:
+    folder = stage_folder(weights_dir, index, stage)
+    if folder is None:
         raise UserError(
             f"{weights_dir / MODEL_INDEX}: no '{stage}' entry (expected keys: {', '.join(STAGES)})"
         )
-    # Either a folder name, or a diffusers-style [library, class] pair whose folder is the stage's name.
-    folder = weights_dir / (entry if isinstance(entry, str) else stage)
     if not folder.is_dir():
         raise UserError(f"{folder}: missing folder for the {stage} named in {MODEL_INDEX}")
     return folder
@@ -128,21 +93,7 @@ class WorldModelPipeline:
     ) -> WorldModelPipeline:
         """Load the three stages named by `weights_dir/model_index.json` (offline, local files only)."""
         weights_dir = Path(weights_dir)
-        if not weights_dir.is_dir():
-            raise FileNotFoundError(
-                f"{weights_dir}: weights directory not found (expected {MODEL_INDEX} inside)"
-            )
-        index_path = weights_dir / MODEL_INDEX
-        if not index_path.is_file():
-            raise UserError(
-                f"{weights_dir}: no {MODEL_INDEX} (expected one naming {', '.join(STAGES)} folders)"
-            )
-        try:
-            index = json.loads(index_path.read_text())
-        except json.JSONDecodeError as err:
-            raise UserError(f"{index_path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-        if not isinstance(index, dict):
-            raise UserError(f"{index_path}: expected a JSON object naming the stage folders")
+        index = read_model_index(weights_dir)
 
         # The stage modules are imported here so that the pipeline itself stays cheap to import.
         from pipeline.captioner import Captioner as HFCaptioner
@@ -307,10 +258,8 @@ class WorldModelPipeline:
         return out
 
     def predict(self, states: Sequence[str], horizon: int, truncate: bool = False) -> list[str]:
-        """The next `horizon` states after `states` (`truncate`: cut states longer than the predictor reads,
-        when the predictor supports it)."""
-        kwargs = {"truncate": True} if truncate and _accepts(self.predictor.predict, "truncate") else {}
-        (predicted,) = self.predictor.predict([list(states)], horizon, **kwargs)
+        """The next `horizon` states after `states` (`truncate`: cut states longer than the predictor reads)."""
+        (predicted,) = self.predictor.predict([list(states)], horizon, truncate=truncate)
         if len(predicted) != horizon:
             raise RuntimeError(f"predictor returned {len(predicted)} states for horizon {horizon}")
         return list(predicted)

@@ -10,9 +10,10 @@ from api.deps import EngineDep, PipelineDep, SettingsDep, require_api_key
 from api.engine import Busy
 from api.schemas import OutputFormat, PredictResponse, predict_payload
 from api.uploads import ERROR_RESPONSES, PredictParams, check_horizon, predict_params, read_upload
+from pipeline.interfaces import ProgressCallback
 from pipeline.outputs import zip_outputs
 from pipeline.utils import UserError
-from pipeline.world_model import ProgressCallback, WorldModelOutput
+from pipeline.world_model import WorldModelOutput
 
 router = APIRouter(prefix="/v1", tags=["predict"], dependencies=[Depends(require_api_key)])
 

@@ -9,7 +9,7 @@ from api.deps import EngineDep, PipelineDep, SettingsDep, require_api_key
 from api.routes.predict import run_model
 from api.schemas import RolloutRequest, RolloutResponse, b64png
 from api.uploads import ERROR_RESPONSES
-from pipeline.world_model import ProgressCallback
+from pipeline.interfaces import ProgressCallback
 
 router = APIRouter(prefix="/v1", tags=["rollout"], dependencies=[Depends(require_api_key)])
 

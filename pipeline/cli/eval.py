@@ -8,14 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from pathlib import Path
-from typing import Any
 
-from pipeline.data import cap_windows, make_windows, read_sequences, split_sequences, uniform_cross_entropy
 from pipeline.evaluation import world as eval_world
-from pipeline.tokenizer import load_tokenizer
-from pipeline.training.predictor import SUMMARY_FILE, evaluate, resolve_device, val_window_cap
-from pipeline.utils import UserError
+from pipeline.evaluation.predictor import evaluate_predictor
 
 logger = logging.getLogger(__name__)
 
@@ -47,62 +42,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_eval_predictor)
-
-
-def evaluate_predictor(
-    weights: str | Path,
-    data: str | Path,
-    split: str = "all",
-    data_format: str | None = None,
-    batch_size: int = 64,
-    device: str = "auto",
-) -> dict[str, Any]:
-    """Load weights + tokenizer from `weights`, window `data` at the model's T and N, and score them."""
-    from models.hub import load_predictor
-
-    weights = Path(weights)
-    dev = resolve_device(device)
-    model: Any = load_predictor(weights, map_location=dev)
-    tokenizer = load_tokenizer(weights)
-    cfg = model.config
-    if cfg.vocab_size != tokenizer.vocab_size:
-        raise UserError(
-            f"{weights}: tokenizer.json has {tokenizer.vocab_size} tokens, the model {cfg.vocab_size}"
-        )
-    sequences = read_sequences(data, data_format)
-    max_windows = None
-    if split == "val":
-        summary_path = weights / SUMMARY_FILE
-        if not summary_path.is_file():
-            raise UserError(
-                f"{weights}: no {SUMMARY_FILE}, so the validation split is unknown; use --split all"
-            )
-        recorded = json.loads(summary_path.read_text())["split"]
-        sequences = split_sequences(sequences, recorded["val_fraction"], seed=recorded["seed"]).val
-        if recorded.get("max_windows") is not None:
-            max_windows = val_window_cap(recorded["max_windows"], recorded["val_fraction"])
-    windows = make_windows(sequences, tokenizer, cfg.T, cfg.N)
-    if split == "val" and max_windows is not None:
-        windows = cap_windows(windows, max_windows, recorded["seed"] + 1)
-    if len(windows) == 0:
-        raise UserError(f"{data}: no windows (every sequence needs at least T+1={cfg.T + 1} states)")
-    metrics = evaluate(model, windows.ids, batch_size, dev)
-    kind = json.loads((weights / "config.json").read_text()).get("semworld_model")
-    return {
-        "model": kind,
-        "weights": str(weights),
-        "data": str(data),
-        "split": split,
-        "L_S(T)": metrics["last_ce"],
-        "token_acc": metrics["token_acc"],
-        "exact_acc": metrics["exact_acc"],
-        "selection_loss": metrics["selection_loss"],
-        "uniform_ce": uniform_cross_entropy(tokenizer.vocab_size),
-        "vocab_size": tokenizer.vocab_size,
-        "last_tokens": metrics["last_tokens"],
-        "sentences": metrics["sentences"],
-        **{k: v for k, v in windows.stats().items() if k != "states"},
-    }
 
 
 def run_eval_predictor(ns: argparse.Namespace) -> int:

@@ -8,15 +8,9 @@ import logging
 import os
 from pathlib import Path
 
-from pipeline.utils import UserError
+from pipeline.utils import UserError, default_weights_dir
 
 logger = logging.getLogger(__name__)
-
-
-def default_weights_dir() -> Path:
-    """`$SEMWORLD_WEIGHTS_DIR`, else the repository's shipped `weights/`."""
-    env = os.environ.get("SEMWORLD_WEIGHTS_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "weights"
 
 
 def read_states_file(path: Path) -> list[str]:

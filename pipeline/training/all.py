@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.utils import UserError
+from pipeline.utils import MODEL_INDEX, UserError, atomic_dir, atomic_write_json, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
 STAGES = ("captioner", "renderer", "predictor")
-MODEL_INDEX = "model_index.json"
 DONE_FILE = "done.json"  # in a stage's run directory once its weights are in place
 MAX_TOTAL_MB = 40.0
 PREDICTOR_FILES = ("config.json", "model.safetensors", "tokenizer.json", "training_summary.json")
@@ -78,17 +77,12 @@ def _recipe(module: Any, fallback: dict[str, Any]) -> dict[str, Any]:
 
 def _replace_dir(src: Path, dst: Path, files: tuple[str, ...] | None = None) -> None:
     """Copy src (or the named files of it) to dst through a scratch folder, then swap it in."""
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    if files is None:
-        shutil.copytree(src, tmp)
-    else:
-        tmp.mkdir(parents=True)
-        for name in files:
-            if (src / name).is_file():
+    with atomic_dir(dst) as tmp:
+        for name in files if files is not None else sorted(p.name for p in src.iterdir()):
+            if (src / name).is_dir():
+                shutil.copytree(src / name, tmp / name)
+            elif (src / name).is_file():
                 shutil.copy2(src / name, tmp / name)
-    shutil.rmtree(dst, ignore_errors=True)
-    tmp.replace(dst)
 
 
 # ---- the stages ----------------------------------------------------------------------------------------
@@ -103,7 +97,7 @@ def build_captioner(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
     fields = {**_recipe(tc, {}), **QUICK_CAPTIONER}
     model = {**fields.pop("model", {}), **QUICK_CAPTIONER_MODEL}
     targs = tc.TrainCaptionerArgs(out=str(out), run_dir=str(run), seed=args.seed, threads=args.threads,
-                                  model=tc.CaptionerModelConfig(**model), **fields)
+                                  model=tc.CaptionerConfig(**model), **fields)
     return {"args": dataclasses.asdict(targs), "metrics": tc.train_captioner(targs)}
 
 
@@ -125,9 +119,7 @@ def predictor_data(path: Path, seed: int, clips: int, length: int) -> Path:
 
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in sequences("all", clips, seed, length, "train")))
-        tmp.replace(path)
+        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in sequences("all", clips, seed, length, "train")))
     return path
 
 
@@ -178,7 +170,7 @@ def write_model_index(out: str | Path) -> dict[str, Any]:
     index: dict[str, Any] = {"_class_name": "WorldModelPipeline", "_semworld_layout": 1}
     for stage in ("captioner", "predictor", "renderer"):
         index[stage] = stage_class(out / stage, stage)
-    (out / MODEL_INDEX).write_text(json.dumps(index, indent=2) + "\n")
+    atomic_write_json(out / MODEL_INDEX, index)
     return index
 
 

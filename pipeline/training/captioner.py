@@ -11,7 +11,6 @@ import argparse
 import json
 import logging
 import math
-import os
 import random
 import time
 from collections.abc import Iterable, Sequence
@@ -21,48 +20,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.utils import UserError
+from models.captioner import (
+    BOS_TOKEN,
+    EOS_TOKEN,
+    MAX_STATE_TOKENS,
+    CaptionerConfig,
+    build_blip,
+    build_processor,
+)
+from pipeline.evaluation.metrics import exact_match
+from pipeline.utils import UserError, atomic_dir, atomic_torch_save
 
 logger = logging.getLogger(__name__)
 
-BOS_TOKEN, EOS_TOKEN = "[BOS]", "[EOS]"
-MAX_STATE_TOKENS = 16  # N: a state has at most this many word-level tokens
 
 
-# ---- the model -------------------------------------------------------------------------------------------
-@dataclass
-class CaptionerModelConfig:
-    """Shape of the embedded BLIP.
-
-    image_size: side the processor resizes frames to (world frames are rendered at 128).
-    patch_size: ViT patch side; (image_size / patch_size)^2 image tokens feed the decoder's cross-attention.
-    vision_layers / text_layers: transformer blocks in the image encoder / text decoder.
-    hidden: width of both towers; the MLPs are `mlp_ratio` times wider. heads: attention heads in both.
-    max_positions: text positions (a state is <= 16 tokens plus [BOS] and [EOS]).
-    """
-
-    image_size: int = 80
-    patch_size: int = 16
-    vision_layers: int = 3
-    text_layers: int = 2
-    hidden: int = 128
-    heads: int = 4
-    mlp_ratio: int = 2
-    max_positions: int = 24
-
-    def __post_init__(self) -> None:
-        if self.image_size < 8 or self.image_size % self.patch_size:
-            raise ValueError(f"image_size ({self.image_size}) must be >= 8 and a multiple of patch_size "
-                             f"({self.patch_size})")
-        if self.hidden % self.heads or self.hidden % 4:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) and by 4")
-        for name in ("vision_layers", "text_layers", "mlp_ratio"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_positions < MAX_STATE_TOKENS + 2:
-            raise ValueError(f"max_positions must be >= {MAX_STATE_TOKENS + 2}, got {self.max_positions}")
-
-
+# ---- the tokenizer ---------------------------------------------------------------------------------------
 def build_tokenizer(sentences: Iterable[str]):  # -> transformers.PreTrainedTokenizerFast
     """Our word-level state tokenizer (pipeline.tokenizer: [PAD]=0, [UNK]=1, same word ids) with [BOS] and
     [EOS] appended as special tokens and a "[BOS] $A [EOS]" template, wrapped for transformers."""
@@ -82,61 +55,6 @@ def build_tokenizer(sentences: Iterable[str]):  # -> transformers.PreTrainedToke
         tokenizer_object=backend, pad_token=PAD_TOKEN, unk_token=UNK_TOKEN, bos_token=BOS_TOKEN,
         eos_token=EOS_TOKEN, sep_token=EOS_TOKEN, cls_token=BOS_TOKEN, model_max_length=MAX_STATE_TOKENS + 2,
     )
-
-
-def build_processor(tokenizer, image_size: int):  # -> transformers.BlipProcessor
-    """BlipProcessor with the slow (PIL) image processor: no torchvision needed; bicubic resize to image_size."""
-    from transformers import BlipProcessor
-    from transformers.models.blip.image_processing_pil_blip import BlipImageProcessorPil
-
-    image_processor = BlipImageProcessorPil(size={"height": image_size, "width": image_size})
-    return BlipProcessor(image_processor=image_processor, tokenizer=tokenizer)
-
-
-def sincos_2d(grid: int, dim: int) -> torch.Tensor:
-    """(grid * grid, dim) row-major 2-D sine-cosine position codes: half the channels code the row, half the
-    column, each as sin/cos pairs at geometric frequencies."""
-    if dim % 4:
-        raise ValueError(f"dim must be divisible by 4, got {dim}")
-    freqs = 1.0 / (10_000 ** (torch.arange(dim // 4, dtype=torch.float32) / (dim // 4)))  # (dim/4,)
-    pos = torch.arange(grid, dtype=torch.float32)[:, None] * freqs[None]  # (grid, dim/4)
-    code = torch.cat([pos.sin(), pos.cos()], dim=1)  # (grid, dim/2)
-    rows = code[:, None, :].expand(grid, grid, dim // 2)  # (grid, grid, dim/2): varies with the row
-    cols = code[None, :, :].expand(grid, grid, dim // 2)  # (grid, grid, dim/2): varies with the column
-    return torch.cat([rows, cols], dim=-1).reshape(grid * grid, dim)  # (grid * grid, dim)
-
-
-def build_blip(config: CaptionerModelConfig, tokenizer):  # -> transformers.BlipForConditionalGeneration
-    """A randomly initialised BlipForConditionalGeneration sized by `config` for `tokenizer`'s vocabulary."""
-    from transformers import BlipConfig, BlipForConditionalGeneration
-
-    bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
-    blip_config = BlipConfig(
-        vision_config=dict(
-            hidden_size=config.hidden, intermediate_size=config.mlp_ratio * config.hidden,
-            num_hidden_layers=config.vision_layers, num_attention_heads=config.heads,
-            image_size=config.image_size, patch_size=config.patch_size,
-            initializer_range=0.02,  # BLIP's default (1e-10) starts the image tower at zero: it learns far slower
-        ),
-        text_config=dict(
-            vocab_size=len(tokenizer), hidden_size=config.hidden, intermediate_size=config.mlp_ratio * config.hidden,
-            num_hidden_layers=config.text_layers, num_attention_heads=config.heads,
-            max_position_embeddings=config.max_positions, encoder_hidden_size=config.hidden,
-            bos_token_id=bos, eos_token_id=eos, sep_token_id=eos, pad_token_id=pad,
-        ),
-        projection_dim=config.hidden,
-        image_text_hidden_size=config.hidden,
-    )
-    model = BlipForConditionalGeneration(blip_config)
-    with torch.no_grad():  # fixed 2-D sin-cos positions to start from, as in MAE: "where" is readable at once
-        embeddings = model.vision_model.embeddings
-        grid = config.image_size // config.patch_size
-        embeddings.position_embedding[0, 1:] = sincos_2d(grid, config.hidden)  # (grid * grid, hidden)
-        embeddings.position_embedding[0, 0] = 0.0  # the class token has no place
-    model.generation_config.max_new_tokens = MAX_STATE_TOKENS + 2
-    model.generation_config.eos_token_id = eos
-    model.generation_config.pad_token_id = pad
-    return model
 
 
 # ---- the data ------------------------------------------------------------------------------------------
@@ -295,7 +213,7 @@ class TrainCaptionerArgs:
     test_clips: at the end, the saved model is reloaded through `Captioner` and scored on the frames of this
         many clips of the world's test split (0: skip).
     threads: torch CPU threads (1 leaves the other core of a shared machine free).
-    model: the BLIP shape (see CaptionerModelConfig).
+    model: the BLIP shape (see CaptionerConfig).
     """
 
     out: str
@@ -323,11 +241,11 @@ class TrainCaptionerArgs:
     test_clips: int = 200
     threads: int = 1
     device: str = "cpu"
-    model: CaptionerModelConfig = field(default_factory=CaptionerModelConfig)
+    model: CaptionerConfig = field(default_factory=CaptionerConfig)
 
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):
-            self.model = CaptionerModelConfig(**self.model)
+            self.model = CaptionerConfig(**self.model)
         self.count_weights = tuple(float(w) for w in self.count_weights)
         for name in ("epochs", "steps_per_epoch", "batch_size", "eval_frames", "threads"):
             if getattr(self, name) < 1:
@@ -392,20 +310,6 @@ def attention_targets(states: Sequence[str], length: int, grid: int) -> torch.Te
     return targets
 
 
-def exact_match(predicted: Sequence[str], states: Sequence[str]) -> dict[str, float]:
-    """Overall exact match and exact match by number of objects in the true state (keys 'objects=K')."""
-    from world.grammar import parse_state
-
-    by_count: dict[int, list[bool]] = {}
-    for p, s in zip(predicted, states):
-        by_count.setdefault(len(parse_state(s).objects), []).append(p == s)
-    hits = [h for v in by_count.values() for h in v]
-    result = {"exact_match": sum(hits) / max(1, len(hits))}
-    for k in sorted(by_count):
-        result[f"objects={k}"] = sum(by_count[k]) / len(by_count[k])
-    return result
-
-
 def world_split_exact_match(captioner, clips: int = 200, seed: int = 0, split: str = "test") -> dict[str, float]:
     """Exact match of `captioner` on the frames at the state instants of `clips` world clips of `split`
     (every scenario, as `semworld world generate --scenario all` makes them), overall and by object count."""
@@ -416,31 +320,11 @@ def world_split_exact_match(captioner, clips: int = 200, seed: int = 0, split: s
     return {**exact_match(predicted, [state for _, state in pairs]), "frames": len(pairs)}
 
 
-def _atomic_torch_save(obj: object, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def save_model(model, processor, directory: Path) -> None:
     """save_pretrained (safetensors) of model and processor into `directory`, replaced atomically."""
-    import shutil
-
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = directory.with_name(directory.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp, safe_serialization=True)
-    processor.save_pretrained(tmp)
-    old = directory.with_name(directory.name + ".old")
-    if directory.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(directory, old)
-    os.replace(tmp, directory)
-    if old.exists():
-        shutil.rmtree(old)
+    with atomic_dir(directory) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        processor.save_pretrained(tmp)
 
 
 def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
@@ -564,8 +448,8 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
                     {k: round(v, 3) for k, v in metrics.items() if k != "exact_match"}, soft, train_s)
         if metrics["exact_match"] >= best["exact_match"]:
             best = {**metrics, "epoch": epoch + 1}
-            _atomic_torch_save({"model": model.state_dict(), "metrics": best}, best_path)
-        _atomic_torch_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
+            atomic_torch_save({"model": model.state_dict(), "metrics": best}, best_path)
+        atomic_torch_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
                             "best": best, "args": asdict(args)}, ckpt_path)
 
     if best_path.exists():
@@ -607,7 +491,7 @@ def train_shipped(out: str | Path, run_dir: str | Path, seed: int = 0, threads: 
 def add_parser(train_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `captioner` to `semworld train`; the parser's func runs train_captioner and returns 0."""
     defaults = TrainCaptionerArgs(out="")
-    model_defaults = CaptionerModelConfig()
+    model_defaults = CaptionerConfig()
     p = train_subparsers.add_parser(
         "captioner", help="train the embedded BLIP captioner on world frames",
         description="Train the embedded captioner (tiny BLIP) on random world frames; resumable.",
@@ -628,14 +512,14 @@ def add_parser(train_subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument("--init-from", default=None, help="start from this saved captioner folder (fine-tuning)")
     for name in ("image_size", "patch_size", "vision_layers", "text_layers", "hidden", "heads", "mlp_ratio"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(model_defaults, name),
-                       help="model shape (see CaptionerModelConfig)")
+                       help="model shape (see CaptionerConfig)")
     p.set_defaults(func=_run_from_cli)
     return p
 
 
 def args_from_namespace(ns: argparse.Namespace) -> TrainCaptionerArgs:
     """The TrainCaptionerArgs that parsed `semworld train captioner` flags describe."""
-    model = CaptionerModelConfig(**{k: getattr(ns, k) for k in (
+    model = CaptionerConfig(**{k: getattr(ns, k) for k in (
         "image_size", "patch_size", "vision_layers", "text_layers", "hidden", "heads", "mlp_ratio")})
     kwargs = {f: getattr(ns, f) for f in TrainCaptionerArgs.__dataclass_fields__ if f != "model" and hasattr(ns, f)}
     return TrainCaptionerArgs(**kwargs, model=model)

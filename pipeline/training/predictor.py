@@ -1,7 +1,7 @@
 """Training and evaluation of the predictors: a plain, seeded loop with the section 8.2 stopping rule.
 
 Owns `TrainArgs`, the epoch loop (single process or torchrun/DDP), checkpoint-and-resume, the per-epoch
-JSON-lines log, the L_S(T) plot, and `evaluate` (the metrics `semworld eval predictor` prints).
+JSON-lines log and the L_S(T) plot; each epoch is scored by `pipeline.evaluation.predictor.evaluate`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import random
 import shutil
@@ -25,15 +24,18 @@ from torch import nn
 from torch.utils.data import DistributedSampler
 
 from pipeline.data import (
+    SUMMARY_FILE,
     WindowSet,
     cap_windows,
     make_windows,
     read_sequences,
     split_sequences,
     uniform_cross_entropy,
+    val_window_cap,
 )
+from pipeline.evaluation.predictor import evaluate
 from pipeline.tokenizer import StateTokenizer
-from pipeline.utils import UserError
+from pipeline.utils import UserError, atomic_torch_save, atomic_write_json, atomic_write_text, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +45,6 @@ CHECKPOINT_FILE = "last.pt"
 LOG_FILE = "train_log.jsonl"
 CURVE_FILE = "loss_curve.png"
 BOTH_CURVE_FILE = "loss_curves.png"
-SUMMARY_FILE = "training_summary.json"
 PARAM_HASH_ENV = "SEMWORLD_PARAM_HASH_FILE"  # when set, each rank writes a hash of its final parameters there
 LABELS = {"four_tensor": "4-tensor", "baseline": "1-D baseline"}
 
@@ -182,22 +183,6 @@ class DistContext:
         return self.world_size > 1
 
 
-def resolve_device(spec: str = "auto", local_rank: int = 0) -> torch.device:
-    """'auto' -> cuda (this process's local rank) if available, else cpu; otherwise the named device."""
-    if spec == "auto":
-        spec = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(spec)
-    except RuntimeError as err:
-        raise UserError(f"--device {spec!r}: {err}") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError(f"--device {spec}: CUDA is not available on this machine")
-        if device.index is None:
-            device = torch.device("cuda", local_rank)
-    return device
-
-
 def init_distributed(device_spec: str) -> DistContext:
     """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU, nccl on CUDA)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -263,11 +248,6 @@ def preset_shape(preset: str) -> dict[str, int]:
     except ValueError as err:
         raise UserError(f"--preset: {err}") from None
     return {k: getattr(cfg, k) for k in ("vocab_size", "d_x", "d_t", "n_heads", "n_layers", "N", "T")}
-
-
-def val_window_cap(max_windows: int, val_fraction: float) -> int:
-    """Validation windows kept when training windows are capped at max_windows (the same proportion)."""
-    return max(1, math.ceil(max_windows * val_fraction / (1.0 - val_fraction)))
 
 
 def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> PreparedData:
@@ -372,48 +352,7 @@ def parameter_hash(model: nn.Module) -> str:
     return h.hexdigest()
 
 
-# ---- evaluation ----------------------------------------------------------------------------------------
-SCORE_KEYS = (
-    "selection_loss_sum",
-    "selection_count",
-    "last_ce_sum",
-    "last_tokens",
-    "last_correct",
-    "exact_sentences",
-    "sentences",
-)
-
-
-@torch.no_grad()
-def evaluate(
-    model: Any, windows: torch.Tensor, batch_size: int = 64, device: torch.device | str = "cpu"
-) -> dict[str, float]:
-    """Score windows (W, T+1, N): selection loss, L_S(T), token and exact-sentence accuracy, and the counts."""
-    was_training = model.training
-    model.eval()
-    sums = dict.fromkeys(SCORE_KEYS, 0.0)
-    for i in range(0, windows.shape[0], batch_size):
-        part = model.score(windows[i : i + batch_size].to(device))
-        for key in SCORE_KEYS:
-            sums[key] += float(part[key])
-    model.train(was_training)
-    return {
-        "selection_loss": sums["selection_loss_sum"] / max(sums["selection_count"], 1.0),
-        "last_ce": sums["last_ce_sum"] / max(sums["last_tokens"], 1.0),
-        "token_acc": sums["last_correct"] / max(sums["last_tokens"], 1.0),
-        "exact_acc": sums["exact_sentences"] / max(sums["sentences"], 1.0),
-        "last_tokens": int(sums["last_tokens"]),
-        "sentences": int(sums["sentences"]),
-    }
-
-
 # ---- files ---------------------------------------------------------------------------------------------
-def _atomic_json(path: Path, payload: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    tmp.replace(path)
-
-
 def _save_weights_atomically(model: Any, out: Path) -> None:
     """save_pretrained into a scratch folder, then move each file over the old one."""
     scratch = out / ".saving"
@@ -425,9 +364,7 @@ def _save_weights_atomically(model: Any, out: Path) -> None:
 
 
 def _write_log(path: Path, history: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(rec) + "\n" for rec in history))
-    tmp.replace(path)
+    atomic_write_text(path, "".join(json.dumps(rec) + "\n" for rec in history))
 
 
 def plot_curves(
@@ -615,8 +552,7 @@ def _train_one(
             plot_curves(
                 {LABELS[kind]: history}, out / CURVE_FILE, uniform, {LABELS[kind]: decision.best_epoch}
             )
-            tmp = ckpt_path.with_name(CHECKPOINT_FILE + ".tmp")
-            torch.save(
+            atomic_torch_save(
                 {
                     "fingerprint": fingerprint,
                     "model": model.state_dict(),
@@ -624,9 +560,8 @@ def _train_one(
                     "rng": _rng_state(),
                     "history": history,
                 },
-                tmp,
+                ckpt_path,
             )
-            tmp.replace(ckpt_path)
         if ctx.distributed:
             dist.barrier()
         epoch += 1
@@ -659,7 +594,7 @@ def _train_one(
         },
     }
     if ctx.is_main:
-        _atomic_json(out / SUMMARY_FILE, summary)
+        atomic_write_json(out / SUMMARY_FILE, summary)
         logger.info(
             "%s: selected epoch %d of %d (stopped by %s): L_S(T) %.4f vs uniform ln|V| %.4f -> %s",
             LABELS[kind],

@@ -9,9 +9,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import math
-import os
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,8 +19,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from models.renderer import RendererConfig, build_pipeline
+from pipeline.evaluation.metrics import evaluate_frames
 from pipeline.renderer import RenderSettings
-from pipeline.utils import UserError
+from pipeline.utils import UserError, atomic_dir, atomic_torch_save
 
 logger = logging.getLogger(__name__)
 
@@ -112,20 +111,13 @@ class TrainRendererArgs:
     _help: dict[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if self.image_size < 32 or self.image_size % 2 ** (len(self.vae_channels) - 1):
-            raise ValueError(
-                f"image_size must be >= 32 and divisible by the VAE's downsampling, got {self.image_size}"
-            )
+        self.model_config()  # validates the network's shape (models.renderer.RendererConfig)
         if self.render_size < 32:
             raise ValueError(
                 f"render_size must be >= 32 (the world's smallest frame), got {self.render_size}"
             )
         if self.output_size < 8 or self.output_size % 8:
             raise ValueError(f"output_size must be a multiple of 8, got {self.output_size}")
-        if self.prediction_type not in ("sample", "epsilon", "v_prediction"):
-            raise ValueError(
-                f"prediction_type must be sample, epsilon or v_prediction, got {self.prediction_type!r}"
-            )
         if self.pixel_weight < 0 or (self.pixel_weight > 0 and self.prediction_type != "sample"):
             raise ValueError(
                 f"pixel_weight must be >= 0, and 0 unless prediction_type is 'sample', got {self.pixel_weight}"
@@ -152,13 +144,13 @@ class TrainRendererArgs:
             "checkpoint_every",
             "threads",
             "pool",
-            "max_length",
-            "text_layers",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if len(self.unet_channels) < 2:
-            raise ValueError(f"unet_channels needs at least 2 levels, got {self.unet_channels}")
+
+    def model_config(self) -> RendererConfig:
+        """The network's shape among these arguments."""
+        return RendererConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RendererConfig)})
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if not k.startswith("_")}
@@ -175,79 +167,9 @@ def build_tokenizer(max_length: int):  # -> transformers.PreTrainedTokenizerFast
     return tokenizer
 
 
-def build_pipeline(args: TrainRendererArgs, tokenizer=None):  # -> diffusers.StableDiffusionPipeline
-    """A randomly initialised StableDiffusionPipeline sized by `args` (the layout a real SD checkpoint has)."""
-    from diffusers import (
-        AutoencoderKL,
-        DPMSolverMultistepScheduler,
-        StableDiffusionPipeline,
-        UNet2DConditionModel,
-    )
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    tokenizer = tokenizer if tokenizer is not None else build_tokenizer(args.max_length)
-    levels = len(args.vae_channels)
-    groups = math.gcd(*args.vae_channels, 16)
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * levels,
-        up_block_types=("UpDecoderBlock2D",) * levels,
-        block_out_channels=tuple(args.vae_channels),
-        layers_per_block=1,
-        latent_channels=args.vae_latent_channels,
-        norm_num_groups=groups,
-        sample_size=args.image_size,
-        mid_block_add_attention=False,  # flat frames need no global mixing, and it is the costliest layer here
-    )
-    vocab = tokenizer.get_vocab()
-    text_encoder = CLIPTextModel(
-        CLIPTextConfig(
-            vocab_size=len(vocab),
-            hidden_size=args.text_width,
-            intermediate_size=2 * args.text_width,
-            num_hidden_layers=args.text_layers,
-            num_attention_heads=max(1, args.text_width // 32),
-            max_position_embeddings=args.max_length,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.pad_token_id,
-            eos_token_id=vocab.get(".", tokenizer.pad_token_id),
-        )
-    )
-    ulevels = len(args.unet_channels)
-    # No attention at the full-resolution level (the costliest); cross-attention at every coarser one.
-    unet = UNet2DConditionModel(
-        sample_size=args.image_size // 2 ** (levels - 1),
-        in_channels=args.vae_latent_channels,
-        out_channels=args.vae_latent_channels,
-        block_out_channels=tuple(args.unet_channels),
-        down_block_types=("DownBlock2D",) + ("CrossAttnDownBlock2D",) * (ulevels - 1),
-        up_block_types=("CrossAttnUpBlock2D",) * (ulevels - 1) + ("UpBlock2D",),
-        layers_per_block=1,
-        cross_attention_dim=args.text_width,
-        attention_head_dim=16,
-        norm_num_groups=math.gcd(*args.unet_channels, 32),
-    )
-    scheduler = DPMSolverMultistepScheduler(
-        num_train_timesteps=1000,
-        beta_schedule="scaled_linear",
-        beta_start=0.00085,
-        beta_end=0.012,
-        prediction_type=args.prediction_type,
-        timestep_spacing="trailing",  # the first of few steps starts from pure noise (t = 999)
-        final_sigmas_type="zero",
-        steps_offset=1,
-    )
-    return StableDiffusionPipeline(
-        vae=vae,
-        text_encoder=text_encoder,
-        tokenizer=tokenizer,
-        unet=unet,
-        scheduler=scheduler,
-        safety_checker=None,
-        feature_extractor=None,
-        requires_safety_checker=False,
-    )
+def fresh_pipeline(args: TrainRendererArgs):  # -> diffusers.StableDiffusionPipeline
+    """The randomly initialised pipeline `args` describe, with the world's word-level tokenizer."""
+    return build_pipeline(args.model_config(), build_tokenizer(args.max_length))
 
 
 def count_parameters(module: torch.nn.Module) -> int:
@@ -296,107 +218,6 @@ def frames_of(states: Sequence[str], size: int, render_size: int | None = None) 
     return x.float().div(127.5).sub(1.0)
 
 
-# ---- metrics -------------------------------------------------------------------------------------------
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """Peak signal-to-noise ratio in dB of two uint8 images (or stacks) of the same shape."""
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
-
-
-def ssim(a: np.ndarray, b: np.ndarray) -> float:
-    """Mean structural similarity of two (H, W, 3) uint8 images: 11x11 Gaussian window (sigma 1.5), per channel."""
-    x = torch.from_numpy(a).double().permute(2, 0, 1)[:, None]  # (3, 1, H, W)
-    y = torch.from_numpy(b).double().permute(2, 0, 1)[:, None]
-    g = torch.exp(-((torch.arange(11, dtype=torch.float64) - 5) ** 2) / (2 * 1.5**2))
-    g = g / g.sum()
-    w = (g[:, None] * g[None, :])[None, None]  # (1, 1, 11, 11)
-    mu_x, mu_y = F.conv2d(x, w), F.conv2d(y, w)
-    sxx = F.conv2d(x * x, w) - mu_x**2
-    syy = F.conv2d(y * y, w) - mu_y**2
-    sxy = F.conv2d(x * y, w) - mu_x * mu_y
-    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
-    s = ((2 * mu_x * mu_y + c1) * (2 * sxy + c2)) / ((mu_x**2 + mu_y**2 + c1) * (sxx + syy + c2))
-    return float(s.mean())
-
-
-def layout_check(state: str, frame: np.ndarray, truth: np.ndarray | None = None) -> tuple[int, int, bool]:
-    """Placement check without a captioner, from `world.parse_state`: returns (objects drawn in their cell with
-    their colour, objects, whole frame right). An object's cell is right when the mean of its central patch is
-    nearer to the object's palette colour than to any other colour or the room; every other cell (and the screen)
-    must match the ground-truth frame's patch within 30 levels (which also checks the lamp's bulb)."""
-    import world
-    from world.render import BACKGROUND, BACKGROUND_LAMP_OFF, BACKGROUND_LAMP_ON, PALETTE
-
-    scene = world.parse_state(state)
-    size = frame.shape[0]
-    truth = world.render_state(state, size=size) if truth is None else truth
-    cell = size / world.GRID
-    background = {None: BACKGROUND, True: BACKGROUND_LAMP_ON, False: BACKGROUND_LAMP_OFF}[scene.lamp]
-    names = list(PALETTE) + ["background"]
-    colours = np.array([PALETTE[c] for c in PALETTE] + [background], dtype=np.float64)  # (6, 3)
-    wanted = {(o.row, o.col): o.colour for o in scene.objects}
-    good, all_right = 0, True
-    for r in range(world.GRID):
-        for c in range(world.GRID):
-            lo, hi = int((r + 0.35) * cell), int((r + 0.65) * cell) + 1
-            le, ri = int((c + 0.35) * cell), int((c + 0.65) * cell) + 1
-            mean = frame[lo:hi, le:ri].reshape(-1, 3).astype(np.float64).mean(0)
-            if (r, c) in wanted:
-                right = names[int(np.argmin(((colours - mean) ** 2).sum(1)))] == wanted[(r, c)]
-                good += right
-            else:
-                expected = truth[lo:hi, le:ri].reshape(-1, 3).astype(np.float64).mean(0)
-                right = bool(np.abs(mean - expected).mean() < 30)
-            all_right &= right
-    return good, len(scene.objects), bool(all_right)
-
-
-def shape_check(state: str, frame: np.ndarray) -> list[bool]:
-    """For each object of `state`: is the shape drawn in its cell nearer (mean absolute error over the cell) to
-    the world's sprite of the right shape than to the other shapes in the same colour and place?"""
-    import world
-    from world.render import draw_frame
-
-    scene = world.parse_state(state)
-    size = frame.shape[0]
-    edges = np.linspace(0, size, world.GRID + 1).round().astype(int)
-    right = []
-    for o in scene.objects:
-        ys, xs = slice(edges[o.row], edges[o.row + 1]), slice(edges[o.col], edges[o.col + 1])
-        patch = frame[ys, xs].astype(np.float64)
-        errors = {
-            shape: np.abs(draw_frame([(o.colour, shape, o.row, o.col)], scene.screen, scene.lamp, size)[ys, xs]
-                          - patch).mean()
-            for shape in world.SHAPES
-        }  # fmt: skip
-        right.append(min(errors, key=errors.__getitem__) == o.shape)
-    return right
-
-
-def evaluate_frames(states: Sequence[str], frames: Sequence[np.ndarray], captioner=None) -> dict[str, float]:
-    """PSNR/SSIM against the world's frames at the rendered size, the layout check and (with a captioner)
-    the round trip: the fraction of frames the captioner reads back as exactly the requested state."""
-    import world
-
-    size = frames[0].shape[0]
-    truth = [world.render_state(s, size=size) for s in states]
-    out: dict[str, float] = {
-        "psnr": psnr(np.stack(truth), np.stack(frames)),  # from the mean squared error over all frames
-        "ssim": float(np.mean([ssim(t, f) for t, f in zip(truth, frames)])),
-    }
-    checks = [layout_check(s, f, t) for s, f, t in zip(states, frames, truth)]
-    out["object_cell_acc"] = sum(c[0] for c in checks) / max(1, sum(c[1] for c in checks))
-    out["layout_acc"] = float(np.mean([c[2] for c in checks]))
-    shapes = [shape_check(s, f) for s, f in zip(states, frames)]
-    out["object_shape_acc"] = sum(sum(r) for r in shapes) / max(1, sum(len(r) for r in shapes))
-    # The captioner-free proxy of the round trip: every cell right in colour, every object in its shape.
-    out["frame_acc"] = float(np.mean([c[2] and all(r) for c, r in zip(checks, shapes)]))
-    if captioner is not None:
-        read = captioner.caption(list(frames))
-        out["roundtrip_acc"] = float(np.mean([r.strip() == s.strip() for r, s in zip(read, states)]))
-    return out
-
-
 def reconstruction_loss(recon: torch.Tensor, x: torch.Tensor, object_weight: float) -> torch.Tensor:
     """Weighted L1 + MSE of frames (B, 3, H, W) in [-1, 1]. Objects cover a few percent of a frame: pixels that
     differ from the room's colour (the corner pixel) in the truth or in the reconstruction weigh object_weight
@@ -414,12 +235,6 @@ def reconstruction_loss(recon: torch.Tensor, x: torch.Tensor, object_weight: flo
 
 
 # ---- checkpoints and logs ------------------------------------------------------------------------------
-def _atomic_torch_save(obj: object, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def _log(out: Path, record: dict[str, Any]) -> None:
     with open(out / LOG, "a") as fh:
         fh.write(json.dumps(record) + "\n")
@@ -456,24 +271,12 @@ def save_renderer(
     training weights keep their precision."""
     import copy
 
-    directory = Path(directory)
-    tmp = directory.with_name(directory.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
     stored = copy.deepcopy(pipe).to(dtype=dtype) if dtype != pipe.unet.dtype else pipe
-    stored.save_pretrained(tmp, safe_serialization=True)
-    RenderSettings(steps=args.sample_steps, guidance=args.guidance, output_size=args.output_size).save(tmp)
-    if metrics is not None:
-        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    if directory.exists():
-        old = directory.with_name(directory.name + ".old")
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(directory, old)
-        os.replace(tmp, directory)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, directory)
+    with atomic_dir(directory) as tmp:
+        stored.save_pretrained(tmp, safe_serialization=True)
+        RenderSettings(steps=args.sample_steps, guidance=args.guidance, output_size=args.output_size).save(tmp)
+        if metrics is not None:
+            (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 
 
 # ---- sampling ------------------------------------------------------------------------------------------
@@ -516,7 +319,7 @@ def train_renderer(args: TrainRendererArgs) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)
-    pipe = build_pipeline(args)
+    pipe = fresh_pipeline(args)
     pipe.set_progress_bar_config(disable=True)
     vae, unet, text_encoder, tokenizer = pipe.vae, pipe.unet, pipe.text_encoder, pipe.tokenizer
     noise_schedule = DDPMScheduler.from_config(pipe.scheduler.config)
@@ -553,7 +356,7 @@ def train_renderer(args: TrainRendererArgs) -> dict[str, Any]:
         logger.info("resumed %s at stage %s step %d", ckpt_path, stage, step)
 
     def checkpoint() -> None:
-        _atomic_torch_save(
+        atomic_torch_save(
             {
                 "args": args.to_dict(),
                 "stage": stage,
@@ -763,7 +566,7 @@ def _encode_pool(vae, states: Sequence[str], args: TrainRendererArgs, out: Path)
             ).latent_dist.mode()
             chunks.append(z * vae.config.scaling_factor)
     latents = torch.cat(chunks)  # (P, C, h, w)
-    _atomic_torch_save(
+    atomic_torch_save(
         {"n": len(states), "scaling_factor": vae.config.scaling_factor, "latents": latents}, path
     )
     return latents

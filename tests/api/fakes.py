@@ -23,7 +23,7 @@ class BrightnessCaptioner:
 
 
 class EchoPredictor:
-    def predict(self, states: list[list[str]], k: int) -> list[list[str]]:
+    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
         return [[f"next {i} after {seq[-1]}" for i in range(k)] for seq in states]
 
 
@@ -59,16 +59,11 @@ def build_tiny_weights(root: Path) -> Path:
 
     Raises ImportError when a stage's module is not there (callers skip with that reason).
     """
+    from models.captioner import CaptionerConfig, build_blip, build_processor
     from models.four_tensor import FourTensorConfig, FourTensorModel
     from pipeline.tokenizer import StateTokenizer
-    from pipeline.training.captioner import (
-        CaptionerModelConfig,
-        build_blip,
-        build_processor,
-        build_tokenizer,
-        world_sentences,
-    )
-    from pipeline.training.renderer import TrainRendererArgs, build_pipeline, save_renderer
+    from pipeline.training.captioner import build_tokenizer, world_sentences
+    from pipeline.training.renderer import TrainRendererArgs, fresh_pipeline, save_renderer
 
     for module in ("pipeline.captioner", "pipeline.predictor", "pipeline.renderer"):
         __import__(module)
@@ -78,7 +73,7 @@ def build_tiny_weights(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     sentences = world_sentences()
     tokenizer = build_tokenizer(sentences)
-    config = CaptionerModelConfig(
+    config = CaptionerConfig(
         image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2
     )
     build_blip(config, tokenizer).save_pretrained(root / "captioner")
@@ -104,7 +99,7 @@ def build_tiny_weights(root: Path) -> Path:
         out=str(root / "run"), image_size=32, output_size=32, vae_channels=(8, 16), unet_channels=(16, 32),
         text_width=32, text_layers=1, max_length=16, sample_steps=2,
     )  # fmt: skip
-    save_renderer(build_pipeline(args), args, root / "renderer")
+    save_renderer(fresh_pipeline(args), args, root / "renderer")
     index = {"captioner": "captioner", "predictor": "predictor", "renderer": "renderer"}
     (root / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
     return root

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.captioner import Captioner, normalize_state_text
-from pipeline.utils import UserError
+from pipeline.captioner import Captioner
+from pipeline.utils import UserError, canonical_state
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "weights" / "captioner"
@@ -29,11 +29,12 @@ def tiny_blip_dir(tmp_path_factory) -> Path:
     """A randomly initialised BlipForConditionalGeneration with our word-level tokenizer, saved in HF layout."""
     from transformers import BlipForConditionalGeneration
 
-    from pipeline.training.captioner import CaptionerModelConfig, build_blip, build_processor, build_tokenizer
+    from models.captioner import CaptionerConfig, build_blip, build_processor
+    from pipeline.training.captioner import build_tokenizer
 
     torch.manual_seed(0)
     tokenizer = build_tokenizer(SENTENCES)
-    config = CaptionerModelConfig(
+    config = CaptionerConfig(
         image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2
     )
     model = build_blip(config, tokenizer)
@@ -80,12 +81,12 @@ def tiny_git_dir(tmp_path_factory) -> Path:
     return path
 
 
-def test_normalize_state_text():
-    assert normalize_state_text("Red ball top left, blue box bottom right , lamp on.") == (
+def test_canonical_state():
+    assert canonical_state("Red ball top left, blue box bottom right , lamp on.") == (
         "red ball top left , blue box bottom right , lamp on ."
     )
-    assert normalize_state_text("  empty   .  ") == "empty ."
-    assert normalize_state_text("a,b") == "a , b"
+    assert canonical_state("  empty   .  ") == "empty ."
+    assert canonical_state("a,b") == "a , b"
 
 
 @pytest.mark.parametrize("fixture", ["tiny_blip_dir", "tiny_git_dir"])
@@ -102,7 +103,7 @@ def test_adapter_loads_real_classes_and_captions(fixture, request):
     frames = _frames(5)
     texts = captioner.caption(frames)  # two batches: 3 + 2
     assert len(texts) == 5
-    assert all(isinstance(t, str) and t == normalize_state_text(t) for t in texts)
+    assert all(isinstance(t, str) and t == canonical_state(t) for t in texts)
     assert all("[" not in t for t in texts)  # special tokens are stripped
     # greedy decoding is deterministic, batching does not change a frame's caption, (B, H, W, 3) arrays work
     assert captioner.caption(np.stack(frames)) == texts
@@ -190,10 +191,10 @@ def test_sample_scene_is_valid_and_fits_n_tokens():
 def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
     import json as _json
 
-    from pipeline.training.captioner import CaptionerModelConfig, TrainCaptionerArgs, train_captioner
+    from pipeline.training.captioner import CaptionerConfig, TrainCaptionerArgs, train_captioner
 
     # a 5 x 5 ViT grid (40 / 8), one patch per world cell, so the attention-supervised path runs too
-    model = CaptionerModelConfig(
+    model = CaptionerConfig(
         image_size=40, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2
     )
     args = TrainCaptionerArgs(
@@ -223,9 +224,9 @@ def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
 
 
 def test_init_from_continues_from_a_saved_captioner(tmp_path):
-    from pipeline.training.captioner import CaptionerModelConfig, TrainCaptionerArgs, train_captioner
+    from pipeline.training.captioner import CaptionerConfig, TrainCaptionerArgs, train_captioner
 
-    model = CaptionerModelConfig(image_size=40, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
+    model = CaptionerConfig(image_size=40, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
     common = dict(epochs=1, steps_per_epoch=1, batch_size=2, eval_frames=4, warmup_steps=1, test_clips=0, model=model)
     train_captioner(TrainCaptionerArgs(out=str(tmp_path / "a"), run_dir=str(tmp_path / "ra"), **common))
     before = Captioner.from_pretrained(tmp_path / "a", device="cpu").caption(_frames(2))
@@ -276,12 +277,12 @@ def test_cli_flags_map_onto_the_args_dataclass():
 
 
 def test_train_args_validate():
-    from pipeline.training.captioner import CaptionerModelConfig, TrainCaptionerArgs
+    from pipeline.training.captioner import CaptionerConfig, TrainCaptionerArgs
 
     with pytest.raises(ValueError, match="epochs"):
         TrainCaptionerArgs(out="x", epochs=0)
     with pytest.raises(ValueError, match="multiple of patch_size"):
-        CaptionerModelConfig(image_size=80, patch_size=12)
+        CaptionerConfig(image_size=80, patch_size=12)
 
 
 # ---- the shipped weights -------------------------------------------------------------------------------

@@ -12,18 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.evaluation.metrics import evaluate_frames, layout_check, psnr, shape_check, ssim
 from pipeline.renderer import Renderer, RenderSettings
-from pipeline.training.renderer import (
-    TrainRendererArgs,
-    build_pipeline,
-    evaluate_frames,
-    layout_check,
-    psnr,
-    save_renderer,
-    shape_check,
-    ssim,
-    train_renderer,
-)
+from pipeline.training.renderer import TrainRendererArgs, fresh_pipeline, save_renderer, train_renderer
 from pipeline.utils import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +36,7 @@ def tiny_dir(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("renderer")
     args = tiny_args(root / "run")
-    save_renderer(build_pipeline(args), args, root / "tiny")
+    save_renderer(fresh_pipeline(args), args, root / "tiny")
     return root / "tiny"
 
 
@@ -142,7 +133,7 @@ def test_a_stable_diffusion_turbo_like_directory_loads_through_the_same_code(tmp
     (tmp_path / "merges.txt").write_text("\n".join(dict.fromkeys(merges)) + "\n")
     clip_tok = CLIPTokenizer(str(tmp_path / "vocab.json"), str(tmp_path / "merges.txt"), model_max_length=16)
     args = tiny_args(tmp_path / "run", max_length=16)
-    pipe = build_pipeline(args)
+    pipe = fresh_pipeline(args)
     pipe.text_encoder.resize_token_embeddings(len(clip_tok))
     pipe.tokenizer = clip_tok
     pipe.scheduler = EulerAncestralDiscreteScheduler.from_config(

@@ -32,7 +32,7 @@ class BrightnessCaptioner:
 class EchoPredictor:
     """Predicts state i of the future as "next <i> after <last state>"."""
 
-    def predict(self, states: list[list[str]], k: int) -> list[list[str]]:
+    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
         return [[f"next {i} after {seq[-1]}" for i in range(k)] for seq in states]
 
 
@@ -116,7 +116,7 @@ def test_too_many_sampled_frames_is_a_user_error():
 
 
 def test_a_stage_returning_the_wrong_count_is_caught(pipe):
-    pipe.predictor = type("Short", (), {"predict": lambda self, s, k: [["only one."]]})()
+    pipe.predictor = type("Short", (), {"predict": lambda self, s, k, truncate=False: [["only one."]]})()
     with pytest.raises(RuntimeError, match="predictor returned 1 states for horizon 3"):
         pipe(states=["x."], horizon=3)
 
@@ -171,7 +171,7 @@ def test_strip_without_observed_frames():
 
 
 def test_from_pretrained_errors_name_the_directory(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope: weights directory not found"):
+    with pytest.raises(UserError, match="nope: weights directory not found"):
         WorldModelPipeline.from_pretrained(tmp_path / "nope")
     with pytest.raises(UserError, match="no model_index.json"):
         WorldModelPipeline.from_pretrained(tmp_path)

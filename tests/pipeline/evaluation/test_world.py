@@ -10,18 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.evaluation.metrics import psnr, ssim
 from pipeline.evaluation.world import (
     Clip,
     CopyLast,
     EvalWorldArgs,
     add_parser,
     evaluate_world,
-    psnr,
     read_world_dir,
     score_captioner,
     score_predictor,
     score_renderer,
-    ssim,
     stage_folder,
 )
 from pipeline.utils import UserError
@@ -51,7 +50,7 @@ class Oracle:
     def __init__(self, clips: list[Clip]) -> None:
         self.clips = clips
 
-    def predict(self, states: list[list[str]], k: int) -> list[list[str]]:
+    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
         out = []
         for h in states:
             clip = next(c for c in self.clips if c.states[: len(h)] == h)
