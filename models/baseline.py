@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from transformers import GPT2Config, GPT2Model
+
+from models.shape import PredictorConfig
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ WEIGHTS_NAME = "model.safetensors"
 
 
 @dataclass
-class BaselineConfig:
+class BaselineConfig(PredictorConfig):
     """Configuration of the 1-D baseline; the same fields as every predictor config.
 
     Args:
@@ -73,35 +75,8 @@ class BaselineConfig:
         padding_idx: the padding id of the stored windows; stripped when packing, never used as [BOS]/[EOS].
     """
 
-    vocab_size: int
-    d_x: int
-    d_t: int
-    n_heads: int
-    n_layers: int
-    N: int
-    T: int
-    dropout: float = 0.1
-    padding_idx: int = 0
-
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_x", "d_t", "n_heads", "n_layers", "N", "T"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BaselineConfig.{name} must be a positive integer, got {value!r}")
-        if self.vocab_size < 2:
-            raise ValueError(f"BaselineConfig.vocab_size must be at least 2, got {self.vocab_size}")
-        if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"BaselineConfig.dropout must be a float in [0, 1), got {self.dropout!r}")
-        self.dropout = float(self.dropout)
-        if (
-            isinstance(self.padding_idx, bool)
-            or not isinstance(self.padding_idx, int)
-            or not 0 <= self.padding_idx < self.vocab_size
-        ):
-            raise ValueError(
-                f"BaselineConfig.padding_idx must be an integer in [0, vocab_size={self.vocab_size}), "
-                f"got {self.padding_idx!r}"
-            )
+        super().__post_init__()
         if self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"BaselineConfig.n_heads={self.n_heads} must divide the width d = d_x*d_t = {self.d_model}"
@@ -132,9 +107,6 @@ class BaselineConfig:
         return 1 + self.T * self.N + self.N
 
     # Serialisation --------------------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BaselineConfig:
         """Build from a dict; keys that are not fields (e.g. "semworld_model") are ignored."""

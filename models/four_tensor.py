@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
+from models.shape import PredictorConfig
+
 logger = logging.getLogger(__name__)
 
 MODEL_KIND = "four_tensor"
@@ -35,44 +37,21 @@ WEIGHTS_NAME = "model.safetensors"
 
 
 @dataclass
-class FourTensorConfig:
+class FourTensorConfig(PredictorConfig):
     """Hyper-parameters of the 4-tensor predictor; saved as config.json beside the weights.
 
-    vocab_size: |V|, including the padding id. d_x / d_t: widths of the semantic and temporal-context fibers.
-    n_heads: H full-fiber heads per layer, summed. n_layers: L Pre-LN layers. N: token slots per sentence.
-    T: sentences in the input window (a stored window holds T + 1). dropout: the single rate p of both residual
-    branches. padding_idx: the padding id (zero row, no gradient, masked as a key, ignored as a target).
+    The shape (vocab_size, d_x, d_t, n_heads, n_layers, N, T), dropout and padding_idx are those of every
+    predictor (models.shape.PredictorConfig); here the H full-fiber heads of a layer are summed.
     end_ids: sentence-final token ids ('.', '!', '?'); a decoded sentence stops after the first one (empty: no
     cut). slice_causal: beyond the paper; when True a query at sentence t may not attend to keys at t' > t, so
     every slice is a forecast rather than a copy of the next input sentence.
     """
 
-    vocab_size: int
-    d_x: int
-    d_t: int
-    n_heads: int
-    n_layers: int
-    N: int
-    T: int
-    dropout: float = 0.1
-    padding_idx: int = 0
     end_ids: tuple[int, ...] = ()
     slice_causal: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_x", "d_t", "n_heads", "n_layers", "N", "T"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"FourTensorConfig.{name} must be a positive integer, got {value!r}")
-        if self.vocab_size < 2:
-            raise ValueError(f"FourTensorConfig.vocab_size must be at least 2, got {self.vocab_size}")
-        if not isinstance(self.dropout, int | float) or not 0.0 <= float(self.dropout) < 1.0:
-            raise ValueError(f"FourTensorConfig.dropout must be in [0, 1), got {self.dropout!r}")
-        self.dropout = float(self.dropout)
-        if not isinstance(self.padding_idx, int) or not 0 <= self.padding_idx < self.vocab_size:
-            raise ValueError(
-                f"FourTensorConfig.padding_idx must be in [0, vocab_size={self.vocab_size}), got {self.padding_idx!r}"
-            )
+        super().__post_init__()
         self.end_ids = tuple(int(i) for i in self.end_ids)
         for i in self.end_ids:
             if not 0 <= i < self.vocab_size or i == self.padding_idx:

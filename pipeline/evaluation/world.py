@@ -7,10 +7,8 @@ renderer round trip (render a state, caption it, compare) with PSNR and SSIM aga
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -27,7 +25,6 @@ from pipeline.utils import (
     MODEL_INDEX,
     UserError,
     canonical_state,
-    default_weights_dir,
     read_model_index,
     resolve_device,
 )
@@ -345,96 +342,3 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
             result["renderer"] = {"weights": str(folder), **score_renderer(
                 renderer, clips, captioner, args.render_states, args.seed, args.steps, args.guidance)}
     return result
-
-
-# ---- command line --------------------------------------------------------------------------------------
-def add_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add `world` to `semworld eval`; its func prints a report (or one JSON object) and returns 0."""
-    p = eval_subparsers.add_parser(
-        "world", help="score the shipped (or given) models on a `world generate` directory",
-        description="Captioner exact match, predictor exact match by horizon (predictable steps) and the "
-                    "renderer round trip with PSNR/SSIM, on a directory made by `semworld world generate`.",
-    )
-    p.add_argument("--data", required=True, help="directory made by `semworld world generate`")
-    p.add_argument("--weights", default=None, help="weights folder (default: $SEMWORLD_WEIGHTS_DIR or weights/)")
-    p.add_argument("--parts", default=",".join(PARTS), help="comma-separated stages to score (default: all)")
-    p.add_argument("--horizon", type=int, default=8, help="predictor horizons 1..H (default %(default)s)")
-    p.add_argument("--max-frames", type=int, default=None, help="cap on frames the captioner reads")
-    p.add_argument("--render-states", type=int, default=32, help="distinct states rendered (default %(default)s)")
-    p.add_argument("--steps", type=int, default=None, help="renderer denoising steps (default: its own)")
-    p.add_argument("--guidance", type=float, default=None, help="renderer guidance (default: its own)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run_eval_world)
-    return p
-
-
-def run_eval_world(ns: argparse.Namespace) -> int:
-    args = EvalWorldArgs(
-        data=ns.data, weights=ns.weights or str(default_weights_dir()),
-        parts=tuple(p.strip() for p in ns.parts.split(",") if p.strip()), horizon=ns.horizon,
-        max_frames=ns.max_frames, render_states=ns.render_states, steps=ns.steps, guidance=ns.guidance,
-        seed=ns.seed, device=ns.device, threads=ns.threads,
-    )
-    result = evaluate_world(args)
-    if ns.json:
-        sys.stdout.write(json.dumps(result) + "\n")
-        return 0
-    write_report(result)
-    return 0
-
-
-def _fmt(v: Any) -> str:
-    return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
-
-
-def write_report(result: dict[str, Any]) -> None:
-    """Rich tables of an `evaluate_world` result on stdout."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    console.print(f"[bold]{result['data']}[/]: {result['clips']} clips, {result['states']} states; "
-                  f"weights {result['weights']}")
-    for part in PARTS:
-        res = result.get(part)
-        if res is None:
-            continue
-        if "skipped" in res:
-            console.print(f"{part}: skipped ({res['skipped']})")
-            continue
-        if part == "predictor":
-            h = len(res["by_horizon"])
-            table = Table(title=f"predictor ({res['model']}) exact match on predictable steps, by horizon")
-            table.add_column("")
-            for k in range(1, h + 1):
-                table.add_column(str(k), justify="right")
-            table.add_row("all", *(_fmt(res["by_horizon"][str(k)]) for k in range(1, h + 1)))
-            for fam, row in res["by_family"].items():
-                table.add_row(fam, *(_fmt(row[str(k)]) for k in range(1, h + 1)))
-            ref = result.get("copy_last", {}).get("by_horizon", {})
-            table.add_row("all, chain", *(_fmt(res["by_horizon_chain"][str(k)]) for k in range(1, h + 1)))
-            table.add_row("copy-last", *(_fmt(ref.get(str(k))) for k in range(1, h + 1)))
-            table.add_row("steps", *(str(res["steps"][str(k)]) for k in range(1, h + 1)))
-            console.print(table)
-            continue
-        table = Table(title=part)
-        table.add_column("metric")
-        table.add_column("value", justify="right")
-        for key, value in res.items():
-            table.add_row(key, json.dumps(value) if isinstance(value, dict) else _fmt(value))
-        console.print(table)
-
-
-if __name__ == "__main__":  # python -m pipeline.evaluation.world --data DIR ... (the same flags)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _parser = argparse.ArgumentParser(prog="python -m pipeline.evaluation.world")
-    add_parser(_parser.add_subparsers())
-    _ns = _parser.parse_args(["world", *sys.argv[1:]])
-    try:
-        sys.exit(_ns.func(_ns))
-    except (UserError, ValueError, FileNotFoundError) as _err:
-        sys.stderr.write(f"semworld: error: {_err}\n")
-        sys.exit(2)

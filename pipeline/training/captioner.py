@@ -7,14 +7,13 @@ exact-match evaluation on a seeded held-out set each epoch, atomic resumable che
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
 import random
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +23,11 @@ from models.captioner import (
     BOS_TOKEN,
     EOS_TOKEN,
     MAX_STATE_TOKENS,
-    CaptionerConfig,
     build_blip,
     build_processor,
 )
 from pipeline.evaluation.metrics import exact_match
+from pipeline.training.args import TrainCaptionerArgs
 from pipeline.utils import UserError, atomic_dir, atomic_torch_save
 
 logger = logging.getLogger(__name__)
@@ -177,92 +176,6 @@ def world_sentences() -> list[str]:
     from world.grammar import VOCAB
 
     return [" ".join(VOCAB)]
-
-
-# ---- training ------------------------------------------------------------------------------------------
-@dataclass
-class TrainCaptionerArgs:
-    """Arguments of `semworld train captioner` (every field is a flag: --out, --epochs, --steps-per-epoch, ...).
-
-    out: directory for the final model in the Hugging Face layout (config.json, model.safetensors, processor
-        and tokenizer files); it is written when the run ends, holding the best evaluated weights.
-    run_dir: checkpoints (checkpoint.pt, written atomically each epoch) and the JSON-lines log (log.jsonl);
-        a run started again with the same run_dir resumes from its checkpoint.
-    seed: seeds the model initialisation, every epoch's frames (seed, epoch) and the held-out set.
-    epochs / steps_per_epoch / batch_size: fresh random frames every step, so an epoch is just a unit of
-        evaluation and checkpointing; epochs * steps_per_epoch * batch_size frames are seen in all.
-    lr / min_lr_ratio / warmup_steps / weight_decay / grad_clip: AdamW with linear warmup and cosine decay to
-        lr * min_lr_ratio.
-    count_weights: relative frequency of scenes with 0, 1, 2, 3 objects (the most crowded are the hardest).
-    degrade_prob: fraction of training frames sent through a JPEG round trip (robustness to decoded video).
-    jitter_prob / resize_prob: fractions of training frames whose objects sit up to 0.15 cell off their cell's
-        centre / that are drawn natively at 56-192 px and resized to 128 (see make_examples); from augment_from.
-    init_from: a saved captioner folder (this layout) to start from instead of a random initialisation: the
-        fine-tuning phase of the shipped recipe (SHIPPED_FINETUNE).
-    rescale_prob / noise_prob: fractions of training frames drawn small and scaled back up (soft, as the
-        renderer's low-resolution frames) / given Gaussian pixel noise; both only from epoch `augment_from`
-        on (a curriculum: clean frames first, then the harder ones).
-    eval_frames: size of the seeded held-out set, balanced over object counts; evaluated by exact match.
-    attn_weight: weight of the attention-supervision loss: while it writes an object's words, the decoder's
-        cross-attention (mean over layers and heads) is pulled onto that object's cell (-log of its share).
-        Without it the decoder reads colours and shapes from the whole image but learns *where* only after a
-        long plateau. Used when the ViT grid equals the world's (image_size / patch_size == 5); 0 turns it off.
-    target: stop early once held-out exact match reaches this; None (the default) trains the whole schedule,
-        whose low-learning-rate end makes the model steadier on degraded frames than stopping at the first
-        perfect evaluation.
-    test_clips: at the end, the saved model is reloaded through `Captioner` and scored on the frames of this
-        many clips of the world's test split (0: skip).
-    threads: torch CPU threads (1 leaves the other core of a shared machine free).
-    model: the BLIP shape (see CaptionerConfig).
-    """
-
-    out: str
-    run_dir: str = "runs/captioner"
-    seed: int = 0
-    epochs: int = 36
-    steps_per_epoch: int = 250
-    batch_size: int = 32
-    lr: float = 1.5e-3
-    min_lr_ratio: float = 0.05
-    warmup_steps: int = 200
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    count_weights: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4)
-    degrade_prob: float = 0.2
-    rescale_prob: float = 0.25
-    noise_prob: float = 0.15
-    jitter_prob: float = 0.0
-    resize_prob: float = 0.0
-    augment_from: int = 12
-    init_from: str | None = None
-    eval_frames: int = 800
-    attn_weight: float = 1.0
-    target: float | None = None
-    test_clips: int = 200
-    threads: int = 1
-    device: str = "cpu"
-    model: CaptionerConfig = field(default_factory=CaptionerConfig)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.model, dict):
-            self.model = CaptionerConfig(**self.model)
-        self.count_weights = tuple(float(w) for w in self.count_weights)
-        for name in ("epochs", "steps_per_epoch", "batch_size", "eval_frames", "threads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.target is not None and not 0 < self.target <= 1:
-            raise ValueError(f"target must be in (0, 1] or None, got {self.target}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        for name in ("degrade_prob", "rescale_prob", "noise_prob", "jitter_prob", "resize_prob"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if len(self.count_weights) < 1 or min(self.count_weights) < 0 or sum(self.count_weights) <= 0:
-            raise ValueError(f"count_weights must be non-negative with a positive sum, got {self.count_weights}")
-
-    @property
-    def total_steps(self) -> int:
-        return self.epochs * self.steps_per_epoch
 
 
 def lr_at(step: int, args: TrainCaptionerArgs) -> float:
@@ -465,76 +378,3 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
                     {k: round(v, 4) for k, v in test.items() if k.startswith("objects=")})
         best = {**best, **{f"test_{k}": v for k, v in test.items()}}
     return best
-
-
-# ---- the shipped recipe ---------------------------------------------------------------------------------
-# weights/captioner/ is made in two phases: the defaults of TrainCaptionerArgs (36 epochs from scratch), then a
-# short fine-tune from that model with these settings, which adds jittered and natively resized frames (the
-# first model read pixel-perfect world frames perfectly but lost most frames shifted by one pixel).
-SHIPPED_FINETUNE: dict[str, object] = {
-    "epochs": 8, "lr": 3e-4, "warmup_steps": 50, "augment_from": 0, "jitter_prob": 0.5, "resize_prob": 0.3,
-}
-
-
-def train_shipped(out: str | Path, run_dir: str | Path, seed: int = 0, threads: int = 1) -> dict[str, float]:
-    """Both phases of the shipped captioner: from scratch into run_dir/base, then the fine-tune into `out`."""
-    run_dir = Path(run_dir)
-    base = TrainCaptionerArgs(out=str(run_dir / "base" / "model"), run_dir=str(run_dir / "base"), seed=seed,
-                              threads=threads, test_clips=0)
-    train_captioner(base)
-    finetune = TrainCaptionerArgs(out=str(out), run_dir=str(run_dir / "finetune"), seed=seed, threads=threads,
-                                  init_from=base.out, **SHIPPED_FINETUNE)  # type: ignore[arg-type]
-    return train_captioner(finetune)
-
-
-# ---- command line --------------------------------------------------------------------------------------
-def add_parser(train_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add `captioner` to `semworld train`; the parser's func runs train_captioner and returns 0."""
-    defaults = TrainCaptionerArgs(out="")
-    model_defaults = CaptionerConfig()
-    p = train_subparsers.add_parser(
-        "captioner", help="train the embedded BLIP captioner on world frames",
-        description="Train the embedded captioner (tiny BLIP) on random world frames; resumable.",
-    )
-    p.add_argument("--out", required=True, help="directory for the final model (Hugging Face layout)")
-    p.add_argument("--run-dir", default=defaults.run_dir, help="checkpoints and log.jsonl (resumes from here)")
-    for name in ("seed", "epochs", "steps_per_epoch", "batch_size", "warmup_steps", "eval_frames", "test_clips",
-                 "augment_from", "threads"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
-    for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "degrade_prob", "rescale_prob", "noise_prob",
-                 "jitter_prob", "resize_prob", "attn_weight"):
-        p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
-    p.add_argument("--target", type=float, default=defaults.target,
-                   help="stop once held-out exact match reaches this (default: train the whole schedule)")
-    p.add_argument("--count-weights", type=float, nargs="+", default=list(defaults.count_weights),
-                   help="relative frequency of scenes with 0, 1, 2, 3 objects")
-    p.add_argument("--device", default=defaults.device)
-    p.add_argument("--init-from", default=None, help="start from this saved captioner folder (fine-tuning)")
-    for name in ("image_size", "patch_size", "vision_layers", "text_layers", "hidden", "heads", "mlp_ratio"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(model_defaults, name),
-                       help="model shape (see CaptionerConfig)")
-    p.set_defaults(func=_run_from_cli)
-    return p
-
-
-def args_from_namespace(ns: argparse.Namespace) -> TrainCaptionerArgs:
-    """The TrainCaptionerArgs that parsed `semworld train captioner` flags describe."""
-    model = CaptionerConfig(**{k: getattr(ns, k) for k in (
-        "image_size", "patch_size", "vision_layers", "text_layers", "hidden", "heads", "mlp_ratio")})
-    kwargs = {f: getattr(ns, f) for f in TrainCaptionerArgs.__dataclass_fields__ if f != "model" and hasattr(ns, f)}
-    return TrainCaptionerArgs(**kwargs, model=model)
-
-
-def _run_from_cli(ns: argparse.Namespace) -> int:
-    train_captioner(args_from_namespace(ns))
-    return 0
-
-
-if __name__ == "__main__":  # python -m pipeline.training.captioner --out DIR ... (same flags as the CLI command)
-    import sys
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _parser = argparse.ArgumentParser(prog="python -m pipeline.training.captioner")
-    add_parser(_parser.add_subparsers())
-    _ns = _parser.parse_args(["captioner", *sys.argv[1:]])
-    sys.exit(_ns.func(_ns))

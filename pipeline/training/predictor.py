@@ -6,7 +6,6 @@ JSON-lines log and the L_S(T) plot; each epoch is scored by `pipeline.evaluation
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -35,17 +34,16 @@ from pipeline.data import (
 )
 from pipeline.evaluation.predictor import evaluate
 from pipeline.tokenizer import StateTokenizer
+from pipeline.training.args import MODEL_KINDS, TrainArgs
 from pipeline.utils import UserError, atomic_torch_save, atomic_write_json, atomic_write_text, resolve_device
 
 logger = logging.getLogger(__name__)
 
-MODEL_KINDS = ("four_tensor", "baseline")
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FILE = "last.pt"
 LOG_FILE = "train_log.jsonl"
 CURVE_FILE = "loss_curve.png"
 BOTH_CURVE_FILE = "loss_curves.png"
-PARAM_HASH_ENV = "SEMWORLD_PARAM_HASH_FILE"  # when set, each rank writes a hash of its final parameters there
 LABELS = {"four_tensor": "4-tensor", "baseline": "1-D baseline"}
 
 
@@ -61,82 +59,6 @@ class PredictorModel(Protocol):
         self, token_ids: torch.Tensor, state: object | None = None
     ) -> tuple[torch.Tensor, object | None]: ...
     def save_pretrained(self, directory: str | Path) -> None: ...
-
-
-# ---- arguments -----------------------------------------------------------------------------------------
-@dataclass
-class TrainArgs:
-    """Everything one training run depends on (the CLI flags of `semworld train predictor`).
-
-    data: a .jsonl state-sequence file or a ROCStories .csv. data_format: override the format the extension
-    implies ("jsonl" | "rocstories"). preset: a name of models.presets (fixes d_x, d_t, H, L, N, T; vocab_size
-    and end_ids come from the tokenizer). out: the output directory (weights of the best epoch, tokenizer.json,
-    training_summary.json, train_log.jsonl, loss_curve.png, checkpoint/last.pt). model: "four_tensor",
-    "baseline", or "both" (into out/four_tensor and out/baseline, on the same windows). epochs: the epoch
-    budget. batch_size: windows per optimizer step on each process. seed: seeds the split, the window cap, the
-    initial weights, the shuffling and dropout. causal_slices: the 4-tensor model masks keys of later sentence
-    slices (t' > t), beyond the paper. val_fraction: share of the sequences (whole stories) held out for
-    validation. max_windows: cap on training windows (validation is capped in proportion). lr, weight_decay:
-    AdamW (paper: 3e-4, 0.01). dropout: the single residual-branch rate (paper: 0.1). patience, tolerance: the
-    stopping rule (stop once >= patience epochs have passed since the minimum validation selection loss and the
-    current one is above tolerance x that minimum). min_frequency: words seen fewer times become [UNK].
-    device: "auto" (cuda if available), "cpu", "cuda", "cuda:1", ... threads: torch CPU threads per process
-    (None: torch's default; small models on a busy machine run fastest on 1). progress: draw a tqdm bar.
-    """
-
-    data: str
-    preset: str
-    out: str
-    model: str = "four_tensor"
-    epochs: int = 30
-    batch_size: int = 32
-    seed: int = 0
-    causal_slices: bool = False
-    val_fraction: float = 0.05
-    max_windows: int | None = None
-    lr: float = 3e-4
-    weight_decay: float = 0.01
-    dropout: float = 0.1
-    patience: int = 5
-    tolerance: float = 1.01
-    min_frequency: int = 1
-    data_format: str | None = None
-    device: str = "auto"
-    threads: int | None = None
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if self.model not in (*MODEL_KINDS, "both"):
-            raise UserError(f"--model {self.model!r}: expected four_tensor, baseline or both")
-        for name in ("epochs", "batch_size", "patience", "min_frequency"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
-        if self.threads is not None and self.threads < 1:
-            raise UserError(f"--threads must be a positive integer, got {self.threads}")
-        if self.max_windows is not None and self.max_windows < 1:
-            raise UserError(f"--max-windows must be a positive integer, got {self.max_windows}")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise UserError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise UserError(f"--dropout must be in [0, 1), got {self.dropout}")
-        if self.lr <= 0 or self.weight_decay < 0 or self.tolerance < 1.0:
-            raise UserError(
-                f"need lr > 0, weight_decay >= 0, tolerance >= 1; got {self.lr}, "
-                f"{self.weight_decay}, {self.tolerance}"
-            )
-        if self.causal_slices and self.model == "baseline":
-            raise UserError(
-                "--causal-slices applies to the 4-tensor model only (the baseline is causal already)"
-            )
-
-    def fingerprint(self) -> dict[str, Any]:
-        """The fields a resumed run must share with the checkpoint it resumes (not epochs, device, progress)."""
-        d = asdict(self)
-        for key in ("epochs", "device", "threads", "progress", "out"):
-            d.pop(key)
-        d["data"] = str(Path(self.data).resolve())
-        return d
 
 
 # ---- the stopping rule (section 8.2) ------------------------------------------------------------------
@@ -343,15 +265,6 @@ class _StepModule(nn.Module):
         return self.model.training_step(token_ids_full)
 
 
-def parameter_hash(model: nn.Module) -> str:
-    """sha256 over every parameter and buffer, in name order (replica-equality checks)."""
-    h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
 # ---- files ---------------------------------------------------------------------------------------------
 def _save_weights_atomically(model: Any, out: Path) -> None:
     """save_pretrained into a scratch folder, then move each file over the old one."""
@@ -411,6 +324,7 @@ class TrainResult:
     best_epoch: int  # zero-based index into history
     stopped_by: str
     summary: dict[str, Any]
+    model: Any = field(repr=False, default=None)  # this process's replica after the last epoch run
 
     @property
     def best(self) -> dict[str, Any]:
@@ -605,9 +519,7 @@ def _train_one(
             uniform,
             out,
         )
-    if os.environ.get(PARAM_HASH_ENV):
-        Path(f"{os.environ[PARAM_HASH_ENV]}.{kind}.rank{ctx.rank}").write_text(parameter_hash(model) + "\n")
-    return TrainResult(kind, out, history, decision.best_epoch, decision.reason, summary)
+    return TrainResult(kind, out, history, decision.best_epoch, decision.reason, summary, model)
 
 
 def train_predictor(args: TrainArgs, on_epoch_end: EpochHook | None = None) -> dict[str, TrainResult]:

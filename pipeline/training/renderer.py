@@ -5,13 +5,10 @@ UNet together with the text encoder on cached latents, predicting the clean late
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,141 +16,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.renderer import RendererConfig, build_pipeline
+from models.renderer import build_pipeline
 from pipeline.evaluation.metrics import evaluate_frames
 from pipeline.renderer import RenderSettings
-from pipeline.utils import UserError, atomic_dir, atomic_torch_save
+from pipeline.training.args import TrainRendererArgs
+from pipeline.utils import atomic_dir, atomic_torch_save
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint.pt"
+FINAL_FOLDER = "pipeline"  # the diffusers checkpoint at the end of the run
+BEST_FOLDER = "best"  # the one its periodic evaluation scored best (the shipped weights are one: checkpoints swing)
 LOG = "log.jsonl"
 STAGES = ("vae", "unet", "done")
-
-
-# ---- arguments -----------------------------------------------------------------------------------------
-@dataclass
-class TrainRendererArgs:
-    """Arguments of `semworld train renderer` (each field is a flag: --out, --vae-steps, ...).
-
-    out: run directory: checkpoint.pt (atomic, resumable), log.jsonl, strips/*.png (truth | render) and, when
-        the run ends, pipeline/ (the diffusers checkpoint, save_pretrained with safetensors).
-    image_size: side of the frames the model draws (the world renders them at this size). 80 with a VAE that
-        downsamples 16x gives a 5 x 5 latent: one latent pixel per cell of the world's 5 x 5 grid, which makes
-        the UNet ~6x cheaper per sample than 16 x 16 latents (the shipped captioner reads frames at 64 anyway).
-    output_size: side of the frames the Renderer adapter hands out (resized from image_size; 128 = the world's).
-    render_size: the world draws the training frames at this size, then they are resized to image_size. 128 keeps the sprites' exact sub-pixel geometry of the world's 128-pixel frames, which
-        the shipped captioner depends on (it reads 80-pixel world frames resized to 128 with ~6% exact match).
-    seed: seeds the data stream, initialisation and sampling.
-    count_weights: relative frequency of scenes with 0, 1, 2, 3 objects in the training stream.
-    vae_channels / vae_latent_channels: AutoencoderKL widths per level (len - 1 = number of 2x downsamplings)
-        and latent channels.
-    vae_steps, vae_batch, vae_lr, kl_weight: stage 1 optimisation (L1 + MSE reconstruction + kl_weight * KL).
-    vae_sample: decode a draw from the posterior (the textbook VAE) instead of its mean; the draw's unit noise
-        at initialisation drowns the sprites' colour and shape for hundreds of steps, so the mean is the default.
-    object_weight: reconstruction weight of pixels that differ from the room's colour (objects, screen, lamp).
-    unet_channels: UNet2DConditionModel widths per level; every level but the first has cross-attention.
-    text_width, text_layers, max_length: the CLIP text encoder (trained from scratch with the UNet).
-    unet_steps, unet_batch, unet_lr: stage 2 optimisation.
-    prediction_type: what the UNet predicts: "sample" (x0), "epsilon" or "v_prediction".
-    cond_dropout: probability of training with the empty prompt (enables classifier-free guidance > 1).
-    timestep_power: training timesteps are (1 - u**power) * (T - 1), u uniform: 1 is uniform, 2 puts more weight
-        on the noisy end, where few-step sampling decides what goes where.
-    decoder_every: in stage 2, also train the VAE decoder (on the cached latents of the frozen encoder) every
-        this many UNet steps, with vae_batch frames (0 = never): the decoder keeps sharpening while the UNet learns.
-    pixel_weight: with prediction_type "sample", on those same steps the decoder learns from the UNet's clean-latent
-        estimates instead, with this weight on the pixel loss through the decoder, which also reaches the UNet.
-    sample_steps, guidance: how evaluation samples (and the defaults written to renderer.json).
-    pool: number of distinct training scenes whose latents are cached (drawn once, seeded).
-    eval_every, eval_states: evaluation period (steps) and size (test-split world states).
-    checkpoint_every: steps between atomic checkpoints.
-    vae_minutes / unet_minutes: optional wall-clock caps per stage (0 = none; steps are the reproducible stop).
-    threads: torch intra-op threads (1 leaves the other core to everyone else).
-    captioner: optional captioner directory for the round-trip metric at evaluation.
-    """
-
-    out: str
-    image_size: int = 80
-    output_size: int = 128
-    render_size: int = 128
-    seed: int = 0
-    count_weights: tuple[float, ...] = (0.05, 0.25, 0.35, 0.35)
-    vae_channels: tuple[int, ...] = (8, 16, 32, 64, 64)
-    vae_latent_channels: int = 8
-    vae_steps: int = 2200
-    vae_batch: int = 16
-    vae_lr: float = 1.5e-3
-    kl_weight: float = 1e-6
-    object_weight: float = 10.0
-    vae_sample: bool = False
-    unet_channels: tuple[int, ...] = (64, 128, 128)
-    text_width: int = 128
-    text_layers: int = 2
-    max_length: int = 16
-    unet_steps: int = 2600
-    unet_batch: int = 32
-    unet_lr: float = 8e-4
-    prediction_type: str = "sample"
-    cond_dropout: float = 0.0
-    timestep_power: float = 2.0
-    decoder_every: int = 2
-    pixel_weight: float = 0.0
-    sample_steps: int = 4
-    guidance: float = 1.0
-    pool: int = 8000
-    eval_every: int = 250
-    eval_states: int = 64
-    checkpoint_every: int = 200
-    vae_minutes: float = 0.0
-    unet_minutes: float = 0.0
-    threads: int = 1
-    captioner: str | None = None
-    _help: dict[str, str] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        self.model_config()  # validates the network's shape (models.renderer.RendererConfig)
-        if self.render_size < 32:
-            raise ValueError(
-                f"render_size must be >= 32 (the world's smallest frame), got {self.render_size}"
-            )
-        if self.output_size < 8 or self.output_size % 8:
-            raise ValueError(f"output_size must be a multiple of 8, got {self.output_size}")
-        if self.pixel_weight < 0 or (self.pixel_weight > 0 and self.prediction_type != "sample"):
-            raise ValueError(
-                f"pixel_weight must be >= 0, and 0 unless prediction_type is 'sample', got {self.pixel_weight}"
-            )
-        if self.object_weight < 1:
-            raise ValueError(f"object_weight must be >= 1, got {self.object_weight}")
-        if self.timestep_power <= 0:
-            raise ValueError(f"timestep_power must be > 0, got {self.timestep_power}")
-        if not 0 <= self.cond_dropout < 1:
-            raise ValueError(f"cond_dropout must be in [0, 1), got {self.cond_dropout}")
-        if len(self.count_weights) < 1 or len(self.count_weights) > 4 or min(self.count_weights) < 0:
-            raise ValueError(
-                f"count_weights needs 1-4 non-negative weights (0..3 objects), got {self.count_weights}"
-            )
-        for name in ("vae_steps", "unet_steps", "decoder_every"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in (
-            "vae_batch",
-            "unet_batch",
-            "sample_steps",
-            "eval_every",
-            "eval_states",
-            "checkpoint_every",
-            "threads",
-            "pool",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-
-    def model_config(self) -> RendererConfig:
-        """The network's shape among these arguments."""
-        return RendererConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RendererConfig)})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if not k.startswith("_")}
 
 
 # ---- the model -----------------------------------------------------------------------------------------
@@ -519,14 +394,14 @@ def train_renderer(args: TrainRendererArgs) -> dict[str, Any]:
                 score = metrics.get("roundtrip_acc", metrics["frame_acc"])
                 if not best or score >= best["score"]:
                     best = {"score": score, "step": step, **metrics}
-                    save_renderer(pipe, args, out / "best", metrics)
+                    save_renderer(pipe, args, out / BEST_FOLDER, metrics)
             if step % args.checkpoint_every == 0:
                 checkpoint()
         bar.close()
         stage = "done"
         checkpoint()
     final = _eval_unet(pipe, held_out, args, captioner, out, step)
-    save_renderer(pipe, args, out / "pipeline", final)
+    save_renderer(pipe, args, out / FINAL_FOLDER, final)
     _log(out, {"stage": "done", "step": step, "eval": final, "best": best})
     return final
 
@@ -582,90 +457,3 @@ def _eval_unet(pipe, states, args: TrainRendererArgs, captioner, out: Path, step
     _log(out, {"stage": "unet", "step": step, "eval": metrics})
     logger.info("renderer eval at step %d: %s", step, metrics)
     return metrics
-
-
-def evaluate_renderer(
-    renderer,
-    states: Sequence[str],
-    captioner=None,
-    seed: int = 0,
-    steps: int | None = None,
-    guidance: float | None = None,
-) -> dict[str, float]:
-    """Score a loaded `Renderer` on `states` at the size it hands out: PSNR/SSIM against the world's frames,
-    the layout check, and (with a captioner) the round-trip accuracy; plus seconds per frame."""
-    t = time.time()
-    frames = renderer.render(list(states), generator=torch.Generator("cpu").manual_seed(seed), steps=steps,
-                             guidance=guidance)  # fmt: skip
-    seconds = (time.time() - t) / max(1, len(states))
-    metrics = evaluate_frames(states, frames, captioner)
-    metrics["seconds_per_frame"] = seconds
-    metrics["states"] = len(states)
-    return metrics
-
-
-# ---- command line --------------------------------------------------------------------------------------
-def add_parser(train_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """`semworld train renderer --out DIR ...`: one flag per field of TrainRendererArgs."""
-    parser = train_subparsers.add_parser(
-        "renderer",
-        help="train the embedded diffusion renderer on world frames",
-        description=(TrainRendererArgs.__doc__ or "").split("\n")[0],
-    )
-    for f in dataclasses.fields(TrainRendererArgs):
-        if f.name.startswith("_"):
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if f.name == "out":
-            parser.add_argument(flag, required=True, help="run directory")
-        elif f.name in ("vae_channels", "unet_channels"):
-            parser.add_argument(flag, type=int, nargs="+", default=list(f.default))  # type: ignore[arg-type]
-        elif f.name == "count_weights":
-            parser.add_argument(flag, type=float, nargs="+", default=list(f.default))  # type: ignore[arg-type]
-        elif f.name == "captioner":
-            parser.add_argument(flag, default=None, help="captioner directory for the round-trip metric")
-        elif isinstance(f.default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
-        else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
-    parser.set_defaults(func=_run)
-    return parser
-
-
-def _run(ns: argparse.Namespace) -> int:
-    fields = {f.name for f in dataclasses.fields(TrainRendererArgs) if not f.name.startswith("_")}
-    values = {k: v for k, v in vars(ns).items() if k in fields}
-    for k in ("vae_channels", "unet_channels", "count_weights"):
-        values[k] = tuple(values[k])
-    try:
-        args = TrainRendererArgs(**values)
-    except ValueError as err:
-        raise UserError(str(err)) from None
-    train_renderer(args)
-    return 0
-
-
-# The settings of the shipped weights/renderer (read by `pipeline.training.all`). The shipped files come from a run
-# with restarts under wall-clock caps on the shared CPU (weights/README.md lists them); this recipe is that design
-# as one uninterrupted, seeded run: the VAE on 128-pixel world frames resized to 80, then the UNet + text encoder
-# with the decoder fine-tuned alongside. Not yet run from scratch end to end.
-SHIPPED_RECIPE: dict[str, Any] = {
-    "image_size": 80,
-    "render_size": 128,
-    "output_size": 128,
-    "vae_channels": (8, 16, 32, 64, 64),
-    "vae_latent_channels": 8,
-    "vae_lr": 1.5e-3,
-    "vae_steps": 2200,
-    "object_weight": 10.0,
-    "unet_channels": (64, 128, 128),
-    "text_width": 128,
-    "unet_batch": 32,
-    "unet_lr": 8e-4,
-    "timestep_power": 2.0,
-    "decoder_every": 2,
-    "unet_steps": 2600,
-    "pool": 8000,
-    "eval_every": 250,
-}
-SHIPPED_FOLDER = "best"  # the checkpoint its periodic evaluation scored best; the shipped weights are one (checkpoints swing)

@@ -62,8 +62,9 @@ def build_tiny_weights(root: Path) -> Path:
     from models.captioner import CaptionerConfig, build_blip, build_processor
     from models.four_tensor import FourTensorConfig, FourTensorModel
     from pipeline.tokenizer import StateTokenizer
+    from pipeline.training.args import TrainRendererArgs
     from pipeline.training.captioner import build_tokenizer, world_sentences
-    from pipeline.training.renderer import TrainRendererArgs, fresh_pipeline, save_renderer
+    from pipeline.training.renderer import fresh_pipeline, save_renderer
 
     for module in ("pipeline.captioner", "pipeline.predictor", "pipeline.renderer"):
         __import__(module)

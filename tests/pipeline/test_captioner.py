@@ -191,7 +191,9 @@ def test_sample_scene_is_valid_and_fits_n_tokens():
 def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
     import json as _json
 
-    from pipeline.training.captioner import CaptionerConfig, TrainCaptionerArgs, train_captioner
+    from models.captioner import CaptionerConfig
+    from pipeline.training.args import TrainCaptionerArgs
+    from pipeline.training.captioner import train_captioner
 
     # a 5 x 5 ViT grid (40 / 8), one patch per world cell, so the attention-supervised path runs too
     model = CaptionerConfig(
@@ -224,7 +226,9 @@ def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
 
 
 def test_init_from_continues_from_a_saved_captioner(tmp_path):
-    from pipeline.training.captioner import CaptionerConfig, TrainCaptionerArgs, train_captioner
+    from models.captioner import CaptionerConfig
+    from pipeline.training.args import TrainCaptionerArgs
+    from pipeline.training.captioner import train_captioner
 
     model = CaptionerConfig(image_size=40, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
     common = dict(epochs=1, steps_per_epoch=1, batch_size=2, eval_frames=4, warmup_steps=1, test_clips=0, model=model)
@@ -260,15 +264,13 @@ def test_attention_targets_point_at_each_objects_cell():
 
 
 def test_cli_flags_map_onto_the_args_dataclass():
-    import argparse
+    from pipeline.cli import build_parser
+    from pipeline.cli.flags import dataclass_from_namespace
+    from pipeline.training.args import TrainCaptionerArgs
 
-    from pipeline.training.captioner import TrainCaptionerArgs, add_parser, args_from_namespace
-
-    parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers())
-    ns = parser.parse_args(["captioner", "--out", "w/captioner", "--epochs", "3", "--attn-weight", "0",
-                            "--count-weights", "1", "1", "2", "4", "--hidden", "64"])
-    args = args_from_namespace(ns)
+    ns = build_parser().parse_args(["train", "captioner", "--out", "w/captioner", "--epochs", "3", "--attn-weight",
+                                    "0", "--count-weights", "1", "1", "2", "4", "--hidden", "64"])
+    args = dataclass_from_namespace(TrainCaptionerArgs, ns)
     assert callable(ns.func)
     assert (args.out, args.epochs, args.attn_weight, args.model.hidden) == ("w/captioner", 3, 0.0, 64)
     assert args.count_weights == (1.0, 1.0, 2.0, 4.0)
@@ -277,7 +279,8 @@ def test_cli_flags_map_onto_the_args_dataclass():
 
 
 def test_train_args_validate():
-    from pipeline.training.captioner import CaptionerConfig, TrainCaptionerArgs
+    from models.captioner import CaptionerConfig
+    from pipeline.training.args import TrainCaptionerArgs
 
     with pytest.raises(ValueError, match="epochs"):
         TrainCaptionerArgs(out="x", epochs=0)

@@ -14,7 +14,8 @@ import torch
 
 from pipeline.evaluation.metrics import evaluate_frames, layout_check, psnr, shape_check, ssim
 from pipeline.renderer import Renderer, RenderSettings
-from pipeline.training.renderer import TrainRendererArgs, fresh_pipeline, save_renderer, train_renderer
+from pipeline.training.args import TrainRendererArgs
+from pipeline.training.renderer import fresh_pipeline, save_renderer, train_renderer
 from pipeline.utils import UserError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.cli.eval import add_world_parser
 from pipeline.evaluation.metrics import psnr, ssim
 from pipeline.evaluation.world import (
     Clip,
     CopyLast,
     EvalWorldArgs,
-    add_parser,
     evaluate_world,
     read_world_dir,
     score_captioner,
@@ -148,7 +148,7 @@ def test_real_tiny_stages_end_to_end_through_the_cli(world_dir, tiny_weights, tm
     weights = tmp_path / "w"
     shutil.copytree(tiny_weights, weights)
     parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers())
+    add_world_parser(parser.add_subparsers())
     ns = parser.parse_args(
         [
             "world",

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from pipeline import cli
-from pipeline.training.predictor import CHECKPOINT_DIR, TrainArgs, train_predictor
+from pipeline.training.args import TrainArgs
+from pipeline.training.predictor import CHECKPOINT_DIR, train_predictor
 from pipeline.utils import UserError
 
 ARGS = ["--preset", "tiny", "--batch-size", "8", "--val-fraction", "0.2", "--no-progress"]
