@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Annotated, Any
 
 from fastapi import Form, HTTPException, UploadFile, status
 
+from api.jobs import JobParams
 from api.schemas import ErrorResponse, OutputFormat
 from api.settings import Settings
 
@@ -26,22 +26,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-@dataclass
-class PredictParams:
-    horizon: int
-    stride: int | None
-    state_rate: float | None
-    seed: int | None
-    steps: int | None
-    guidance: float | None
-    output: OutputFormat
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["output"] = self.output.value
-        return d
-
-
 def predict_params(
     horizon: Annotated[int, Form(ge=1, description="states to predict", examples=[8])] = 8,
     stride: Annotated[int | None, Form(ge=1, description="take every K-th frame (default 1)")] = None,
@@ -52,19 +36,20 @@ def predict_params(
     steps: Annotated[int | None, Form(ge=1, le=1000, description="denoising steps")] = None,
     guidance: Annotated[float | None, Form(ge=0, le=50, description="guidance scale")] = None,
     output: Annotated[OutputFormat, Form(description="json, mp4 or zip")] = OutputFormat.json,
-) -> PredictParams:
+) -> JobParams:
     if stride is not None and state_rate is not None:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT, "give either stride or state_rate, not both"
         )
-    return PredictParams(horizon, stride, state_rate, seed, steps, guidance, output)
+    return JobParams(horizon, stride, state_rate, seed, steps, guidance, output)
 
 
-def check_horizon(params: PredictParams, settings: Settings) -> None:
-    if params.horizon > settings.max_horizon:
+def check_horizon(horizon: int, settings: Settings) -> None:
+    """The service's own limit, checked before any upload is read or job queued (the pipeline, made with the
+    same max_horizon, checks every parameter again when it runs)."""
+    if horizon > settings.max_horizon:
         raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            f"horizon: at most {settings.max_horizon}, got {params.horizon}",
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f"horizon: at most {settings.max_horizon}, got {horizon}"
         )
 
 

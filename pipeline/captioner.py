@@ -23,7 +23,6 @@ logger = logging.getLogger(__name__)
 # A state has at most N = 16 word-level tokens; a little headroom lets a real captioner finish its sentence,
 # and a real model's sub-word tokenizer needs more pieces per word.
 DEFAULT_MAX_NEW_TOKENS = 24
-DEFAULT_BATCH_SIZE = 64
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json")
@@ -73,23 +72,20 @@ def _check_checkpoint_dir(directory: Path) -> None:
 
 
 class Captioner:
-    """Image-to-text stage: `caption(frames) -> list[str]`, one state per frame, batched internally."""
+    """Image-to-text stage: `caption(frames) -> list[str]`, one state per frame, in one forward pass (the
+    pipeline decides the batches)."""
 
     def __init__(
         self,
         model: torch.nn.Module,
         processor: object,
         *,
-        batch_size: int = DEFAULT_BATCH_SIZE,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         self.model = model.eval()
         self.processor = processor
-        self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
 
     @property
@@ -139,20 +135,16 @@ class Captioner:
     def caption(self, frames: Sequence[np.ndarray] | np.ndarray) -> list[str]:
         """Caption frames, each (H, W, 3) uint8 (or one (B, H, W, 3) array), into lowercase state texts."""
         images = _as_frame_list(frames)
-        texts: list[str] = []
-        for start in range(0, len(images), self.batch_size):
-            batch = images[start : start + self.batch_size]
-            inputs = self.processor(images=batch, return_tensors="pt")  # type: ignore[operator]
-            pixel_values = inputs["pixel_values"].to(self.device, self.dtype)  # (B, 3, S, S)
-            out = self.model.generate(  # type: ignore[operator]
-                pixel_values=pixel_values,
-                max_new_tokens=self.max_new_tokens,
-                do_sample=False,
-                num_beams=1,
-            )  # (B, L) token ids
-            decoded = self.processor.batch_decode(out, skip_special_tokens=True)  # type: ignore[attr-defined]
-            texts.extend(canonical_state(t) for t in decoded)
-        return texts
+        inputs = self.processor(images=images, return_tensors="pt")  # type: ignore[operator]
+        pixel_values = inputs["pixel_values"].to(self.device, self.dtype)  # (B, 3, S, S)
+        out = self.model.generate(  # type: ignore[operator]
+            pixel_values=pixel_values,
+            max_new_tokens=self.max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+        )  # (B, L) token ids
+        decoded = self.processor.batch_decode(out, skip_special_tokens=True)  # type: ignore[attr-defined]
+        return [canonical_state(t) for t in decoded]
 
 
 def _as_frame_list(frames: Sequence[np.ndarray] | np.ndarray) -> list[np.ndarray]:

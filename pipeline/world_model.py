@@ -22,6 +22,8 @@ from pipeline.video import SampledClip, VideoLimits, VideoSource, encode_mp4, re
 
 logger = logging.getLogger(__name__)
 
+MAX_HORIZON = 32  # most states one call may predict, unless the pipeline is made with another max_horizon
+
 
 @dataclass
 class WorldModelOutput:
@@ -68,7 +70,7 @@ class WorldModelPipeline:
         limits: VideoLimits | None = None,
         caption_batch_size: int = 16,
         render_batch_size: int = 8,
-        max_horizon: int = 64,
+        max_horizon: int = MAX_HORIZON,
     ) -> None:
         if caption_batch_size < 1 or render_batch_size < 1:
             raise ValueError(
@@ -121,11 +123,17 @@ class WorldModelPipeline:
         state_rate: float | None,
         steps: int | None,
         guidance: float | None,
+        context: int | None = None,
     ) -> None:
+        """The one check of a call's parameters; each error names the parameter and the bad value."""
         if (video is None) == (states is None):
             raise ValueError("give exactly one of video or states")
-        if isinstance(horizon, bool) or not isinstance(horizon, int) or not 1 <= horizon <= self.max_horizon:
-            raise ValueError(f"horizon must be an integer in 1..{self.max_horizon}, got {horizon!r}")
+        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+            raise ValueError(f"horizon: expected a positive integer, got {horizon!r}")
+        if horizon > self.max_horizon:
+            raise ValueError(f"horizon: at most {self.max_horizon}, got {horizon}")
+        if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
+            raise ValueError(f"context must be a positive integer, got {context!r}")
         if stride is not None and state_rate is not None:
             raise ValueError("give either stride or state_rate, not both")
         if stride is not None and stride < 1:
@@ -173,9 +181,7 @@ class WorldModelPipeline:
         t_start = time.perf_counter()
 
         # 1. check inputs
-        self.check_inputs(video, states, horizon, stride, state_rate, steps, guidance)
-        if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
-            raise ValueError(f"context must be a positive integer, got {context!r}")
+        self.check_inputs(video, states, horizon, stride, state_rate, steps, guidance, context)
 
         # 2. decode and sample
         clip: SampledClip | None = None

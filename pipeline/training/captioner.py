@@ -298,7 +298,7 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
     soft_rng = np.random.default_rng([args.seed, 1_000_033])
     soft_frames = [degrade(rescale(f, soft_rng, (64,)), soft_rng, (85, 85)) for f in eval_frames[::4]]
     soft_states = eval_states[::4]
-    captioner = Captioner(model, processor, batch_size=128)
+    captioner = Captioner(model, processor)
 
     def log(record: dict) -> None:
         with log_path.open("a") as f:

@@ -1,4 +1,4 @@
-"""POST /v1/predict and /v1/rollout through TestClient, on stand-in stages injected with dependency_overrides."""
+"""POST /v1/predict and /v1/rollout through TestClient, on stand-in stages given to create_app."""
 
 from __future__ import annotations
 

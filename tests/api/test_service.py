@@ -115,12 +115,10 @@ def test_samples_and_page(make_client):
 
 
 def test_world_samples_are_made_when_no_folder_is_set(tmp_path):
-    from api.deps import get_pipeline
     from tests.api.conftest import wait_ready
     from tests.api.fakes import make_pipeline
 
-    app = create_app(Settings(data_dir=tmp_path))
-    app.dependency_overrides[get_pipeline] = lambda: make_pipeline(0.0)
+    app = create_app(Settings(data_dir=tmp_path), stages=make_pipeline(0.0))
     with TestClient(app) as client:
         wait_ready(client)
         names = [s["name"] for s in client.get("/v1/samples").json()]

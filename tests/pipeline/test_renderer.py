@@ -81,9 +81,9 @@ def test_same_generator_seed_gives_the_same_frames(tiny):
     assert np.array_equal(d[0], tiny.render(STATES[:1])[0])
 
 
-def test_batches_cover_every_state_in_order(tiny_dir):
+def test_one_call_draws_every_state_in_one_pass(tiny_dir):
+    """The adapter does not batch (the world-model pipeline does): one diffusers call per render call."""
     renderer = Renderer.from_pretrained(tiny_dir, device="cpu")
-    renderer.settings.batch_size = 2
     calls: list[int] = []
     original = renderer.pipe.__call__
 
@@ -95,7 +95,7 @@ def test_batches_cover_every_state_in_order(tiny_dir):
         "Counting", (type(renderer.pipe),), {"__call__": lambda self, *a, **k: counting(*a, **k)}
     )
     frames = renderer.render(STATES * 2, steps=1)
-    assert calls == [2, 2, 2] and len(frames) == 6
+    assert calls == [6] and len(frames) == 6
 
 
 def test_steps_and_guidance_reach_the_pipeline(tiny):

@@ -92,8 +92,8 @@ def test_from_states_skips_video(pipe):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"states": ["x."], "horizon": 0}, "horizon must be an integer in 1..64, got 0"),
-        ({"states": ["x."], "horizon": 65}, "horizon must be an integer in 1..64, got 65"),
+        ({"states": ["x."], "horizon": 0}, "horizon: expected a positive integer, got 0"),
+        ({"states": ["x."], "horizon": 33}, "horizon: at most 32, got 33"),
         ({"states": []}, "states is empty"),
         ({"states": ["x.", " "]}, r"states\[1\] must be a non-empty string"),
         ({}, "give exactly one of video or states"),
