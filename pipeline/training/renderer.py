@@ -9,6 +9,8 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint.pt"
 FINAL_FOLDER = "pipeline"  # the diffusers checkpoint at the end of the run
+UNET_WARMUP = 200  # steps of linear learning-rate warmup in stage 2
 BEST_FOLDER = "best"  # the one its periodic evaluation scored best (the shipped weights are one: checkpoints swing)
 LOG = "log.jsonl"
 STAGES = ("vae", "unet", "done")
@@ -185,225 +188,255 @@ def _stage_done(args: TrainRendererArgs, stage: str, step: int, started: float) 
     return step >= steps or (minutes > 0 and time.time() - started > 60 * minutes)
 
 
-def train_renderer(args: TrainRendererArgs) -> dict[str, Any]:
-    """Run (or resume) both stages; returns the final evaluation. The trained pipeline lands in out/pipeline."""
-    from diffusers import DDPMScheduler
-    from tqdm import tqdm
+@dataclass
+class RendererRun:
+    """What a renderer run carries from step to step: the pipeline, both optimizers and where it stands."""
 
+    args: TrainRendererArgs
+    out: Path
+    pipe: Any  # diffusers.StableDiffusionPipeline
+    noise_schedule: Any  # diffusers.DDPMScheduler: the training-time forward process
+    vae_opt: torch.optim.Optimizer
+    unet_opt: torch.optim.Optimizer
+    stage: str = "vae"
+    step: int = 0
+    elapsed: float = 0.0  # seconds of earlier sessions, from the checkpoint
+    started: float = field(default_factory=time.time)  # when this session's current stage began
+
+    def checkpoint(self) -> None:
+        vae = self.pipe.vae
+        atomic_torch_save(
+            {
+                "args": self.args.to_dict(),
+                "stage": self.stage,
+                "step": self.step,
+                "elapsed": self.elapsed + time.time() - self.started,
+                "vae": vae.state_dict(),
+                "unet": self.pipe.unet.state_dict(),
+                "text_encoder": self.pipe.text_encoder.state_dict(),
+                "vae_opt": self.vae_opt.state_dict(),
+                "unet_opt": self.unet_opt.state_dict(),
+                "scaling_factor": vae.config.scaling_factor if self.stage != "vae" else None,
+                "rng": _rng_state(),
+            },
+            self.out / CHECKPOINT,
+        )
+
+    def after_step(self, bar: Any, **losses: float) -> None:
+        """Count the step, show the loss, and every 50 steps log the losses; checkpoint on schedule."""
+        self.step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{losses['loss']:.4f}")
+        if self.step % 50 == 0:
+            elapsed = self.elapsed + time.time() - self.started
+            _log(self.out, {"stage": self.stage, "step": self.step, **losses, "time": elapsed})
+
+    def checkpoint_due(self) -> bool:
+        return self.step % self.args.checkpoint_every == 0
+
+
+def train_renderer(args: TrainRendererArgs) -> dict[str, Any]:
+    """Run (or resume) both stages; returns the final evaluation. The trained pipeline lands in out/pipeline,
+    the best evaluated one in out/best."""
     torch.set_num_threads(args.threads)
+    run = setup_run(args)
+    held_out = eval_states(args.seed + 1000, args.eval_states)
+    captioner = _load_captioner(args)
+    train_pool = scene_states(args.seed, args.pool, args.count_weights)
+    run.started = time.time()
+    if run.stage == "vae":
+        fit_vae(run, train_pool, held_out)
+    best = fit_unet(run, train_pool, held_out, captioner)
+    final = _eval_unet(run.pipe, held_out, args, captioner, run.out, run.step)
+    save_renderer(run.pipe, args, run.out / FINAL_FOLDER, final)
+    _log(run.out, {"stage": "done", "step": run.step, "eval": final, "best": best})
+    return final
+
+
+def setup_run(args: TrainRendererArgs) -> RendererRun:
+    """The seeded fresh pipeline and its optimizers, restored from out/checkpoint.pt when there is one."""
+    from diffusers import DDPMScheduler
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)
     pipe = fresh_pipeline(args)
     pipe.set_progress_bar_config(disable=True)
-    vae, unet, text_encoder, tokenizer = pipe.vae, pipe.unet, pipe.text_encoder, pipe.tokenizer
-    noise_schedule = DDPMScheduler.from_config(pipe.scheduler.config)
+    vae, unet, text_encoder = pipe.vae, pipe.unet, pipe.text_encoder
     logger.info(
         "renderer: vae %.2fM, unet %.2fM, text encoder %.2fM parameters",
         count_parameters(vae) / 1e6,
         count_parameters(unet) / 1e6,
         count_parameters(text_encoder) / 1e6,
     )
-
-    vae_opt = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0)
-    unet_opt = torch.optim.AdamW(
-        list(unet.parameters()) + list(text_encoder.parameters()), lr=args.unet_lr, weight_decay=0.01
+    run = RendererRun(
+        args,
+        out,
+        pipe,
+        DDPMScheduler.from_config(pipe.scheduler.config),
+        torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0),
+        torch.optim.AdamW(
+            list(unet.parameters()) + list(text_encoder.parameters()), lr=args.unet_lr, weight_decay=0.01
+        ),
     )
-    stage, step, elapsed = "vae", 0, 0.0
-    pool_latents: torch.Tensor | None = None
     ckpt_path = out / CHECKPOINT
-    if ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, weights_only=False)
-        vae.load_state_dict(ckpt["vae"])
-        vae_opt.load_state_dict(ckpt["vae_opt"])
-        # At the start of stage 2 the UNet is still untrained: its sizes may be changed before resuming.
-        if not (ckpt["stage"] == "unet" and ckpt["step"] == 0):
-            unet.load_state_dict(ckpt["unet"])
-            text_encoder.load_state_dict(ckpt["text_encoder"])
-            unet_opt.load_state_dict(ckpt["unet_opt"])
-        if ckpt.get("scaling_factor") is not None:
-            vae.register_to_config(scaling_factor=ckpt["scaling_factor"])
-        stage, step, elapsed = ckpt["stage"], ckpt["step"], ckpt.get("elapsed", 0.0)
-        if stage == "done" and not _stage_done(args, "unet", step, time.time()):
-            stage = "unet"  # a larger budget extends a finished run
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        np.random.set_state(ckpt["rng"]["numpy"])
-        logger.info("resumed %s at stage %s step %d", ckpt_path, stage, step)
+    if not ckpt_path.exists():
+        return run
+    ckpt = torch.load(ckpt_path, weights_only=False)
+    vae.load_state_dict(ckpt["vae"])
+    run.vae_opt.load_state_dict(ckpt["vae_opt"])
+    # At the start of stage 2 the UNet is still untrained: its sizes may be changed before resuming.
+    if not (ckpt["stage"] == "unet" and ckpt["step"] == 0):
+        unet.load_state_dict(ckpt["unet"])
+        text_encoder.load_state_dict(ckpt["text_encoder"])
+        run.unet_opt.load_state_dict(ckpt["unet_opt"])
+    if ckpt.get("scaling_factor") is not None:
+        vae.register_to_config(scaling_factor=ckpt["scaling_factor"])
+    run.stage, run.step, run.elapsed = ckpt["stage"], ckpt["step"], ckpt.get("elapsed", 0.0)
+    if run.stage == "done" and not _stage_done(args, "unet", run.step, time.time()):
+        run.stage = "unet"  # a larger budget extends a finished run
+    torch.set_rng_state(ckpt["rng"]["torch"])
+    np.random.set_state(ckpt["rng"]["numpy"])
+    logger.info("resumed %s at stage %s step %d", ckpt_path, run.stage, run.step)
+    return run
 
-    def checkpoint() -> None:
-        atomic_torch_save(
-            {
-                "args": args.to_dict(),
-                "stage": stage,
-                "step": step,
-                "elapsed": elapsed + time.time() - started,
-                "vae": vae.state_dict(),
-                "unet": unet.state_dict(),
-                "text_encoder": text_encoder.state_dict(),
-                "vae_opt": vae_opt.state_dict(),
-                "unet_opt": unet_opt.state_dict(),
-                "scaling_factor": vae.config.scaling_factor if stage != "vae" else None,
-                "rng": _rng_state(),
-            },
-            ckpt_path,
-        )
 
-    held_out = eval_states(args.seed + 1000, args.eval_states)
-    captioner = _load_captioner(args)
-    train_pool = scene_states(args.seed, args.pool, args.count_weights)
+def fit_vae(run: RendererRun, train_pool: Sequence[str], held_out: Sequence[str]) -> None:
+    """Stage 1: the VAE learns to reconstruct frames (batches drawn from the seeded pool); then its latents'
+    scaling factor is fixed and the run moves to stage 2."""
+    from tqdm import tqdm
 
-    # Stage 1: the VAE learns to reconstruct frames (the stream draws batches from the seeded pool).
-    started = time.time()
-    if stage == "vae":
-        vae.train()
-        for group in vae_opt.param_groups:
-            group["lr"] = args.vae_lr
-        bar = tqdm(total=args.vae_steps, initial=step, desc="renderer vae", unit="step")
-        while not _stage_done(args, "vae", step, started):
-            gen = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
-            vae_idx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen).tolist()
-            x = frames_of(
-                [train_pool[i] for i in vae_idx], args.image_size, args.render_size
-            )  # (B, 3, H, W) in [-1, 1]
-            posterior = vae.encode(x).latent_dist
-            latent = posterior.sample(generator=gen) if args.vae_sample else posterior.mode()
-            recon = vae.decode(latent).sample
-            rec = reconstruction_loss(recon, x, args.object_weight)
-            kl = posterior.kl().mean() / x[0].numel()
-            loss = rec + args.kl_weight * kl
-            vae_opt.zero_grad(set_to_none=True)
-            loss.backward()
-            vae_opt.step()
-            step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.4f}")
-            if step % 50 == 0:
-                _log(
-                    out,
-                    {
-                        "stage": "vae",
-                        "step": step,
-                        "loss": loss.item(),
-                        "rec": rec.item(),
-                        "kl": kl.item(),
-                        "time": elapsed + time.time() - started,
-                    },
-                )
-            if step % args.eval_every == 0:
-                _log(out, {"stage": "vae", "step": step, "eval": _eval_vae(vae, held_out, args)})
-            if step % args.checkpoint_every == 0:
-                checkpoint()
-        bar.close()
-        metrics = _eval_vae(vae, held_out, args)
-        _log(out, {"stage": "vae", "step": step, "eval": metrics, "final": True})
-        logger.info("vae done at step %d: %s", step, metrics)
-        vae.register_to_config(scaling_factor=_scaling_factor(vae, train_pool[:256], args))
-        stage, step = "unet", 0
-        checkpoint()
+    args, vae = run.args, run.pipe.vae
+    vae.train()
+    for group in run.vae_opt.param_groups:
+        group["lr"] = args.vae_lr
+    bar = tqdm(total=args.vae_steps, initial=run.step, desc="renderer vae", unit="step")
+    while not _stage_done(args, "vae", run.step, run.started):
+        gen = torch.Generator().manual_seed(args.seed * 1_000_003 + run.step)
+        vae_idx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen).tolist()
+        x = frames_of([train_pool[i] for i in vae_idx], args.image_size, args.render_size)  # (B, 3, H, W)
+        posterior = vae.encode(x).latent_dist
+        latent = posterior.sample(generator=gen) if args.vae_sample else posterior.mode()
+        recon = vae.decode(latent).sample
+        rec = reconstruction_loss(recon, x, args.object_weight)
+        kl = posterior.kl().mean() / x[0].numel()
+        loss = rec + args.kl_weight * kl
+        run.vae_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        run.vae_opt.step()
+        run.after_step(bar, loss=loss.item(), rec=rec.item(), kl=kl.item())
+        if run.step % args.eval_every == 0:
+            _log(run.out, {"stage": "vae", "step": run.step, "eval": _eval_vae(vae, held_out, args)})
+        if run.checkpoint_due():
+            run.checkpoint()
+    bar.close()
+    metrics = _eval_vae(vae, held_out, args)
+    _log(run.out, {"stage": "vae", "step": run.step, "eval": metrics, "final": True})
+    logger.info("vae done at step %d: %s", run.step, metrics)
+    vae.register_to_config(scaling_factor=_scaling_factor(vae, train_pool[:256], args))
+    run.stage, run.step = "unet", 0
+    run.checkpoint()
 
-    # Stage 2: the frozen VAE's latents of the pool are cached once; the UNet and text encoder learn them.
+
+def fit_unet(
+    run: RendererRun, train_pool: Sequence[str], held_out: Sequence[str], captioner: Any
+) -> dict[str, Any]:
+    """Stage 2: the frozen VAE's latents of the pool are cached once; the UNet and text encoder learn them
+    (the decoder may keep learning alongside). Returns the best periodic evaluation ({} when none ran)."""
+    from tqdm import tqdm
+
+    args, pipe = run.args, run.pipe
+    vae = pipe.vae
     vae.eval().requires_grad_(False)
-    pool_latents = _encode_pool(vae, train_pool, args, out)
+    pool_latents = _encode_pool(vae, train_pool, args, run.out)
     # The encoder stays frozen (so the cached latents stay valid); the decoder may keep learning from them.
-    decoder_params = list(vae.post_quant_conv.parameters()) + list(vae.decoder.parameters())
     if args.decoder_every:
-        for p in decoder_params:
+        for p in list(vae.post_quant_conv.parameters()) + list(vae.decoder.parameters()):
             p.requires_grad_(True)
-        for group in vae_opt.param_groups:
+        for group in run.vae_opt.param_groups:
             group["lr"] = args.vae_lr / 3  # fine-tuning: steadier than the stage-1 rate
-    ids = tokenizer(
-        train_pool, padding="max_length", max_length=args.max_length, truncation=True, return_tensors="pt"
-    ).input_ids  # (P, L)
-    empty_ids = tokenizer(
-        [""], padding="max_length", max_length=args.max_length, return_tensors="pt"
-    ).input_ids
+    tokenize = partial(pipe.tokenizer, padding="max_length", max_length=args.max_length, return_tensors="pt")
+    ids = tokenize(list(train_pool), truncation=True).input_ids  # (P, L)
+    empty_ids = tokenize([""]).input_ids  # (1, L)
     best: dict[str, Any] = {}
-    if stage == "unet":
-        started = time.time()
-        unet.train()
-        text_encoder.train()
-        bar = tqdm(total=args.unet_steps, initial=step, desc="renderer unet", unit="step")
-        warmup = 200
-        while not _stage_done(args, "unet", step, started):
-            gen = torch.Generator().manual_seed(args.seed * 1_000_003 + 7 + step)
-            idx = torch.randint(len(train_pool), (args.unet_batch,), generator=gen)
-            x0 = pool_latents[idx]  # (B, C, h, w)
-            batch_ids = ids[idx].clone()  # (B, L)
-            if args.cond_dropout > 0:
-                drop = torch.rand(len(idx), generator=gen) < args.cond_dropout
-                batch_ids[drop] = empty_ids
-            noise = torch.randn(x0.shape, generator=gen)
-            # Timesteps skewed towards pure noise when asked: few-step sampling decides the layout at t ~ T.
-            u = torch.rand(len(idx), generator=gen) ** args.timestep_power
-            t = ((1.0 - u) * (noise_schedule.config.num_train_timesteps - 1)).round().long()  # (B,)
-            xt = noise_schedule.add_noise(x0, noise, t)
-            if args.prediction_type == "sample":
-                target = x0
-            elif args.prediction_type == "epsilon":
-                target = noise
-            else:
-                target = noise_schedule.get_velocity(x0, noise, t)
-            for group in unet_opt.param_groups:
-                group["lr"] = args.unet_lr * min(1.0, (step + 1) / warmup)
-            cond = text_encoder(batch_ids)[0]  # (B, L, text_width)
-            pred = unet(xt, t, cond).sample
-            loss = F.mse_loss(pred, target)
-            pixel = args.pixel_weight > 0 and args.decoder_every and step % args.decoder_every == 0
-            if pixel:
-                # End to end: decode the UNet's clean-latent estimate and compare it with the world's frame, so
-                # the UNet and decoder can carry what the frozen encoder's latents miss (a ball against a box).
-                x = frames_of(
-                    [train_pool[i] for i in idx.tolist()], args.image_size, args.render_size
-                )  # (B, 3, H, W)
-                recon = vae.decode(pred / vae.config.scaling_factor).sample
-                loss = loss + args.pixel_weight * reconstruction_loss(recon, x, args.object_weight)
-                vae_opt.zero_grad(set_to_none=True)
-            unet_opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(list(unet.parameters()) + list(text_encoder.parameters()), 1.0)
-            unet_opt.step()
-            if pixel:
-                vae_opt.step()
-            elif args.decoder_every and step % args.decoder_every == 0:
-                didx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen)
-                x = frames_of(
-                    [train_pool[i] for i in didx.tolist()], args.image_size, args.render_size
-                )  # (B, 3, H, W)
-                recon = vae.decode(pool_latents[didx] / vae.config.scaling_factor).sample
-                dec_loss = reconstruction_loss(recon, x, args.object_weight)
-                vae_opt.zero_grad(set_to_none=True)
-                dec_loss.backward()
-                vae_opt.step()
-            step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.4f}")
-            if step % 50 == 0:
-                _log(
-                    out,
-                    {
-                        "stage": "unet",
-                        "step": step,
-                        "loss": loss.item(),
-                        "time": elapsed + time.time() - started,
-                    },
-                )
-            if step % args.eval_every == 0:
-                metrics = _eval_unet(pipe, held_out, args, captioner, out, step)
-                unet.train()
-                text_encoder.train()
-                score = metrics.get("roundtrip_acc", metrics["frame_acc"])
-                if not best or score >= best["score"]:
-                    best = {"score": score, "step": step, **metrics}
-                    save_renderer(pipe, args, out / BEST_FOLDER, metrics)
-            if step % args.checkpoint_every == 0:
-                checkpoint()
-        bar.close()
-        stage = "done"
-        checkpoint()
-    final = _eval_unet(pipe, held_out, args, captioner, out, step)
-    save_renderer(pipe, args, out / FINAL_FOLDER, final)
-    _log(out, {"stage": "done", "step": step, "eval": final, "best": best})
-    return final
+    if run.stage != "unet":
+        return best
+    run.started = time.time()
+    pipe.unet.train()
+    pipe.text_encoder.train()
+    bar = tqdm(total=args.unet_steps, initial=run.step, desc="renderer unet", unit="step")
+    while not _stage_done(args, "unet", run.step, run.started):
+        loss = _unet_step(run, train_pool, pool_latents, ids, empty_ids)
+        run.after_step(bar, loss=loss)
+        if run.step % args.eval_every == 0:
+            metrics = _eval_unet(pipe, held_out, args, captioner, run.out, run.step)
+            pipe.unet.train()
+            pipe.text_encoder.train()
+            score = metrics.get("roundtrip_acc", metrics["frame_acc"])
+            if not best or score >= best["score"]:
+                best = {"score": score, "step": run.step, **metrics}
+                save_renderer(pipe, args, run.out / BEST_FOLDER, metrics)
+        if run.checkpoint_due():
+            run.checkpoint()
+    bar.close()
+    run.stage = "done"
+    run.checkpoint()
+    return best
+
+
+def _unet_step(
+    run: RendererRun, train_pool: Sequence[str], pool_latents: torch.Tensor, ids: torch.Tensor, empty_ids: torch.Tensor
+) -> float:
+    """One optimizer step of the UNet + text encoder (and, every decoder_every steps, of the VAE decoder)."""
+    args, vae, unet, step = run.args, run.pipe.vae, run.pipe.unet, run.step
+    gen = torch.Generator().manual_seed(args.seed * 1_000_003 + 7 + step)
+    idx = torch.randint(len(train_pool), (args.unet_batch,), generator=gen)
+    x0 = pool_latents[idx]  # (B, C, h, w)
+    batch_ids = ids[idx].clone()  # (B, L)
+    if args.cond_dropout > 0:
+        drop = torch.rand(len(idx), generator=gen) < args.cond_dropout
+        batch_ids[drop] = empty_ids
+    noise = torch.randn(x0.shape, generator=gen)
+    # Timesteps skewed towards pure noise when asked: few-step sampling decides the layout at t ~ T.
+    u = torch.rand(len(idx), generator=gen) ** args.timestep_power
+    schedule = run.noise_schedule
+    t = ((1.0 - u) * (schedule.config.num_train_timesteps - 1)).round().long()  # (B,)
+    xt = schedule.add_noise(x0, noise, t)
+    if args.prediction_type == "sample":
+        target = x0
+    elif args.prediction_type == "epsilon":
+        target = noise
+    else:
+        target = schedule.get_velocity(x0, noise, t)
+    for group in run.unet_opt.param_groups:
+        group["lr"] = args.unet_lr * min(1.0, (step + 1) / UNET_WARMUP)
+    cond = run.pipe.text_encoder(batch_ids)[0]  # (B, L, text_width)
+    pred = unet(xt, t, cond).sample
+    loss = F.mse_loss(pred, target)
+    decoder_turn = bool(args.decoder_every) and step % args.decoder_every == 0
+    pixel = args.pixel_weight > 0 and decoder_turn
+    if pixel:
+        # End to end: decode the UNet's clean-latent estimate and compare it with the world's frame, so the
+        # UNet and decoder can carry what the frozen encoder's latents miss (a ball against a box).
+        x = frames_of([train_pool[i] for i in idx.tolist()], args.image_size, args.render_size)  # (B, 3, H, W)
+        recon = vae.decode(pred / vae.config.scaling_factor).sample
+        loss = loss + args.pixel_weight * reconstruction_loss(recon, x, args.object_weight)
+        run.vae_opt.zero_grad(set_to_none=True)
+    run.unet_opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(list(unet.parameters()) + list(run.pipe.text_encoder.parameters()), 1.0)
+    run.unet_opt.step()
+    if pixel:
+        run.vae_opt.step()
+    elif decoder_turn:
+        didx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen)
+        x = frames_of([train_pool[i] for i in didx.tolist()], args.image_size, args.render_size)  # (B, 3, H, W)
+        recon = vae.decode(pool_latents[didx] / vae.config.scaling_factor).sample
+        dec_loss = reconstruction_loss(recon, x, args.object_weight)
+        run.vae_opt.zero_grad(set_to_none=True)
+        dec_loss.backward()
+        run.vae_opt.step()
+    return loss.item()
 
 
 def _eval_vae(vae, states: Sequence[str], args: TrainRendererArgs) -> dict[str, float]:
