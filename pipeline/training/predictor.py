@@ -334,6 +334,39 @@ class TrainResult:
 EpochHook = Callable[[str, int], None]  # (model kind, finished epoch number 1..E), e.g. to simulate a kill
 
 
+@dataclass
+class PredictorRun:
+    """One model's training run: what setup makes and the epoch loop and the save step share."""
+
+    kind: str
+    args: TrainArgs
+    data: PreparedData
+    out: Path
+    ctx: DistContext
+    model: Any
+    optimizer: torch.optim.Optimizer
+    step_module: nn.Module  # forward = the model's training step (DDP-wrapped under torchrun)
+    sampler: DistributedSampler[int]
+    fingerprint: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.kind]
+
+    @property
+    def ckpt_path(self) -> Path:
+        return self.out / CHECKPOINT_DIR / CHECKPOINT_FILE
+
+    def decide(self) -> StopDecision:
+        """The section 8.2 rule on the validation selection losses so far."""
+        if not self.history:
+            return StopDecision(False, "", 0)
+        losses = [h["val_selection_loss"] for h in self.history]
+        return stop_decision(losses, self.args.epochs, self.args.patience, self.args.tolerance)
+
+
 def _train_one(
     kind: str,
     args: TrainArgs,
@@ -342,9 +375,26 @@ def _train_one(
     ctx: DistContext,
     on_epoch_end: EpochHook | None = None,
 ) -> TrainResult:
-    from tqdm.auto import tqdm
+    """Set up (or resume) one model, fit it epoch by epoch until the stopping rule says so, then summarise."""
+    run = setup_run(kind, args, data, out, ctx)
+    decision = run.decide()
+    while not decision.stop:
+        epoch = len(run.history)
+        run.history.append(fit_epoch(run, epoch))
+        decision = run.decide()
+        log_epoch(run, run.history[-1])
+        if ctx.is_main:
+            save_epoch(run, decision)
+        if ctx.distributed:
+            dist.barrier()
+        if on_epoch_end is not None:
+            on_epoch_end(kind, epoch + 1)
+    return finish_run(run, decision)
 
-    ckpt_path = out / CHECKPOINT_DIR / CHECKPOINT_FILE
+
+def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: DistContext) -> PredictorRun:
+    """The seeded model and optimizer (restored from out/checkpoint/last.pt when it holds this run), DDP under
+    torchrun, the sharded sampler, and on rank 0 the tokenizer and the log as of the checkpoint."""
     fingerprint = {**args.fingerprint(), "model": kind, "world_size": ctx.world_size}
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     model: Any = build_model(
@@ -352,8 +402,7 @@ def _train_one(
     ).to(ctx.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     history: list[dict[str, Any]] = []
-    start_epoch = 0
-
+    ckpt_path = out / CHECKPOINT_DIR / CHECKPOINT_FILE
     if ckpt_path.is_file():
         ckpt = torch.load(ckpt_path, map_location=ctx.device, weights_only=False)
         if ckpt["fingerprint"] != fingerprint:
@@ -366,20 +415,15 @@ def _train_one(
         optimizer.load_state_dict(ckpt["optimizer"])
         _set_rng_state(ckpt["rng"])
         history = ckpt["history"]
-        start_epoch = len(history)
-        logger.info("%s: resuming %s after epoch %d", LABELS[kind], out, start_epoch)
+        logger.info("%s: resuming %s after epoch %d", LABELS[kind], out, len(history))
 
     step_module: nn.Module = _StepModule(model)
     if ctx.distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         step_module = DDP(step_module, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-
-    n_params = sum(p.numel() for p in model.parameters())
-    uniform = uniform_cross_entropy(data.tokenizer.vocab_size)
-    train_ids = data.train.ids
     # The sampler only needs len(); it yields window indices (the same shards as torchrun's data loaders).
-    indices: Any = range(len(train_ids))
+    indices: Any = range(len(data.train.ids))
     sampler: DistributedSampler[int] = DistributedSampler(
         indices, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed
     )
@@ -388,116 +432,113 @@ def _train_one(
         ckpt_path.parent.mkdir(exist_ok=True)
         data.tokenizer.save(out)
         _write_log(out / LOG_FILE, history)  # drops lines of an epoch that ran after the last checkpoint
-    decision = (
-        stop_decision([h["val_selection_loss"] for h in history], args.epochs, args.patience, args.tolerance)
-        if history
-        else StopDecision(False, "", 0)
+    return PredictorRun(kind, args, data, out, ctx, model, optimizer, step_module, sampler, fingerprint, history)
+
+
+def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
+    """Train one epoch (zero-based `epoch`) on this rank's shard, then validate on rank 0; the epoch's record."""
+    from tqdm.auto import tqdm
+
+    args, ctx, model = run.args, run.ctx, run.model
+    t0 = time.perf_counter()
+    torch.manual_seed(_epoch_seed(args.seed, epoch, ctx.rank))
+    run.sampler.set_epoch(epoch)  # shuffles with seed + epoch; each rank takes its own shard
+    order = torch.tensor(list(run.sampler), dtype=torch.long)
+    model.train()
+    loss_sum, n_seen = 0.0, 0
+    bar = tqdm(
+        range(0, len(order), args.batch_size),
+        desc=f"{run.label} epoch {epoch + 1}/{args.epochs}",
+        leave=False,
+        disable=not (args.progress and ctx.is_main),
+        unit="batch",
     )
-    started = time.perf_counter()
+    for i in bar:
+        batch = run.data.train.ids[order[i : i + args.batch_size]].to(ctx.device)  # (B, T+1, N)
+        loss = run.step_module(batch)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        run.optimizer.step()
+        loss_sum += float(loss.detach()) * batch.shape[0]
+        n_seen += batch.shape[0]
+        bar.set_postfix(loss=f"{loss_sum / max(n_seen, 1):.3f}")
+    train_loss = loss_sum / max(n_seen, 1)
+    if ctx.distributed:
+        t = torch.tensor([loss_sum, float(n_seen)], dtype=torch.float64, device=ctx.device)
+        dist.all_reduce(t)
+        train_loss = float(t[0] / t[1])
+    # Validation on rank 0 only; the others receive its numbers, so every rank takes the same decision.
+    metrics = [evaluate(model, run.data.val.ids, max(args.batch_size, 64), ctx.device) if ctx.is_main else None]
+    if ctx.distributed:
+        dist.broadcast_object_list(metrics, src=0)
+    m = metrics[0]
+    assert m is not None
+    return {
+        "epoch": epoch + 1,
+        "train_loss": round(train_loss, 6),
+        "val_selection_loss": round(m["selection_loss"], 6),
+        "val_last_ce": round(m["last_ce"], 6),
+        "val_token_acc": round(m["token_acc"], 6),
+        "val_exact_acc": round(m["exact_acc"], 6),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
 
-    epoch = start_epoch
-    while not decision.stop:
-        t0 = time.perf_counter()
-        torch.manual_seed(_epoch_seed(args.seed, epoch, ctx.rank))
-        sampler.set_epoch(epoch)  # shuffles with seed + epoch; each rank takes its own shard
-        order = torch.tensor(list(sampler), dtype=torch.long)
-        model.train()
-        loss_sum, n_seen = 0.0, 0
-        batches = range(0, len(order), args.batch_size)
-        bar = tqdm(
-            batches,
-            desc=f"{LABELS[kind]} epoch {epoch + 1}/{args.epochs}",
-            leave=False,
-            disable=not (args.progress and ctx.is_main),
-            unit="batch",
-        )
-        for i in bar:
-            batch = train_ids[order[i : i + args.batch_size]].to(ctx.device)  # (B, T+1, N)
-            loss = step_module(batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss_sum += float(loss.detach()) * batch.shape[0]
-            n_seen += batch.shape[0]
-            bar.set_postfix(loss=f"{loss_sum / max(n_seen, 1):.3f}")
-        train_loss = loss_sum / max(n_seen, 1)
-        if ctx.distributed:
-            t = torch.tensor([loss_sum, float(n_seen)], dtype=torch.float64, device=ctx.device)
-            dist.all_reduce(t)
-            train_loss = float(t[0] / t[1])
-        # Validation on rank 0 only; the others receive its numbers, so every rank takes the same decision.
-        metrics = [
-            evaluate(model, data.val.ids, max(args.batch_size, 64), ctx.device) if ctx.is_main else None
-        ]
-        if ctx.distributed:
-            dist.broadcast_object_list(metrics, src=0)
-        m = metrics[0]
-        assert m is not None
-        record = {
-            "epoch": epoch + 1,
-            "train_loss": round(train_loss, 6),
-            "val_selection_loss": round(m["selection_loss"], 6),
-            "val_last_ce": round(m["last_ce"], 6),
-            "val_token_acc": round(m["token_acc"], 6),
-            "val_exact_acc": round(m["exact_acc"], 6),
-            "seconds": round(time.perf_counter() - t0, 3),
-        }
-        history.append(record)
-        decision = stop_decision(
-            [h["val_selection_loss"] for h in history], args.epochs, args.patience, args.tolerance
-        )
-        logger.info(
-            "%s epoch %d: train %.4f  val selection %.4f  L_S(T) %.4f  token acc %.3f  exact %.3f  (%.1fs)",
-            LABELS[kind],
-            record["epoch"],
-            train_loss,
-            m["selection_loss"],
-            m["last_ce"],
-            m["token_acc"],
-            m["exact_acc"],
-            record["seconds"],
-        )
-        if ctx.is_main:
-            # Order matters for a kill at any point: best weights, then the log, then the checkpoint; a run
-            # resumed from the previous checkpoint recomputes this epoch to the same numbers.
-            if decision.best_epoch == len(history) - 1:
-                _save_weights_atomically(model, out)
-            _write_log(out / LOG_FILE, history)
-            plot_curves(
-                {LABELS[kind]: history}, out / CURVE_FILE, uniform, {LABELS[kind]: decision.best_epoch}
-            )
-            atomic_torch_save(
-                {
-                    "fingerprint": fingerprint,
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "rng": _rng_state(),
-                    "history": history,
-                },
-                ckpt_path,
-            )
-        if ctx.distributed:
-            dist.barrier()
-        epoch += 1
-        if on_epoch_end is not None:
-            on_epoch_end(kind, epoch)
 
+def log_epoch(run: PredictorRun, record: dict[str, Any]) -> None:
+    logger.info(
+        "%s epoch %d: train %.4f  val selection %.4f  L_S(T) %.4f  token acc %.3f  exact %.3f  (%.1fs)",
+        run.label,
+        record["epoch"],
+        record["train_loss"],
+        record["val_selection_loss"],
+        record["val_last_ce"],
+        record["val_token_acc"],
+        record["val_exact_acc"],
+        record["seconds"],
+    )
+
+
+def save_epoch(run: PredictorRun, decision: StopDecision) -> None:
+    """Rank 0, after each epoch. Order matters for a kill at any point: the weights when this epoch is the
+    minimum so far (the 8.2 checkpoint), then the log and the curve, then the checkpoint; a run resumed from the
+    previous checkpoint recomputes this epoch to the same numbers."""
+    if decision.best_epoch == len(run.history) - 1:
+        _save_weights_atomically(run.model, run.out)
+    _write_log(run.out / LOG_FILE, run.history)
+    uniform = uniform_cross_entropy(run.data.tokenizer.vocab_size)
+    plot_curves({run.label: run.history}, run.out / CURVE_FILE, uniform, {run.label: decision.best_epoch})
+    atomic_torch_save(
+        {
+            "fingerprint": run.fingerprint,
+            "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "rng": _rng_state(),
+            "history": run.history,
+        },
+        run.ckpt_path,
+    )
+
+
+def finish_run(run: PredictorRun, decision: StopDecision) -> TrainResult:
+    """The run's summary (written to training_summary.json on rank 0) and result."""
+    args, ctx, history = run.args, run.ctx, run.history
     best = history[decision.best_epoch]
+    uniform = uniform_cross_entropy(run.data.tokenizer.vocab_size)
     summary = {
-        "model": kind,
+        "model": run.kind,
         "preset": args.preset,
-        "parameters": n_params,
-        "config": model.config.to_dict(),
+        "parameters": sum(p.numel() for p in run.model.parameters()),
+        "config": run.model.config.to_dict(),
         "args": asdict(args),
-        "data": data.stats,
-        "vocab_size": data.tokenizer.vocab_size,
+        "data": run.data.stats,
+        "vocab_size": run.data.tokenizer.vocab_size,
         "uniform_ce": uniform,
         "best_epoch": best["epoch"],
         "epochs_run": len(history),
         "stopped_by": decision.reason,
         "best": best,
         "seconds_total": round(sum(h["seconds"] for h in history), 3),
-        "seconds_this_session": round(time.perf_counter() - started, 3),
+        "seconds_this_session": round(time.perf_counter() - run.started, 3),
         "world_size": ctx.world_size,
         "device": str(ctx.device),
         "split": {
@@ -508,18 +549,18 @@ def _train_one(
         },
     }
     if ctx.is_main:
-        atomic_write_json(out / SUMMARY_FILE, summary)
+        atomic_write_json(run.out / SUMMARY_FILE, summary)
         logger.info(
             "%s: selected epoch %d of %d (stopped by %s): L_S(T) %.4f vs uniform ln|V| %.4f -> %s",
-            LABELS[kind],
+            run.label,
             best["epoch"],
             len(history),
             decision.reason,
             best["val_last_ce"],
             uniform,
-            out,
+            run.out,
         )
-    return TrainResult(kind, out, history, decision.best_epoch, decision.reason, summary, model)
+    return TrainResult(run.kind, run.out, history, decision.best_epoch, decision.reason, summary, run.model)
 
 
 def train_predictor(args: TrainArgs, on_epoch_end: EpochHook | None = None) -> dict[str, TrainResult]:
