@@ -13,8 +13,9 @@ import math
 import random
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -240,18 +241,72 @@ def save_model(model, processor, directory: Path) -> None:
         processor.save_pretrained(tmp)
 
 
+@dataclass
+class CaptionerRun:
+    """One captioner training run: the model, its processor and optimizer, and where the run stands."""
+
+    args: TrainCaptionerArgs
+    model: Any  # transformers.BlipForConditionalGeneration
+    processor: Any  # transformers.BlipProcessor
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    start_epoch: int = 0
+    best: dict[str, Any] = field(default_factory=lambda: {"exact_match": -1.0})
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.args.run_dir)
+
+    def log(self, record: dict[str, Any]) -> None:
+        with (self.run_dir / "log.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    @property
+    def supervise_attention(self) -> bool:
+        """Attention supervision needs one ViT patch per world cell."""
+        from world.grammar import GRID
+
+        return self.args.attn_weight > 0 and self.args.model.image_size // self.args.model.patch_size == GRID
+
+
 def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
     """Train (or resume) the embedded captioner; returns the best held-out metrics. See TrainCaptionerArgs."""
-    from tqdm import tqdm
-
     from pipeline.captioner import Captioner
 
     torch.set_num_threads(args.threads)
-    run_dir, out = Path(args.run_dir), Path(args.out)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ckpt_path, best_path, log_path = run_dir / "checkpoint.pt", run_dir / "best.pt", run_dir / "log.jsonl"
-    device = torch.device(args.device)
+    run = setup_run(args)
+    eval_frames, eval_states = evaluation_set(args.seed, args.eval_frames, len(args.count_weights))
+    # The same held-out scenes drawn at 64 and scaled up, then JPEG'd: a check of robustness, not of the target.
+    soft_rng = np.random.default_rng([args.seed, 1_000_033])
+    soft_frames = [degrade(rescale(f, soft_rng, (64,)), soft_rng, (85, 85)) for f in eval_frames[::4]]
+    captioner = Captioner(run.model, run.processor)  # the same adapter code that serves the model
+    for epoch in range(run.start_epoch, args.epochs):
+        if args.target is not None and run.best["exact_match"] >= args.target:
+            break
+        t0 = time.time()
+        losses, last_step = fit_epoch(run, epoch)
+        train_s = time.time() - t0
+        predicted = captioner.caption(eval_frames)
+        metrics = exact_match(predicted, eval_states)
+        soft = exact_match(captioner.caption(soft_frames), eval_states[::4])["exact_match"]
+        wrong = [(p, s) for p, s in zip(predicted, eval_states) if p != s][:3]
+        run.log({"event": "epoch", "epoch": epoch + 1, "step": (epoch + 1) * args.steps_per_epoch,
+                 "loss": float(np.mean(losses)), "lr": lr_at(last_step, args), "train_s": round(train_s, 1),
+                 "eval_s": round(time.time() - t0 - train_s, 1), **metrics, "soft_exact_match": soft,
+                 "examples_wrong": wrong})  # fmt: skip
+        logger.info("epoch %d: loss %.4f, exact match %.4f (%s), soft frames %.4f, %.0fs", epoch + 1,
+                    float(np.mean(losses)), metrics["exact_match"],
+                    {k: round(v, 3) for k, v in metrics.items() if k != "exact_match"}, soft, train_s)  # fmt: skip
+        save_epoch(run, epoch, metrics)
+    return save_and_test(run)
 
+
+def setup_run(args: TrainCaptionerArgs) -> CaptionerRun:
+    """The seeded fresh BLIP (or the --init-from model to fine-tune) and its optimizer, restored from
+    run_dir/checkpoint.pt when there is one."""
+    run_dir = Path(args.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    device = torch.device(args.device)
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     tokenizer = build_tokenizer(world_sentences())
@@ -272,109 +327,107 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=args.lr, betas=(0.9, 0.98),
-    )
-    start_epoch, best = 0, {"exact_match": -1.0}
+    )  # fmt: skip
+    run = CaptionerRun(args, model, processor, optimizer, device)
+    ckpt_path = run_dir / "checkpoint.pt"
     if ckpt_path.exists():
         state = torch.load(ckpt_path, map_location=device, weights_only=False)
         if state["args"]["model"] != asdict(args.model):
             raise UserError(f"{ckpt_path} was trained with model {state['args']['model']}, not {asdict(args.model)};"
-                            " use another --run-dir")
+                            " use another --run-dir")  # fmt: skip
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        start_epoch, best = state["epoch"] + 1, state["best"]
-        logger.info("resuming from %s at epoch %d (best exact match so far %.4f)", ckpt_path, start_epoch,
-                    best["exact_match"])
+        run.start_epoch, run.best = state["epoch"] + 1, state["best"]
+        logger.info("resuming from %s at epoch %d (best exact match so far %.4f)", ckpt_path, run.start_epoch,
+                    run.best["exact_match"])  # fmt: skip
     n_params = sum(p.numel() for p in model.parameters())
-    from world.grammar import GRID
-
     grid = args.model.image_size // args.model.patch_size
-    supervise_attention = args.attn_weight > 0 and grid == GRID
-    if args.attn_weight > 0 and not supervise_attention:
-        logger.info("no attention supervision: the ViT grid (%d) is not the world's (%d)", grid, GRID)
+    if args.attn_weight > 0 and not run.supervise_attention:
+        logger.info("no attention supervision: the ViT grid (%d) is not the world's", grid)
     logger.info("captioner: %d parameters, %s", n_params, args.model)
+    if run.start_epoch == 0:
+        run.log({"event": "start", "args": asdict(args), "parameters": n_params})
+    return run
 
-    eval_frames, eval_states = evaluation_set(args.seed, args.eval_frames, len(args.count_weights))
-    # The same held-out scenes drawn at 64 and scaled up, then JPEG'd: a check of robustness, not of the target.
-    soft_rng = np.random.default_rng([args.seed, 1_000_033])
-    soft_frames = [degrade(rescale(f, soft_rng, (64,)), soft_rng, (85, 85)) for f in eval_frames[::4]]
-    soft_states = eval_states[::4]
-    captioner = Captioner(model, processor)
 
-    def log(record: dict) -> None:
-        with log_path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+def fit_epoch(run: CaptionerRun, epoch: int) -> tuple[list[float], int]:
+    """One epoch of fresh seeded frames (the harder augmentations only from augment_from on); its losses and
+    last step."""
+    from tqdm import tqdm
 
-    if start_epoch == 0:
-        log({"event": "start", "args": asdict(args), "parameters": n_params})
-    for epoch in range(start_epoch, args.epochs):
-        if args.target is not None and best["exact_match"] >= args.target:
-            break
-        model.train()
-        rng = np.random.default_rng([args.seed, epoch])
-        late = epoch >= args.augment_from
-        rescale_prob, noise_prob = (args.rescale_prob, args.noise_prob) if late else (0.0, 0.0)
-        jitter_prob, resize_prob = (args.jitter_prob, args.resize_prob) if late else (0.0, 0.0)
-        t0, losses = time.time(), []
-        bar = tqdm(range(args.steps_per_epoch), desc=f"captioner epoch {epoch + 1}/{args.epochs}", leave=False,
-                   mininterval=5.0)
-        for i in bar:
-            step = epoch * args.steps_per_epoch + i
-            frames, states = make_examples(rng, args.batch_size, args.count_weights, degrade_prob=args.degrade_prob,
-                                           rescale_prob=rescale_prob, noise_prob=noise_prob,
-                                           jitter_prob=jitter_prob, resize_prob=resize_prob)
-            batch = {k: v.to(device) for k, v in encode_batch(processor, frames, states).items()}
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, args)
-            if supervise_attention:
-                # The same computation as model(**batch), keeping the decoder's cross-attention maps.
-                image = model.vision_model(pixel_values=batch["pixel_values"]).last_hidden_state  # (B, 1+P, d)
-                dec = model.text_decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                         encoder_hidden_states=image, labels=batch["labels"],
-                                         output_attentions=True, return_dict=True)
-                attn = torch.stack(dec.cross_attentions).mean(dim=(0, 2))  # (layers, B, H, L, 1+P) -> (B, L, 1+P)
-                targets = attention_targets(states, attn.shape[1], grid).to(device)  # (B, L)
-                mask = targets >= 0
-                picked = attn.gather(-1, targets.clamp(min=0)[..., None])[..., 0]  # (B, L)
-                attn_loss = -(picked[mask] + 1e-6).log().mean()
-                loss = dec.loss + args.attn_weight * attn_loss
-            else:
-                loss = model(**batch).loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-            optimizer.step()
-            losses.append(loss.item())
-            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)
-        train_s = time.time() - t0
+    args, model, device = run.args, run.model, run.device
+    model.train()
+    rng = np.random.default_rng([args.seed, epoch])
+    late = epoch >= args.augment_from
+    rescale_prob, noise_prob = (args.rescale_prob, args.noise_prob) if late else (0.0, 0.0)
+    jitter_prob, resize_prob = (args.jitter_prob, args.resize_prob) if late else (0.0, 0.0)
+    losses: list[float] = []
+    step = epoch * args.steps_per_epoch
+    bar = tqdm(range(args.steps_per_epoch), desc=f"captioner epoch {epoch + 1}/{args.epochs}", leave=False,
+               mininterval=5.0)  # fmt: skip
+    for i in bar:
+        step = epoch * args.steps_per_epoch + i
+        frames, states = make_examples(rng, args.batch_size, args.count_weights, degrade_prob=args.degrade_prob,
+                                       rescale_prob=rescale_prob, noise_prob=noise_prob,
+                                       jitter_prob=jitter_prob, resize_prob=resize_prob)  # fmt: skip
+        batch = {k: v.to(device) for k, v in encode_batch(run.processor, frames, states).items()}
+        for group in run.optimizer.param_groups:
+            group["lr"] = lr_at(step, args)
+        loss = _loss(run, batch, states)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        run.optimizer.step()
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)
+    return losses, step
 
-        predicted = captioner.caption(eval_frames)  # the same adapter code that serves the model
-        metrics = exact_match(predicted, eval_states)
-        soft = exact_match(captioner.caption(soft_frames), soft_states)["exact_match"]
-        wrong = [(p, s) for p, s in zip(predicted, eval_states) if p != s][:3]
-        record = {"event": "epoch", "epoch": epoch + 1, "step": (epoch + 1) * args.steps_per_epoch,
-                  "loss": float(np.mean(losses)), "lr": lr_at(step, args), "train_s": round(train_s, 1),
-                  "eval_s": round(time.time() - t0 - train_s, 1), **metrics, "soft_exact_match": soft,
-                  "examples_wrong": wrong}
-        log(record)
-        logger.info("epoch %d: loss %.4f, exact match %.4f (%s), soft frames %.4f, %.0fs", epoch + 1,
-                    record["loss"], metrics["exact_match"],
-                    {k: round(v, 3) for k, v in metrics.items() if k != "exact_match"}, soft, train_s)
-        if metrics["exact_match"] >= best["exact_match"]:
-            best = {**metrics, "epoch": epoch + 1}
-            atomic_torch_save({"model": model.state_dict(), "metrics": best}, best_path)
-        atomic_torch_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
-                            "best": best, "args": asdict(args)}, ckpt_path)
 
+def _loss(run: CaptionerRun, batch: dict[str, torch.Tensor], states: list[str]) -> torch.Tensor:
+    """The captioning loss, plus the attention-supervision term when it applies."""
+    model = run.model
+    if not run.supervise_attention:
+        return model(**batch).loss
+    # The same computation as model(**batch), keeping the decoder's cross-attention maps.
+    image = model.vision_model(pixel_values=batch["pixel_values"]).last_hidden_state  # (B, 1+P, d)
+    dec = model.text_decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             encoder_hidden_states=image, labels=batch["labels"],
+                             output_attentions=True, return_dict=True)  # fmt: skip
+    attn = torch.stack(dec.cross_attentions).mean(dim=(0, 2))  # (layers, B, H, L, 1+P) -> (B, L, 1+P)
+    grid = run.args.model.image_size // run.args.model.patch_size
+    targets = attention_targets(states, attn.shape[1], grid).to(run.device)  # (B, L)
+    mask = targets >= 0
+    picked = attn.gather(-1, targets.clamp(min=0)[..., None])[..., 0]  # (B, L)
+    attn_loss = -(picked[mask] + 1e-6).log().mean()
+    return dec.loss + run.args.attn_weight * attn_loss
+
+
+def save_epoch(run: CaptionerRun, epoch: int, metrics: dict[str, float]) -> None:
+    """Keep the best evaluated weights (ties go to the later epoch), then checkpoint the run."""
+    if metrics["exact_match"] >= run.best["exact_match"]:
+        run.best = {**metrics, "epoch": epoch + 1}
+        atomic_torch_save({"model": run.model.state_dict(), "metrics": run.best}, run.run_dir / "best.pt")
+    atomic_torch_save({"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(), "epoch": epoch,
+                       "best": run.best, "args": asdict(run.args)}, run.run_dir / "checkpoint.pt")  # fmt: skip
+
+
+def save_and_test(run: CaptionerRun) -> dict[str, float]:
+    """Save the best weights to `out` in the Hugging Face layout; with test_clips, reload them through the
+    serving adapter (offline) and score the world's test split."""
+    from pipeline.captioner import Captioner
+
+    args, model, best = run.args, run.model, run.best
+    best_path = run.run_dir / "best.pt"
     if best_path.exists():
-        model.load_state_dict(torch.load(best_path, map_location=device, weights_only=False)["model"])
-    save_model(model.cpu(), processor, out)
-    log({"event": "saved", "out": str(out), **best})
+        model.load_state_dict(torch.load(best_path, map_location=run.device, weights_only=False)["model"])
+    save_model(model.cpu(), run.processor, Path(args.out))
+    run.log({"event": "saved", "out": str(args.out), **best})
     logger.info("saved the best captioner (epoch %s, exact match %.4f) to %s", best.get("epoch"),
-                best["exact_match"], out)
-    if args.test_clips:  # reload through the serving adapter (offline) and score the world's test split
-        test = world_split_exact_match(Captioner.from_pretrained(out, device="cpu"), clips=args.test_clips)
-        log({"event": "test", "split": "test", "clips": args.test_clips, **test})
+                best["exact_match"], args.out)  # fmt: skip
+    if args.test_clips:
+        test = world_split_exact_match(Captioner.from_pretrained(args.out, device="cpu"), clips=args.test_clips)
+        run.log({"event": "test", "split": "test", "clips": args.test_clips, **test})
         logger.info("world test split (%d frames): exact match %.4f %s", test["frames"], test["exact_match"],
-                    {k: round(v, 4) for k, v in test.items() if k.startswith("objects=")})
+                    {k: round(v, 4) for k, v in test.items() if k.startswith("objects=")})  # fmt: skip
         best = {**best, **{f"test_{k}": v for k, v in test.items()}}
     return best
