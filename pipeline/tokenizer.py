@@ -127,10 +127,6 @@ class StateTokenizer:
         return self.backend.get_vocab_size()
 
     @property
-    def pad_id(self) -> int:
-        return PAD_ID
-
-    @property
     def end_ids(self) -> tuple[int, ...]:
         """Ids of the sentence-final marks present in the vocabulary (the models' `end_ids`)."""
         vocab = self.backend.get_vocab()
@@ -179,9 +175,6 @@ class StateTokenizer:
             words.append(self._id_to_token.get(int(i), UNK_TOKEN))
         return " ".join(words)
 
-    def decode_batch(self, ids: torch.Tensor) -> list[str]:
-        """(S, N) ids -> S strings."""
-        return [self.decode(row) for row in ids]
 
 
 def load_tokenizer(directory: str | Path) -> StateTokenizer:

@@ -77,12 +77,6 @@ def read_world_dir(data: str | Path) -> list[Clip]:
     return clips
 
 
-def clips_from_records(records: Sequence[dict[str, Any]]) -> list[Clip]:
-    """Clips (no frames) from in-memory world records, e.g. `world.sequences(...)`."""
-    return [Clip(i, list(r["states"]), [bool(p) for p in r.get("predictable", [True] * len(r["states"]))],
-                 str(r.get("scenario", "unknown")), None) for i, r in enumerate(records)]
-
-
 def family_of(scenario: str) -> str:
     """The world family of a scenario name ("physics", "memory", "stochastic"), or "other"."""
     from world import SCENARIOS

@@ -15,13 +15,16 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DistributedSampler
 
+from models.baseline import BaselineConfig, BaselineModel
+from models.four_tensor import FourTensorModel
+from models.presets import four_tensor_config, get_preset
 from pipeline.data import (
     SUMMARY_FILE,
     WindowSet,
@@ -45,20 +48,6 @@ LOG_FILE = "train_log.jsonl"
 CURVE_FILE = "loss_curve.png"
 BOTH_CURVE_FILE = "loss_curves.png"
 LABELS = {"four_tensor": "4-tensor", "baseline": "1-D baseline"}
-
-
-class PredictorModel(Protocol):
-    """The shared predictor interface (models.four_tensor and models.baseline), as the pipeline uses it."""
-
-    config: Any
-    training: bool
-
-    def training_step(self, token_ids_full: torch.Tensor) -> torch.Tensor: ...
-    def score(self, token_ids_full: torch.Tensor) -> dict[str, float]: ...
-    def predict_next(
-        self, token_ids: torch.Tensor, state: object | None = None
-    ) -> tuple[torch.Tensor, object | None]: ...
-    def save_pretrained(self, directory: str | Path) -> None: ...
 
 
 # ---- the stopping rule (section 8.2) ------------------------------------------------------------------
@@ -160,16 +149,11 @@ class PreparedData:
 
 
 def preset_shape(preset: str) -> dict[str, int]:
-    """(d_x, d_t, n_heads, n_layers, N, T, vocab_size) of a named preset; unknown names -> UserError."""
-    from models import presets
-
+    """(vocab_size, d_x, d_t, n_heads, n_layers, N, T) of a named preset; unknown names -> UserError."""
     try:
-        cfg = (
-            presets.from_name(preset) if hasattr(presets, "from_name") else presets.four_tensor_config(preset)
-        )
+        return get_preset(preset).shape()
     except ValueError as err:
         raise UserError(f"--preset: {err}") from None
-    return {k: getattr(cfg, k) for k in ("vocab_size", "d_x", "d_t", "n_heads", "n_layers", "N", "T")}
 
 
 def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> PreparedData:
@@ -227,29 +211,16 @@ def build_model(
     kind: str, preset: str, tokenizer: StateTokenizer, dropout: float = 0.1, causal_slices: bool = False
 ) -> Any:
     """A fresh predictor of `kind` shaped by `preset`, with vocab_size and end_ids from the tokenizer."""
-    from models import presets
-
-    overrides: dict[str, Any] = {
-        "vocab_size": tokenizer.vocab_size,
-        "end_ids": tokenizer.end_ids,
-        "dropout": dropout,
-    }
-    if causal_slices:
-        from dataclasses import fields
-
-        from models.four_tensor import FourTensorConfig
-
-        names = {f.name for f in fields(FourTensorConfig)}
-        overrides["causal_slices" if "causal_slices" in names else "slice_causal"] = True
-    make = presets.from_name if hasattr(presets, "from_name") else presets.four_tensor_config
-    cfg = make(preset, **overrides)
+    cfg = four_tensor_config(
+        preset,
+        vocab_size=tokenizer.vocab_size,
+        end_ids=tokenizer.end_ids,
+        dropout=dropout,
+        slice_causal=causal_slices,
+    )
     if kind == "four_tensor":
-        from models.four_tensor import FourTensorModel
-
         return FourTensorModel(cfg)
     if kind == "baseline":
-        from models.baseline import BaselineConfig, BaselineModel
-
         return BaselineModel(BaselineConfig.from_predictor(cfg))
     raise ValueError(f"model kind must be one of {MODEL_KINDS}, got {kind!r}")
 
