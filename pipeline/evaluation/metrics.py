@@ -24,8 +24,8 @@ def ssim(a: np.ndarray, b: np.ndarray) -> float:
     every figure in weights/README.md and docs/ is this function."""
     from torchmetrics.functional.image import structural_similarity_index_measure
 
-    x = torch.from_numpy(np.ascontiguousarray(a)).double().permute(2, 0, 1)[None]  # (1, 3, H, W)
-    y = torch.from_numpy(np.ascontiguousarray(b)).double().permute(2, 0, 1)[None]
+    x = torch.tensor(np.asarray(a), dtype=torch.float64).permute(2, 0, 1)[None]  # (1, 3, H, W)
+    y = torch.tensor(np.asarray(b), dtype=torch.float64).permute(2, 0, 1)[None]
     value = structural_similarity_index_measure(
         x, y, gaussian_kernel=True, sigma=1.5, kernel_size=11, data_range=255.0, k1=0.01, k2=0.03
     )

@@ -87,17 +87,6 @@ def make_client(tmp_path) -> Iterator[Callable[..., TestClient]]:
         c.__exit__(None, None, None)
 
 
-@pytest.fixture(scope="session")
-def tiny_weights(tmp_path_factory) -> Path:
-    """Tiny random real stages saved like the shipped weights (skipped while a stage module is missing)."""
-    from tests.api.fakes import build_tiny_weights
-
-    try:
-        return build_tiny_weights(tmp_path_factory.getbasetemp() / "semworld-tiny-weights")
-    except ImportError as err:
-        pytest.skip(f"a stage module is not there yet: {err}")
-
-
 # ---- the real server: `semworld serve` in a subprocess -------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:

@@ -57,7 +57,6 @@ def build_tiny_weights(root: Path) -> Path:
     tokenizer, and a StableDiffusionPipeline-layout renderer, each saved with save_pretrained, plus
     model_index.json. Their outputs are nonsense; their structure, files and loading are the real ones.
 
-    Raises ImportError when a stage's module is not there (callers skip with that reason).
     """
     from models.captioner import CaptionerConfig, build_blip, build_processor
     from models.four_tensor import FourTensorConfig, FourTensorModel
@@ -66,8 +65,6 @@ def build_tiny_weights(root: Path) -> Path:
     from pipeline.training.captioner import build_tokenizer, world_sentences
     from pipeline.training.renderer import fresh_pipeline, save_renderer
 
-    for module in ("pipeline.captioner", "pipeline.predictor", "pipeline.renderer"):
-        __import__(module)
     if (root / "model_index.json").is_file():  # built earlier in this session: the index is written last
         return root
     torch.manual_seed(0)

@@ -36,13 +36,6 @@ def world_dir(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def tiny_weights(tmp_path_factory) -> Path:
-    from tests.api.fakes import build_tiny_weights
-
-    return build_tiny_weights(tmp_path_factory.mktemp("tiny") / "weights")
-
-
 class Oracle:
     """Knows the true continuation of every history in the data; writes it the way the predictor's tokenizer
     decodes ("left, lamp on."), which must count as the world's "left , lamp on ."."""
