@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.utils import UserError, canonical_state, default_dtype, resolve_device
+from pipeline.utils import UserError, canonical_state, default_dtype, read_user_json, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -31,17 +31,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.jso
 def _check_checkpoint_dir(directory: Path) -> None:
     """Raise one `UserError` naming the directory and the first thing an image-to-text checkpoint lacks."""
     what = "an image-to-text checkpoint (config.json, weights, processor and tokenizer files)"
-    if not directory.exists():
-        raise UserError(f"captioner weights directory {directory} does not exist; expected {what}")
-    if not directory.is_dir():
-        raise UserError(f"captioner weights path {directory} is not a directory; expected {what}")
-    config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise UserError(f"captioner weights directory {directory} has no config.json; expected {what}")
-    try:
-        config = json.loads(config_path.read_text())
-    except (OSError, ValueError) as err:
-        raise UserError(f"captioner weights directory {directory}: config.json is not valid JSON ({err})") from err
+    config = read_user_json(directory, "config.json", what, "captioner weights")
     if not isinstance(config, dict) or "model_type" not in config:
         raise UserError(f"captioner weights directory {directory}: config.json has no model_type")
 

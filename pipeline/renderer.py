@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.utils import UserError, default_dtype, resolve_device
+from pipeline.utils import UserError, default_dtype, read_user_json, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -71,17 +71,7 @@ class RenderSettings:
 def _check_directory(directory: Path) -> None:
     """One clear UserError for a directory that cannot hold a diffusers text-to-image checkpoint."""
     what = "a diffusers text-to-image checkpoint (model_index.json plus its component folders)"
-    if not directory.exists():
-        raise UserError(f"renderer weights {directory}: no such directory; expected {what}")
-    if not directory.is_dir():
-        raise UserError(f"renderer weights {directory}: not a directory; expected {what}")
-    index = directory / "model_index.json"
-    if not index.is_file():
-        raise UserError(f"renderer weights {directory}: no model_index.json; expected {what}")
-    try:
-        components = json.loads(index.read_text())
-    except json.JSONDecodeError as err:
-        raise UserError(f"renderer weights {directory}: model_index.json is not valid JSON ({err})") from err
+    components = read_user_json(directory, "model_index.json", what, "renderer weights")
     missing = [
         name
         for name in ("unet", "vae", "text_encoder", "tokenizer", "scheduler")

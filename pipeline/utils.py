@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from models import hub
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WEIGHTS_ENV = "SEMWORLD_WEIGHTS_DIR"
 MODEL_INDEX = "model_index.json"
@@ -112,20 +114,28 @@ def default_weights_dir() -> Path:
     return Path(env) if env else REPO_ROOT / "weights"
 
 
+def user_file(directory: str | Path, name: str, what: str, label: str = "") -> Path:
+    """directory/name, or a one-line UserError ("<label> <directory>: no such directory; expected <what>")."""
+    try:
+        return hub.find_file(directory, name, what)
+    except FileNotFoundError as err:
+        raise UserError(f"{label} {err}".strip()) from None
+
+
+def read_user_json(directory: str | Path, name: str, what: str, label: str = "") -> Any:
+    """The parsed JSON of directory/name; a missing folder or file, or bad JSON, is a one-line UserError."""
+    try:
+        return hub.read_json_file(directory, name, what)
+    except (FileNotFoundError, ValueError) as err:
+        raise UserError(f"{label} {err}".strip()) from None
+
+
 def read_model_index(weights_dir: str | Path) -> dict[str, Any]:
     """The JSON object of `weights_dir/model_index.json`; a missing folder or index, or bad JSON, is a UserError."""
-    weights_dir = Path(weights_dir)
-    if not weights_dir.is_dir():
-        raise UserError(f"{weights_dir}: weights directory not found (expected {MODEL_INDEX} inside)")
-    path = weights_dir / MODEL_INDEX
-    if not path.is_file():
-        raise UserError(f"{weights_dir}: no {MODEL_INDEX} (expected one naming {', '.join(STAGES)} folders)")
-    try:
-        index = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    what = f"a weights folder whose {MODEL_INDEX} names its {', '.join(STAGES)} folders"
+    index = read_user_json(weights_dir, MODEL_INDEX, what, "weights")
     if not isinstance(index, dict):
-        raise UserError(f"{path}: expected a JSON object naming the stage folders")
+        raise UserError(f"{Path(weights_dir) / MODEL_INDEX}: expected a JSON object naming the stage folders")
     return index
 
 

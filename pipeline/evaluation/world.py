@@ -27,6 +27,7 @@ from pipeline.utils import (
     canonical_state,
     read_model_index,
     resolve_device,
+    user_file,
 )
 
 logger = logging.getLogger(__name__)
@@ -50,11 +51,7 @@ class Clip:
 def read_world_dir(data: str | Path) -> list[Clip]:
     """The clips of a `world generate` directory (states.jsonl, frames/<clip>/<k>.png); one-line errors."""
     root = Path(data)
-    if not root.is_dir():
-        raise UserError(f"{root}: no such directory (expected one made by `semworld world generate`)")
-    path = root / STATES_FILE
-    if not path.is_file():
-        raise UserError(f"{root}: no {STATES_FILE} (expected a directory made by `semworld world generate`)")
+    path = user_file(root, STATES_FILE, "a directory made by `semworld world generate`")
     clips: list[Clip] = []
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():

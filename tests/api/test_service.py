@@ -28,8 +28,8 @@ def test_failed_model_load_keeps_health_and_says_why(tmp_path):
         assert r.status_code == 503
         assert (
             r.json()["detail"]
-            == f"failed to load models: {tmp_path / 'missing'}: weights directory not found "
-            "(expected model_index.json inside)"
+            == f"failed to load models: weights {tmp_path / 'missing'}: no such directory; expected a weights "
+            "folder whose model_index.json names its captioner, predictor, renderer folders"
         )
         r = client.post("/v1/rollout", json={"states": ["a."]})
         assert r.status_code == 503 and r.headers["retry-after"] == "5"

@@ -39,7 +39,7 @@ def test_train_errors_are_one_line(tmp_path, toy_jsonl, capsys):
 
 def test_eval_errors_are_one_line(tmp_path, toy_jsonl, capsys):
     err = _error(capsys, ["eval", "predictor", "--weights", str(tmp_path / "none"), "--data", str(toy_jsonl)])
-    assert "no such model directory" in err
+    assert "none: no such directory; expected a saved semworld predictor" in err
     (tmp_path / "empty").mkdir()
     err = _error(
         capsys, ["eval", "predictor", "--weights", str(tmp_path / "empty"), "--data", str(toy_jsonl)]
