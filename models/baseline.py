@@ -35,7 +35,6 @@ that leaves out biases and LayerNorms, 175,851,520 and 226,183,168); with it the
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -43,17 +42,15 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from transformers import GPT2Config, GPT2Model
 
-from models.shape import PredictorConfig
+from models.hub import load_model, save_model
+from models.shape import SHAPE_FIELDS, PredictorConfig
 
 logger = logging.getLogger(__name__)
 
 MODEL_KIND = "baseline"
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -116,17 +113,7 @@ class BaselineConfig(PredictorConfig):
     @classmethod
     def from_predictor(cls, cfg: Any) -> BaselineConfig:
         """The baseline matched to any predictor config (same V, fibers, heads, depth, N, T, dropout, padding)."""
-        return cls(
-            vocab_size=cfg.vocab_size,
-            d_x=cfg.d_x,
-            d_t=cfg.d_t,
-            n_heads=cfg.n_heads,
-            n_layers=cfg.n_layers,
-            N=cfg.N,
-            T=cfg.T,
-            dropout=cfg.dropout,
-            padding_idx=cfg.padding_idx,
-        )
+        return cls(**{name: getattr(cfg, name) for name in (*SHAPE_FIELDS, "dropout", "padding_idx")})
 
     def gpt2_config(self) -> GPT2Config:
         """The inner GPT-2's configuration (see the module docstring for the dropout placement)."""
@@ -449,29 +436,11 @@ class BaselineModel(nn.Module):
     # Save / load -----------------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | Path) -> None:
         """Write config.json ("semworld_model": "baseline") and model.safetensors into `directory`."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        payload = {"semworld_model": MODEL_KIND, **self.config.to_dict()}
-        (directory / CONFIG_NAME).write_text(json.dumps(payload, indent=2) + "\n")
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(state, str(directory / WEIGHTS_NAME), metadata={"format": "pt", "semworld_model": MODEL_KIND})
+        save_model(self, directory, MODEL_KIND)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, map_location: str | torch.device = "cpu") -> BaselineModel:
-        directory = Path(directory)
-        cfg_path, w_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
-        if not cfg_path.is_file():
-            raise FileNotFoundError(f"no {CONFIG_NAME} in {directory}")
-        if not w_path.is_file():
-            raise FileNotFoundError(f"no {WEIGHTS_NAME} in {directory}")
-        raw = json.loads(cfg_path.read_text())
-        kind = raw.get("semworld_model")
-        if kind != MODEL_KIND:
-            raise ValueError(f"{cfg_path} describes a {kind!r} model, not {MODEL_KIND!r}")
-        model = cls(BaselineConfig.from_dict(raw))
-        state = load_file(str(w_path), device=str(map_location))
-        model.load_state_dict(state, strict=True)
-        return model.to(map_location)
+        return load_model(cls, BaselineConfig, directory, MODEL_KIND, map_location)
 
 
 def count_parameters(config: BaselineConfig, include_positions: bool = True) -> int:

@@ -11,7 +11,6 @@ the readout matrix M. Activations are stored as (B, N, T, d_x, d_t); token ids a
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import asdict, dataclass, fields
@@ -28,8 +27,6 @@ from models.shape import PredictorConfig
 logger = logging.getLogger(__name__)
 
 MODEL_KIND = "four_tensor"
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -573,39 +570,16 @@ class FourTensorModel(nn.Module):
     # --- files ----------------------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | Path) -> None:
         """Write config.json (with "semworld_model": "four_tensor") and model.safetensors into directory."""
-        from safetensors.torch import save_file
+        from models.hub import save_model
 
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        cfg = {"semworld_model": MODEL_KIND, **self.config.to_dict()}
-        (out / CONFIG_NAME).write_text(json.dumps(cfg, indent=2) + "\n")
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(state, str(out / WEIGHTS_NAME), metadata={"semworld_model": MODEL_KIND})
+        save_model(self, directory, MODEL_KIND)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, map_location: str | torch.device = "cpu") -> FourTensorModel:
         """Rebuild the model from config.json and model.safetensors in directory."""
-        from safetensors.torch import load_file
+        from models.hub import load_model
 
-        root = Path(directory)
-        cfg_path, w_path = root / CONFIG_NAME, root / WEIGHTS_NAME
-        if not cfg_path.is_file():
-            raise FileNotFoundError(f"{root}: no {CONFIG_NAME} (not a saved 4-tensor model directory)")
-        if not w_path.is_file():
-            raise FileNotFoundError(f"{root}: no {WEIGHTS_NAME} beside {CONFIG_NAME}")
-        try:
-            raw = json.loads(cfg_path.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{cfg_path}: not valid JSON ({err.msg}, line {err.lineno})") from None
-        kind = raw.get("semworld_model", MODEL_KIND)
-        if kind != MODEL_KIND:
-            raise ValueError(f"{cfg_path}: semworld_model is {kind!r}, not {MODEL_KIND!r}")
-        model = cls(FourTensorConfig.from_dict(raw))
-        try:
-            model.load_state_dict(load_file(str(w_path), device=str(map_location)))
-        except RuntimeError as err:
-            raise ValueError(f"{w_path}: weights do not match {CONFIG_NAME}: {str(err).splitlines()[0]}") from None
-        return model.to(map_location)
+        return load_model(cls, FourTensorConfig, directory, MODEL_KIND, map_location)
 
 
 def count_parameters(config: FourTensorConfig) -> int:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import importlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
+
+M = TypeVar("M", bound=nn.Module)
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -41,6 +43,39 @@ def read_json_file(directory: str | Path, name: str, what: str) -> Any:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path.parent}: {name} is not valid JSON ({err})") from None
+
+
+def save_model(model: nn.Module, directory: str | Path, kind: str) -> None:
+    """config.json ({"semworld_model": kind, ...the config}) and model.safetensors of `model` into `directory`."""
+    from safetensors.torch import save_file
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    config = {"semworld_model": kind, **model.config.to_dict()}  # type: ignore[operator,union-attr]
+    (out / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(state, str(out / WEIGHTS_NAME), metadata={"format": "pt", "semworld_model": kind})
+
+
+def load_model(
+    cls: type[M], config_cls: Any, directory: str | Path, kind: str, map_location: str | torch.device = "cpu"
+) -> M:
+    """Rebuild a `cls` (built from a `config_cls.from_dict(config.json)`) from the files save_model wrote;
+    a missing file is a FileNotFoundError, a wrong kind or shape a ValueError."""
+    from safetensors.torch import load_file
+
+    what = f"a saved semworld {kind} model ({CONFIG_NAME} + {WEIGHTS_NAME})"
+    raw = read_json_file(directory, CONFIG_NAME, what)
+    weights = find_file(directory, WEIGHTS_NAME, what)
+    found = raw.get("semworld_model", kind)
+    if found != kind:
+        raise ValueError(f"{Path(directory) / CONFIG_NAME}: semworld_model is {found!r}, not {kind!r}")
+    model = cls(config_cls.from_dict(raw))  # type: ignore[call-arg]
+    try:
+        model.load_state_dict(load_file(str(weights), device=str(map_location)))
+    except RuntimeError as err:
+        raise ValueError(f"{weights}: weights do not match {CONFIG_NAME}: {str(err).splitlines()[0]}") from None
+    return model.to(map_location)
 
 
 def predictor_kind(directory: str | Path) -> str:

@@ -31,10 +31,5 @@ class Renderer(Protocol):
     """States -> one (H, W, 3) uint8 frame per state; randomness only from `generator`; `steps`/`guidance`
     override the renderer's own sampling defaults."""
 
-    def render(
-        self,
-        states: list[str],
-        generator: torch.Generator | None = None,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> list[np.ndarray]: ...
+    def render(self, states: list[str], generator: torch.Generator | None = None, steps: int | None = None,
+               guidance: float | None = None) -> list[np.ndarray]: ...  # fmt: skip

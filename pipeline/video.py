@@ -98,6 +98,16 @@ def _scale_down(frame: np.ndarray, side: int | None) -> np.ndarray:
     return cv2.resize(frame, size, interpolation=cv2.INTER_AREA)
 
 
+def check_sampling(stride: int | None, state_rate: float | None) -> None:
+    """How frames are picked: every `stride`-th one, or `state_rate` per second, or (neither) all of them."""
+    if stride is not None and state_rate is not None:
+        raise VideoError("give either stride or state_rate, not both")
+    if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride < 1):
+        raise VideoError(f"stride must be >= 1, got {stride}")
+    if state_rate is not None and not state_rate > 0:
+        raise VideoError(f"state_rate must be > 0 Hz, got {state_rate}")
+
+
 def read_video(
     source: VideoSource,
     *,
@@ -111,12 +121,7 @@ def read_video(
     audio-only file and for a clip past `limits` (size, duration, or more picked frames than allowed).
     """
     limits = limits or VideoLimits()
-    if stride is not None and state_rate is not None:
-        raise VideoError("give either stride or state_rate, not both")
-    if stride is not None and stride < 1:
-        raise VideoError(f"stride must be >= 1, got {stride}")
-    if state_rate is not None and not state_rate > 0:
-        raise VideoError(f"state_rate must be > 0 Hz, got {state_rate}")
+    check_sampling(stride, state_rate)
 
     container = _open(source)
     try:

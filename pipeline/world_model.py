@@ -18,7 +18,7 @@ import torch
 
 from pipeline.interfaces import Captioner, Predictor, ProgressCallback, Renderer
 from pipeline.utils import MODEL_INDEX, STAGES, UserError, read_model_index, stage_folder
-from pipeline.video import SampledClip, VideoLimits, VideoSource, encode_mp4, read_video
+from pipeline.video import SampledClip, VideoLimits, VideoSource, check_sampling, encode_mp4, read_video
 
 logger = logging.getLogger(__name__)
 
@@ -134,12 +134,7 @@ class WorldModelPipeline:
             raise ValueError(f"horizon: at most {self.max_horizon}, got {horizon}")
         if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
             raise ValueError(f"context must be a positive integer, got {context!r}")
-        if stride is not None and state_rate is not None:
-            raise ValueError("give either stride or state_rate, not both")
-        if stride is not None and stride < 1:
-            raise ValueError(f"stride must be >= 1, got {stride}")
-        if state_rate is not None and not state_rate > 0:
-            raise ValueError(f"state_rate must be > 0, got {state_rate}")
+        check_sampling(stride, state_rate)
         if steps is not None and not 1 <= steps <= 1000:
             raise ValueError(f"steps must be in 1..1000, got {steps}")
         if guidance is not None and not 0 <= guidance <= 50:
@@ -270,15 +265,8 @@ class WorldModelPipeline:
             raise RuntimeError(f"predictor returned {len(predicted)} states for horizon {horizon}")
         return list(predicted)
 
-    def render(
-        self,
-        states: Sequence[str],
-        *,
-        generator: torch.Generator | None = None,
-        steps: int | None = None,
-        guidance: float | None = None,
-        notify: ProgressCallback | None = None,
-    ) -> list[np.ndarray]:
+    def render(self, states: Sequence[str], *, generator: torch.Generator | None = None, steps: int | None = None,
+               guidance: float | None = None, notify: ProgressCallback | None = None) -> list[np.ndarray]:
         """One frame per state, in batches of `render_batch_size`."""
         notify = notify or (lambda stage, done, total: None)
         frames: list[np.ndarray] = []

@@ -75,17 +75,8 @@ async def predict(
     data = await read_upload(file, settings.max_sync_upload_bytes)
 
     def work(callback: ProgressCallback) -> WorldModelOutput:
-        return pipeline(
-            data,
-            horizon=params.horizon,
-            stride=params.stride,
-            state_rate=params.state_rate,
-            seed=params.seed,
-            steps=params.steps,
-            guidance=params.guidance,
-            encode_video=params.output is not OutputFormat.json,
-            callback=callback,
-        )
+        encode = params.output is not OutputFormat.json
+        return pipeline(data, **params.pipeline_kwargs(), encode_video=encode, callback=callback)
 
     output: WorldModelOutput = await run_model(engine, settings, work, "predict")
     engine.metrics.observe_timings(output.timings)

@@ -48,17 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _generate(args: argparse.Namespace) -> int:
     from world.video import generate  # imported here so `semworld --help` stays quick
 
-    path = generate(
-        args.out,
-        args.scenario,
-        clips=args.clips,
-        seed=args.seed,
-        split=args.split,
-        length=args.length,
-        size=args.size,
-        workers=args.workers,
-        progress=not args.no_progress,
-    )
+    options = {name: getattr(args, name) for name in ("clips", "seed", "split", "length", "size", "workers")}
+    path = generate(args.out, args.scenario, **options, progress=not args.no_progress)
     print(f"wrote {args.clips} clips, states in {path}")
     return 0
 

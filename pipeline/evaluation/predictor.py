@@ -9,15 +9,7 @@ from typing import Any
 
 import torch
 
-from pipeline.data import (
-    SUMMARY_FILE,
-    cap_windows,
-    make_windows,
-    read_sequences,
-    split_sequences,
-    uniform_cross_entropy,
-    val_window_cap,
-)
+from pipeline import data as seqdata
 from pipeline.tokenizer import load_tokenizer
 from pipeline.utils import UserError, resolve_device
 
@@ -75,21 +67,21 @@ def evaluate_predictor(
         raise UserError(
             f"{weights}: tokenizer.json has {tokenizer.vocab_size} tokens, the model {cfg.vocab_size}"
         )
-    sequences = read_sequences(data, data_format)
+    sequences = seqdata.read_sequences(data, data_format)
     max_windows = None
     if split == "val":
-        summary_path = weights / SUMMARY_FILE
+        summary_path = weights / seqdata.SUMMARY_FILE
         if not summary_path.is_file():
             raise UserError(
-                f"{weights}: no {SUMMARY_FILE}, so the validation split is unknown; use --split all"
+                f"{weights}: no {seqdata.SUMMARY_FILE}, so the validation split is unknown; use --split all"
             )
         recorded = json.loads(summary_path.read_text())["split"]
-        sequences = split_sequences(sequences, recorded["val_fraction"], seed=recorded["seed"]).val
+        sequences = seqdata.split_sequences(sequences, recorded["val_fraction"], seed=recorded["seed"]).val
         if recorded.get("max_windows") is not None:
-            max_windows = val_window_cap(recorded["max_windows"], recorded["val_fraction"])
-    windows = make_windows(sequences, tokenizer, cfg.T, cfg.N)
+            max_windows = seqdata.val_window_cap(recorded["max_windows"], recorded["val_fraction"])
+    windows = seqdata.make_windows(sequences, tokenizer, cfg.T, cfg.N)
     if split == "val" and max_windows is not None:
-        windows = cap_windows(windows, max_windows, recorded["seed"] + 1)
+        windows = seqdata.cap_windows(windows, max_windows, recorded["seed"] + 1)
     if len(windows) == 0:
         raise UserError(f"{data}: no windows (every sequence needs at least T+1={cfg.T + 1} states)")
     metrics = evaluate(model, windows.ids, batch_size, dev)
@@ -103,7 +95,7 @@ def evaluate_predictor(
         "token_acc": metrics["token_acc"],
         "exact_acc": metrics["exact_acc"],
         "selection_loss": metrics["selection_loss"],
-        "uniform_ce": uniform_cross_entropy(tokenizer.vocab_size),
+        "uniform_ce": seqdata.uniform_cross_entropy(tokenizer.vocab_size),
         "vocab_size": tokenizer.vocab_size,
         "last_tokens": metrics["last_tokens"],
         "sentences": metrics["sentences"],
