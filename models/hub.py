@@ -54,7 +54,9 @@ def save_model(model: nn.Module, directory: str | Path, kind: str) -> None:
     config = {"semworld_model": kind, **model.config.to_dict()}  # type: ignore[operator,union-attr]
     (out / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(state, str(out / WEIGHTS_NAME), metadata={"format": "pt", "semworld_model": kind})
+    # One metadata key: safetensors writes a metadata map in no fixed order, and the same weights must give the
+    # same bytes (a resumed run's file equals an uninterrupted one's).
+    save_file(state, str(out / WEIGHTS_NAME), metadata={"semworld_model": kind})
 
 
 def load_model(

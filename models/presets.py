@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -22,6 +22,8 @@ from models.four_tensor import FourTensorConfig
 from models.four_tensor import count_parameters as count_four_tensor
 from models.renderer import RendererConfig
 from models.shape import PredictorShape
+
+T = TypeVar("T")
 
 PAPER_VOCAB = 36_711  # ROCStories pool, frequency >= 1 (section 8.1)
 
@@ -42,32 +44,40 @@ class Preset:
         return self.dims.shape()
 
 
+def _by_name(*items: Any) -> dict[str, Any]:
+    """A registry: each item under its `name`, in order; a repeated name is an error."""
+    registry = {item.name: item for item in items}
+    if len(registry) != len(items):
+        raise ValueError("registry entries must have distinct names")
+    return registry
+
+
+def _lookup(registry: dict[str, T], name: str, what: str) -> T:
+    if name not in registry:
+        raise ValueError(f"unknown {what} {name!r}; known {what}s: {', '.join(registry)}")
+    return registry[name]
+
+
 def _preset(name: str, summary: str, *dims: int, paper: dict[str, float] | None = None) -> Preset:
     return Preset(name, summary, PredictorShape(*dims), dict(paper or {}))
 
 
-PRESETS: dict[str, Preset] = {
-    p.name: p
-    for p in (
-        _preset("tiny", "tests and smoke runs (seconds on CPU)", 512, 8, 4, 2, 1, 8, 3),
-        _preset("small", "quick CPU training on a few thousand windows", 4096, 16, 8, 2, 2, 16, 4),
-        _preset("medium", "overnight CPU training, d = 512", 8192, 32, 16, 2, 2, 16, 4),
-        _preset("paper-h2-l2", "paper table 5, H=2 L=2", PAPER_VOCAB, 64, 32, 2, 2, 16, 4,
-                paper={"four_tensor": 122.2, "baseline": 175.9}),
-        _preset("paper-h4-l2", "paper table 5, H=4 L=2 (closest parameter match)", PAPER_VOCAB, 64, 32, 4, 2, 16, 4,
-                paper={"four_tensor": 172.5, "baseline": 175.9}),
-        _preset("paper-h4-l3", "paper table 5, H=4 L=3", PAPER_VOCAB, 64, 32, 4, 3, 16, 4,
-                paper={"four_tensor": 256.4, "baseline": 226.2}),
-    )
-}  # fmt: skip
+PRESETS: dict[str, Preset] = _by_name(
+    _preset("tiny", "tests and smoke runs (seconds on CPU)", 512, 8, 4, 2, 1, 8, 3),
+    _preset("small", "quick CPU training on a few thousand windows", 4096, 16, 8, 2, 2, 16, 4),
+    _preset("medium", "overnight CPU training, d = 512", 8192, 32, 16, 2, 2, 16, 4),
+    _preset("paper-h2-l2", "paper table 5, H=2 L=2", PAPER_VOCAB, 64, 32, 2, 2, 16, 4,
+            paper={"four_tensor": 122.2, "baseline": 175.9}),
+    _preset("paper-h4-l2", "paper table 5, H=4 L=2 (closest parameter match)", PAPER_VOCAB, 64, 32, 4, 2, 16, 4,
+            paper={"four_tensor": 172.5, "baseline": 175.9}),
+    _preset("paper-h4-l3", "paper table 5, H=4 L=3", PAPER_VOCAB, 64, 32, 4, 3, 16, 4,
+            paper={"four_tensor": 256.4, "baseline": 226.2}),
+)  # fmt: skip
 
 
 def get_preset(name: str) -> Preset:
     """The preset called name; a ValueError lists the known names otherwise."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}") from None
+    return _lookup(PRESETS, name, "preset")
 
 
 def four_tensor_config(name: str, **overrides: Any) -> FourTensorConfig:
@@ -125,48 +135,42 @@ _QUICK_RENDERER = RendererConfig(
     image_size=32, vae_channels=(8, 16), unet_channels=(16, 32), text_width=32, text_layers=1
 )
 
-RECIPES: dict[str, Recipe] = {
-    r.name: r
-    for r in (
-        # weights/captioner: 36 epochs from scratch (the defaults), then a short fine-tune that adds jittered and
-        # natively resized frames (the first model read pixel-perfect world frames perfectly but lost most
-        # frames shifted by one pixel).
-        Recipe("captioner-base", "captioner", "phase 1 of weights/captioner: 36 epochs from scratch",
-               CaptionerConfig(), {"test_clips": 0}),
-        Recipe("captioner", "captioner", "weights/captioner: phase 2, the fine-tune on nudged and resized frames",
-               CaptionerConfig(), {"epochs": 8, "lr": 3e-4, "warmup_steps": 50, "augment_from": 0,
-                                   "jitter_prob": 0.5, "resize_prob": 0.3}, init_from="captioner-base"),
-        # weights/renderer: the shipped files come from a run with restarts under wall-clock caps on the shared
-        # CPU (weights/README.md lists them); this is that design as one uninterrupted, seeded run: the VAE on
-        # 128-pixel world frames resized to 80, then the UNet + text encoder with the decoder fine-tuned alongside.
-        Recipe("renderer", "renderer", "weights/renderer: VAE, then UNet + text encoder (x0 prediction, 4 steps)",
-               RendererConfig(image_size=80, vae_channels=(8, 16, 32, 64, 64), vae_latent_channels=8,
-                              unet_channels=(64, 128, 128), text_width=128),
-               {"render_size": 128, "output_size": 128, "vae_lr": 1.5e-3, "vae_steps": 2200, "object_weight": 10.0,
-                "unet_batch": 32, "unet_lr": 8e-4, "timestep_power": 2.0, "decoder_every": 2, "unet_steps": 2600,
-                "pool": 8000, "eval_every": 250}),
-        # weights/predictor: the 4-tensor model on world state sequences of every scenario (train split), 5% of
-        # the clips held out for the section 8.2 stopping rule (docs/predictor_world.md has the measurements).
-        Recipe("predictor", "predictor", "weights/predictor: the 4-tensor model on 3,000 world clips", "small",
-               {"model": "four_tensor", "causal_slices": False, "max_windows": None, "epochs": 8,
-                "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05}, {"clips": 3000, "length": 20}),
-        # --quick: the same code paths in seconds (tests, smoke runs); the models they make are not worth shipping.
-        Recipe("quick-captioner", "captioner", "smoke test of the captioner path", _QUICK_CAPTIONER,
-               {"epochs": 1, "steps_per_epoch": 2, "batch_size": 4, "eval_frames": 8, "test_clips": 1,
-                "warmup_steps": 1}),
-        Recipe("quick-renderer", "renderer", "smoke test of the renderer path", _QUICK_RENDERER,
-               {"output_size": 32, "vae_steps": 2, "unet_steps": 2, "vae_batch": 2, "unet_batch": 2, "pool": 8,
-                "eval_every": 1000, "eval_states": 2, "checkpoint_every": 1, "sample_steps": 2}),
-        Recipe("quick-predictor", "predictor", "smoke test of the predictor path", "tiny",
-               {"model": "four_tensor", "causal_slices": False, "max_windows": 120, "epochs": 1,
-                "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05}, {"clips": 40, "length": 8}),
-    )
-}  # fmt: skip
+RECIPES: dict[str, Recipe] = _by_name(
+    # weights/captioner: 36 epochs from scratch (the defaults), then a short fine-tune that adds jittered and
+    # natively resized frames (the first model read pixel-perfect world frames perfectly but lost most
+    # frames shifted by one pixel).
+    Recipe("captioner-base", "captioner", "phase 1 of weights/captioner: 36 epochs from scratch",
+           CaptionerConfig(), {"test_clips": 0}),
+    Recipe("captioner", "captioner", "weights/captioner: phase 2, the fine-tune on nudged and resized frames",
+           CaptionerConfig(), {"epochs": 8, "lr": 3e-4, "warmup_steps": 50, "augment_from": 0,
+                               "jitter_prob": 0.5, "resize_prob": 0.3}, init_from="captioner-base"),
+    # weights/renderer: the shipped files come from a run with restarts under wall-clock caps on the shared
+    # CPU (weights/README.md lists them); this is that design as one uninterrupted, seeded run: the VAE on
+    # 128-pixel world frames resized to 80, then the UNet + text encoder with the decoder fine-tuned alongside.
+    Recipe("renderer", "renderer", "weights/renderer: VAE, then UNet + text encoder (x0 prediction, 4 steps)",
+           RendererConfig(image_size=80, vae_channels=(8, 16, 32, 64, 64), vae_latent_channels=8,
+                          unet_channels=(64, 128, 128), text_width=128),
+           {"render_size": 128, "output_size": 128, "vae_lr": 1.5e-3, "vae_steps": 2200, "object_weight": 10.0,
+            "unet_batch": 32, "unet_lr": 8e-4, "timestep_power": 2.0, "decoder_every": 2, "unet_steps": 2600,
+            "pool": 8000, "eval_every": 250}),
+    # weights/predictor: the 4-tensor model on world state sequences of every scenario (train split), 5% of
+    # the clips held out for the section 8.2 stopping rule (docs/predictor_world.md has the measurements).
+    Recipe("predictor", "predictor", "weights/predictor: the 4-tensor model on 3,000 world clips", "small",
+           {"model": "four_tensor", "causal_slices": False, "max_windows": None, "epochs": 8,
+            "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05}, {"clips": 3000, "length": 20}),
+    # --quick: the same code paths in seconds (tests, smoke runs); the models they make are not worth shipping.
+    Recipe("quick-captioner", "captioner", "smoke test of the captioner path", _QUICK_CAPTIONER,
+           {"epochs": 1, "steps_per_epoch": 2, "batch_size": 4, "eval_frames": 8, "test_clips": 1,
+            "warmup_steps": 1}),
+    Recipe("quick-renderer", "renderer", "smoke test of the renderer path", _QUICK_RENDERER,
+           {"output_size": 32, "vae_steps": 2, "unet_steps": 2, "vae_batch": 2, "unet_batch": 2, "pool": 8,
+            "eval_every": 1000, "eval_states": 2, "checkpoint_every": 1, "sample_steps": 2}),
+    Recipe("quick-predictor", "predictor", "smoke test of the predictor path", "tiny",
+           {"model": "four_tensor", "causal_slices": False, "max_windows": 120, "epochs": 1,
+            "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05}, {"clips": 40, "length": 8}),
+)  # fmt: skip
 
 
 def get_recipe(name: str) -> Recipe:
     """The recipe called name; a ValueError lists the known names otherwise."""
-    try:
-        return RECIPES[name]
-    except KeyError:
-        raise ValueError(f"unknown recipe {name!r}; known recipes: {', '.join(RECIPES)}") from None
+    return _lookup(RECIPES, name, "recipe")

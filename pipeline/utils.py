@@ -23,7 +23,7 @@ MODEL_INDEX = "model_index.json"
 STAGES = ("captioner", "predictor", "renderer")
 
 
-class UserError(Exception):
+class UserError(ValueError):
     """Bad input (a path, an argument, a file's contents) described in one short sentence: the CLI prints it as
     one line and exits 2, the API answers it with a 4xx."""
 

@@ -10,9 +10,8 @@ process, DistributedDataParallel (gloo on CPU, nccl on CUDA), rank 0 writes ever
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from models.presets import STAGES
 from pipeline.cli.flags import add_dataclass_flags, dataclass_from_namespace
 from pipeline.data import FORMATS
 from pipeline.training.args import MODEL_KINDS, TrainAllArgs, TrainArgs, TrainCaptionerArgs, TrainRendererArgs
@@ -21,49 +20,32 @@ if TYPE_CHECKING:
     from pipeline.training.predictor import TrainResult
 
 
+# (command, arguments dataclass, help, description, extra options of add_dataclass_flags); runners below.
+COMMANDS: tuple[tuple[str, type, str, str, dict[str, Any]], ...] = (
+    ("predictor", TrainArgs, "train the state predictor (4-tensor, baseline, or both)",
+     "Train a predictor on state sequences; rerun the same command to resume after a kill.",
+     {"flags": {"data_format": "--format"}, "choices": {"model": (*MODEL_KINDS, "both"), "data_format": FORMATS}}),
+    ("captioner", TrainCaptionerArgs, "train the embedded BLIP captioner on world frames",
+     "Train the embedded captioner (tiny BLIP) on random world frames; resumable.", {}),
+    ("renderer", TrainRendererArgs, "train the embedded diffusion renderer on world frames",
+     "Train the embedded renderer (VAE, then UNet + text encoder) on world frames; resumable.", {}),
+    ("all", TrainAllArgs, "rebuild every shipped model (captioner, renderer, predictor) from scratch",
+     "Rebuild the shipped weights folder from the recipes of models.presets, seeded and resumable "
+     "(rerun the same command to resume).", {}),
+)  # fmt: skip
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `train` and its subcommands; each one's flags are its arguments dataclass's fields."""
     train = sub.add_parser("train", help="train a model")
     train_sub = train.add_subparsers(dest="train_what", metavar="WHAT")
     train.set_defaults(func=lambda args: (train.print_help(), 2)[1])
-
-    p = train_sub.add_parser(
-        "predictor",
-        help="train the state predictor (4-tensor, baseline, or both)",
-        description="Train a predictor on state sequences; rerun the same command to resume after a kill.",
-    )
-    add_dataclass_flags(
-        p,
-        TrainArgs,
-        flags={"data_format": "--format"},
-        choices={"model": (*MODEL_KINDS, "both"), "data_format": FORMATS},
-    )
-    p.set_defaults(func=run_train_predictor)
-
-    p = train_sub.add_parser(
-        "captioner",
-        help="train the embedded BLIP captioner on world frames",
-        description="Train the embedded captioner (tiny BLIP) on random world frames; resumable.",
-    )
-    add_dataclass_flags(p, TrainCaptionerArgs)
-    p.set_defaults(func=run_train_captioner)
-
-    p = train_sub.add_parser(
-        "renderer",
-        help="train the embedded diffusion renderer on world frames",
-        description="Train the embedded renderer (VAE, then UNet + text encoder) on world frames; resumable.",
-    )
-    add_dataclass_flags(p, TrainRendererArgs)
-    p.set_defaults(func=run_train_renderer)
-
-    p = train_sub.add_parser(
-        "all",
-        help="rebuild every shipped model (captioner, renderer, predictor) from scratch",
-        description="Rebuild the shipped weights folder from the recipes of models.presets, seeded and "
-        "resumable (rerun the same command to resume).",
-    )
-    add_dataclass_flags(p, TrainAllArgs, choices={"stages": STAGES})
-    p.set_defaults(func=run_train_all)
+    runners = {"predictor": run_train_predictor, "captioner": run_train_captioner,
+               "renderer": run_train_renderer, "all": run_train_all}  # fmt: skip
+    for name, cls, help_text, description, options in COMMANDS:
+        p = train_sub.add_parser(name, help=help_text, description=description)
+        add_dataclass_flags(p, cls, **options)
+        p.set_defaults(func=runners[name])
 
 
 def run_train_captioner(ns: argparse.Namespace) -> int:

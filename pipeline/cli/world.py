@@ -19,12 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p.set_defaults(func=usage)
 
-    g = wsub.add_parser(
-        "generate",
-        help="write MP4 clips, PNG frames at the state instants and states.jsonl",
-        description="Write seeded clips of the built-in world: DIR/clips/*.mp4, DIR/frames/<clip>/<k>.png "
-        "and DIR/states.jsonl (same arguments, same bytes).",
-    )
+    what = "DIR/clips/*.mp4, DIR/frames/<clip>/<k>.png and DIR/states.jsonl (same arguments, same bytes)"
+    g = wsub.add_parser("generate", help="write MP4 clips, PNG frames at the state instants and states.jsonl",
+                        description=f"Write seeded clips of the built-in world: {what}.")  # fmt: skip
     g.add_argument(
         "--scenario", required=True, help="scenario names, comma-separated (or a family, or 'all')"
     )

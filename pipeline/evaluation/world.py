@@ -308,28 +308,25 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
         result["captioner"] = (missing("captioner") if captioner is None
                                else {"weights": str(folders["captioner"]),
                                      **score_captioner(captioner, clips, args.max_frames)})
-    if "predictor" in args.parts:
-        logger.info("scoring the predictor")
-        folder = folders["predictor"]
+    for part in ("predictor", "renderer"):
+        folder = folders[part]
+        if part not in args.parts:
+            continue
+        logger.info("scoring the %s", part)
         if folder is None:
-            result["predictor"] = missing("predictor")
-        else:
+            result[part] = missing(part)
+        elif part == "predictor":
             from pipeline.predictor import Predictor
 
             predictor = Predictor.from_pretrained(folder, device=device)
             kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
-            result["predictor"] = {"weights": str(folder), "model": kind,
-                                   **score_predictor(predictor, clips, args.horizon, predictor.T)}
+            scores = score_predictor(predictor, clips, args.horizon, predictor.T)
+            result[part] = {"weights": str(folder), "model": kind, **scores}
             result["copy_last"] = score_predictor(CopyLast(), clips, args.horizon, predictor.T)
-    if "renderer" in args.parts:
-        logger.info("scoring the renderer")
-        folder = folders["renderer"]
-        if folder is None:
-            result["renderer"] = missing("renderer")
         else:
             from pipeline.renderer import Renderer
 
             renderer = Renderer.from_pretrained(folder, device=device)
-            result["renderer"] = {"weights": str(folder), **score_renderer(
-                renderer, clips, captioner, args.render_states, args.seed, args.steps, args.guidance)}
+            sampling = (args.render_states, args.seed, args.steps, args.guidance)
+            result[part] = {"weights": str(folder), **score_renderer(renderer, clips, captioner, *sampling)}
     return result

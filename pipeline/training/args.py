@@ -44,23 +44,28 @@ class TrainArgs:
     progress: draw a progress bar.
     """
 
+    # what is trained, on what, into where
     data: str
     preset: str
     out: str
     model: str = "four_tensor"
-    epochs: int = 30
+    causal_slices: bool = False
+    # the optimisation
+    epochs: int = 30  # a budget: the stopping rule usually ends the run first
     batch_size: int = 32
     seed: int = 0
-    causal_slices: bool = False
+    lr: float = 3e-4  # the paper's AdamW settings and dropout (section 8.2)
+    weight_decay: float = 0.01  # paper: 0.01
+    dropout: float = 0.1  # paper: 0.1
+    # the data: split, cap, vocabulary
     val_fraction: float = 0.05
     max_windows: int | None = None
-    lr: float = 3e-4
-    weight_decay: float = 0.01
-    dropout: float = 0.1
-    patience: int = 5
-    tolerance: float = 1.01
     min_frequency: int = 1
     data_format: str | None = None
+    # the stopping rule (section 8.2)
+    patience: int = 5
+    tolerance: float = 1.01
+    # the machine
     device: str = "auto"
     threads: int | None = None
     progress: bool = True
@@ -139,26 +144,31 @@ class TrainCaptionerArgs:
     out: str
     run_dir: str = "runs/captioner"
     seed: int = 0
+    # the schedule: fresh frames every step, an epoch is a unit of evaluation
     epochs: int = 36
     steps_per_epoch: int = 250
     batch_size: int = 32
+    # AdamW: linear warmup, then cosine decay to lr * min_lr_ratio
     lr: float = 1.5e-3
     min_lr_ratio: float = 0.05
     warmup_steps: int = 200
     weight_decay: float = 0.01
     grad_clip: float = 1.0
+    # the frames: scene mix and augmentations
     count_weights: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4)
-    degrade_prob: float = 0.2
-    rescale_prob: float = 0.25
+    degrade_prob: float = 0.2  # every epoch
+    rescale_prob: float = 0.25  # these four from epoch augment_from on
     noise_prob: float = 0.15
     jitter_prob: float = 0.0
     resize_prob: float = 0.0
     augment_from: int = 12
+    # where it starts, how it is judged
     init_from: str | None = None
     eval_frames: int = 800
     attn_weight: float = 1.0
     target: float | None = None
     test_clips: int = 200
+    # the machine
     threads: int = 1
     device: str = "cpu"
     model: CaptionerConfig = field(default_factory=CaptionerConfig)
