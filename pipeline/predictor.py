@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from pipeline.tokenizer import PAD_ID, StateTokenizer
-from pipeline.utils import resolve_device
+from pipeline.utils import UserError, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,12 @@ class Predictor:
         from models.hub import load_predictor
 
         dev = resolve_device(device)
-        return cls(load_predictor(directory, map_location=dev), StateTokenizer.from_file(directory), dev)
+        try:
+            model = load_predictor(directory, map_location=dev)
+            tokenizer = StateTokenizer.from_file(directory)
+        except (FileNotFoundError, ValueError) as err:  # the user's folder: one line, like the other stages
+            raise UserError(f"predictor weights {err}") from None
+        return cls(model, tokenizer, dev)
 
     @property
     def T(self) -> int:

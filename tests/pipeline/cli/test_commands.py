@@ -45,3 +45,13 @@ def test_eval_errors_are_one_line(tmp_path, toy_jsonl, capsys):
         capsys, ["eval", "predictor", "--weights", str(tmp_path / "empty"), "--data", str(toy_jsonl)]
     )
     assert "no config.json" in err
+
+
+def test_a_missing_weights_folder_is_one_line_and_exit_2(tmp_path, capsys):
+    states = tmp_path / "states.txt"
+    states.write_text("red ball top left .\n")
+    argv = ["predict", "--states", str(states), "--weights", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]
+    err = _error(capsys, argv)
+    assert f"{tmp_path / 'nope'}: no such directory" in err and err.count("\n") <= 1
+    err = _error(capsys, ["eval", "world", "--data", str(tmp_path / "nowhere"), "--weights", str(tmp_path)])
+    assert "nowhere: no such directory; expected a directory made by `semworld world generate`" in err
