@@ -79,16 +79,8 @@ def build_tiny_weights(root: Path) -> Path:
 
     states = StateTokenizer.build(sentences)
     predictor = FourTensorModel(
-        FourTensorConfig(
-            vocab_size=states.vocab_size,
-            d_x=8,
-            d_t=4,
-            n_heads=2,
-            n_layers=1,
-            N=12,
-            T=4,
-            end_ids=states.end_ids,
-        )
+        FourTensorConfig(vocab_size=states.vocab_size, d_x=8, d_t=4, n_heads=2, n_layers=1, N=12, T=4,
+                         end_ids=states.end_ids)  # fmt: skip
     )
     predictor.save_pretrained(root / "predictor")
     states.save(root / "predictor")
