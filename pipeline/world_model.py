@@ -50,6 +50,44 @@ def _stage_folder(weights_dir: Path, index: dict[str, Any], stage: str) -> Path:
     return folder
 
 
+def check_call(
+    video: object | None,
+    states: Sequence[str] | None,
+    horizon: int,
+    stride: int | None = None,
+    state_rate: float | None = None,
+    steps: int | None = None,
+    guidance: float | None = None,
+    context: int | None = None,
+    *,
+    max_horizon: int = MAX_HORIZON,
+    max_frames: int = VideoLimits.max_frames,
+) -> None:
+    """The one check of a world-model call's parameters (the pipeline runs it first; the HTTP layer runs it
+    before it queues a job); each error is a ValueError naming the parameter and the bad value."""
+    if (video is None) == (states is None):
+        raise ValueError("give exactly one of video or states")
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+        raise ValueError(f"horizon: expected a positive integer, got {horizon!r}")
+    if horizon > max_horizon:
+        raise ValueError(f"horizon: at most {max_horizon}, got {horizon}")
+    if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
+        raise ValueError(f"context must be a positive integer, got {context!r}")
+    check_sampling(stride, state_rate)
+    if steps is not None and not 1 <= steps <= 1000:
+        raise ValueError(f"steps must be in 1..1000, got {steps}")
+    if guidance is not None and not 0 <= guidance <= 50:
+        raise ValueError(f"guidance must be in 0..50, got {guidance}")
+    if states is not None:
+        if len(states) == 0:
+            raise ValueError("states is empty: give at least one state")
+        if len(states) > max_frames:
+            raise ValueError(f"got {len(states)} states; the limit is {max_frames}")
+        for i, s in enumerate(states):
+            if not isinstance(s, str) or not s.strip():
+                raise ValueError(f"states[{i}] must be a non-empty string")
+
+
 class WorldModelPipeline:
     """Caption a clip into states, forecast the next ones, and draw them.
 
@@ -125,28 +163,9 @@ class WorldModelPipeline:
         guidance: float | None,
         context: int | None = None,
     ) -> None:
-        """The one check of a call's parameters; each error names the parameter and the bad value."""
-        if (video is None) == (states is None):
-            raise ValueError("give exactly one of video or states")
-        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-            raise ValueError(f"horizon: expected a positive integer, got {horizon!r}")
-        if horizon > self.max_horizon:
-            raise ValueError(f"horizon: at most {self.max_horizon}, got {horizon}")
-        if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
-            raise ValueError(f"context must be a positive integer, got {context!r}")
-        check_sampling(stride, state_rate)
-        if steps is not None and not 1 <= steps <= 1000:
-            raise ValueError(f"steps must be in 1..1000, got {steps}")
-        if guidance is not None and not 0 <= guidance <= 50:
-            raise ValueError(f"guidance must be in 0..50, got {guidance}")
-        if states is not None:
-            if len(states) == 0:
-                raise ValueError("states is empty: give at least one state")
-            if len(states) > self.limits.max_frames:
-                raise ValueError(f"got {len(states)} states; the limit is {self.limits.max_frames}")
-            for i, s in enumerate(states):
-                if not isinstance(s, str) or not s.strip():
-                    raise ValueError(f"states[{i}] must be a non-empty string")
+        """`check_call` with this pipeline's max_horizon and frame limit."""
+        check_call(video, states, horizon, stride, state_rate, steps, guidance, context,
+                   max_horizon=self.max_horizon, max_frames=self.limits.max_frames)  # fmt: skip
 
     def __call__(
         self,

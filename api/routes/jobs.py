@@ -10,7 +10,7 @@ from fastapi.responses import FileResponse
 from api.deps import SettingsDep, StoreDep, WorkerDep, require_api_key
 from api.jobs import FINISHED, RESULT_JSON, RESULT_MP4, RESULT_ZIP, Job, JobParams, JobState
 from api.schemas import ErrorResponse, JobCreatedResponse, JobStatusResponse, OutputFormat, PredictResponse
-from api.uploads import ERROR_RESPONSES, check_horizon, predict_params, read_upload
+from api.uploads import ERROR_RESPONSES, check_params, predict_params, read_upload
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(require_api_key)])
 
@@ -56,7 +56,7 @@ async def create_job(
 ) -> JobCreatedResponse:
     """Store the clip and queue it; answers at once with the job's id. Poll `status_url`, then fetch
     `result_url` (format json, mp4 or zip)."""
-    check_horizon(params.horizon, settings)
+    check_params(settings, **params.pipeline_kwargs())
     if store.counts().get(JobState.queued, 0) >= settings.max_queue:
         raise HTTPException(
             status.HTTP_429_TOO_MANY_REQUESTS,

@@ -10,7 +10,7 @@ from api.deps import EngineDep, PipelineDep, SettingsDep, require_api_key
 from api.engine import Busy
 from api.jobs import JobParams
 from api.schemas import OutputFormat, PredictResponse, predict_payload
-from api.uploads import ERROR_RESPONSES, check_horizon, predict_params, read_upload
+from api.uploads import ERROR_RESPONSES, check_params, predict_params, read_upload
 from pipeline.interfaces import ProgressCallback
 from pipeline.outputs import zip_outputs
 from pipeline.utils import UserError
@@ -71,7 +71,7 @@ async def predict(
 ) -> Response | dict:
     """Caption the clip into states, predict `horizon` more and render them. For clips within
     `SEMWORLD_MAX_SYNC_UPLOAD_MB`; longer work belongs in `/v1/jobs`."""
-    check_horizon(params.horizon, settings)
+    check_params(settings, **params.pipeline_kwargs())
     data = await read_upload(file, settings.max_sync_upload_bytes)
 
     def work(callback: ProgressCallback) -> WorldModelOutput:
