@@ -1,4 +1,4 @@
-"""`semworld eval world`: score the three stages on a directory written by `semworld world generate`.
+"""The scoring behind `semworld eval world`: the three stages on a directory written by `semworld world generate`.
 
 Owns the world metrics of the shipped models: captioner exact match on the PNG frames, predictor exact match by
 horizon on predictable steps (rolled out from true histories, beside a copy-last-state reference), and the

@@ -1,8 +1,9 @@
 """`semworld train all` / `make weights`: rebuild every shipped model from scratch, seeded, into one weights folder.
 
-Owns the order of the stages (captioner, then the renderer that reads its frames back with it, then the predictor), copying each
-stage's final files into `out/<stage>/`, and `model_index.json`. What each stage trains is its recipe in
-models.presets (RECIPES["captioner"], ["renderer"], ["predictor"]; with --quick the "quick-*" ones). Each stage resumes from its run directory.
+Owns the order of the stages (captioner, then the renderer that reads its frames back with it, then the
+predictor), copying each stage's final files into `out/<stage>/`, and `model_index.json`. What each stage trains
+is its recipe in models.presets (RECIPES["captioner"], ["renderer"], ["predictor"]; with --quick the "quick-*"
+ones). Each stage resumes from its run directory.
 """
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ class TrainCaptionerArgs:
     jitter_prob / resize_prob: fractions of training frames whose objects sit up to 0.15 cell off their cell's
         centre / that are drawn natively at 56-192 px and resized to 128 (see make_examples); from augment_from.
     init_from: a saved captioner folder (this layout) to start from instead of a random initialisation: the
-        fine-tuning phase of the shipped recipe (SHIPPED_FINETUNE).
+        fine-tuning phase of the shipped recipe (RECIPES["captioner"] in models.presets).
     rescale_prob / noise_prob: fractions of training frames drawn small and scaled back up (soft, as the
         renderer's low-resolution frames) / given Gaussian pixel noise; both only from epoch `augment_from`
         on (a curriculum: clean frames first, then the harder ones).

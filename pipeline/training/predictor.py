@@ -1,6 +1,6 @@
-"""Training and evaluation of the predictors: a plain, seeded loop with the section 8.2 stopping rule.
+"""Training of the predictors (either kind): a plain, seeded loop with the section 8.2 stopping rule.
 
-Owns `TrainArgs`, the epoch loop (single process or torchrun/DDP), checkpoint-and-resume, the per-epoch
+Owns the data preparation, the model's construction from a preset, the epoch loop (single process or torchrun/DDP), checkpoint-and-resume, the per-epoch
 JSON-lines log and the L_S(T) plot; each epoch is scored by `pipeline.evaluation.predictor.evaluate`.
 """
 
