@@ -41,11 +41,14 @@ class FourTensorConfig(PredictorConfig):
     predictor (models.shape.PredictorConfig); here the H full-fiber heads of a layer are summed.
     end_ids: sentence-final token ids ('.', '!', '?'); a decoded sentence stops after the first one (empty: no
     cut). slice_causal: beyond the paper; when True a query at sentence t may not attend to keys at t' > t, so
-    every slice is a forecast rather than a copy of the next input sentence.
+    every slice is a forecast rather than a copy of the next input sentence. attention: "four_tensor" (the
+    paper's rank-4 QKV attention) or "attentime" (models/attentime.py: symmetric Query-Key, Time over the
+    sentence axis as a causal diode, separable Dynamic Value; the dense path serves every call).
     """
 
     end_ids: tuple[int, ...] = ()
     slice_causal: bool = False
+    attention: str = "four_tensor"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -57,6 +60,9 @@ class FourTensorConfig(PredictorConfig):
                 )
         if not isinstance(self.slice_causal, bool):
             raise ValueError(f"FourTensorConfig.slice_causal must be a bool, got {self.slice_causal!r}")
+        from models.attentime import check_attention_name  # lazy: it imports the baseline (transformers)
+
+        self.attention = check_attention_name(self.attention)
 
     @property
     def d(self) -> int:
@@ -298,7 +304,11 @@ class FourTensorLayer(nn.Module):
         super().__init__()
         d = config.d
         self.ln_attn = nn.LayerNorm(d)
-        self.attention = FourTensorAttention(config)
+        self.attention: nn.Module = FourTensorAttention(config)
+        if config.attention == "attentime":
+            from models.attentime import AttentimeGridAttention
+
+            self.attention = AttentimeGridAttention(config.n_heads, config.d_x, config.d_t)
         self.ln_mlp = nn.LayerNorm(d)
         self.fc1 = nn.Linear(d, 4 * d)  # d_ff = 4 d_x d_t
         self.fc2 = nn.Linear(4 * d, d)
@@ -321,6 +331,7 @@ class FourTensorLayer(nn.Module):
         h = fiber_norm(self.ln_attn, X).flatten(-2)  # (n, d)
         h_q = h if step.queries is None else h[step.queries]
         h_k = h if step.keys is None else h[step.keys]
+        assert isinstance(self.attention, FourTensorAttention)  # Attentime runs the dense path only
         attn = self.attention.packed(h_q, h_k, step)  # (n_q, d)
         Xq = X if step.queries is None else X[step.queries]  # (n_q, d_x, d_t)
         Xq = Xq + self.dropout(attn.view_as(Xq))
@@ -429,6 +440,8 @@ class FourTensorModel(nn.Module):
         layer computes queries, residuals and the MLP for the wanted slots only.
         """
         c = self.config
+        if c.attention == "attentime":  # no packed Attentime path: the dense one, then the wanted slots
+            return self.hidden_states(token_ids)[wanted]
         B, NT = token_ids.shape[0], c.N * c.T
         pad = build_pad_mask(token_ids, c.padding_idx)  # (B, N, T), local to this call
         live = ~pad
