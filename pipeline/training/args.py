@@ -30,6 +30,7 @@ class TrainArgs:
     batch_size: windows per optimizer step on each process.
     seed: seeds the split, the window cap, the initial weights, the shuffling and dropout.
     causal_slices: 4-tensor only, beyond the paper: slice t may not attend to later slices t' > t.
+    attention: 4-tensor only: its joint attention, four_tensor (the paper's) or attentime (models/attentime.py).
     val_fraction: share of the sequences (whole stories) held out for validation.
     max_windows: cap on training windows, a seeded choice (validation is capped in proportion).
     lr: AdamW learning rate (paper: 3e-4).
@@ -50,6 +51,7 @@ class TrainArgs:
     out: str
     model: str = "four_tensor"
     causal_slices: bool = False
+    attention: str = "four_tensor"
     # the optimisation
     epochs: int = 30  # a budget: the stopping rule usually ends the run first
     batch_size: int = 32
@@ -90,6 +92,10 @@ class TrainArgs:
                 f"need lr > 0, weight_decay >= 0, tolerance >= 1; got {self.lr}, "
                 f"{self.weight_decay}, {self.tolerance}"
             )
+        if self.attention not in ("four_tensor", "attentime"):
+            raise UserError(f"--attention {self.attention!r}: expected four_tensor or attentime")
+        if self.attention != "four_tensor" and self.model != "four_tensor":
+            raise UserError(f"--attention {self.attention} applies to --model four_tensor only, got {self.model}")
         if self.causal_slices and self.model == "baseline":
             raise UserError(
                 "--causal-slices applies to the 4-tensor model only (the baseline is causal already)"
@@ -100,6 +106,8 @@ class TrainArgs:
         d = asdict(self)
         for key in ("epochs", "device", "threads", "progress", "out"):
             d.pop(key)
+        if self.attention == "four_tensor":  # the default: checkpoints from before the field still resume
+            d.pop("attention")
         d["data"] = str(Path(self.data).resolve())
         return d
 

@@ -208,7 +208,12 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
 
 # ---- models --------------------------------------------------------------------------------------------
 def build_model(
-    kind: str, preset: str, tokenizer: StateTokenizer, dropout: float = 0.1, causal_slices: bool = False
+    kind: str,
+    preset: str,
+    tokenizer: StateTokenizer,
+    dropout: float = 0.1,
+    causal_slices: bool = False,
+    attention: str = "four_tensor",
 ) -> Any:
     """A fresh predictor of `kind` shaped by `preset`, with vocab_size and end_ids from the tokenizer."""
     cfg = four_tensor_config(
@@ -217,6 +222,7 @@ def build_model(
         end_ids=tokenizer.end_ids,
         dropout=dropout,
         slice_causal=causal_slices,
+        attention=attention,
     )
     if kind == "four_tensor":
         return FourTensorModel(cfg)
@@ -369,7 +375,12 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
     fingerprint = {**args.fingerprint(), "model": kind, "world_size": ctx.world_size}
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     model: Any = build_model(
-        kind, args.preset, data.tokenizer, args.dropout, args.causal_slices and kind == "four_tensor"
+        kind,
+        args.preset,
+        data.tokenizer,
+        args.dropout,
+        args.causal_slices and kind == "four_tensor",
+        args.attention if kind == "four_tensor" else "four_tensor",
     ).to(ctx.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     history: list[dict[str, Any]] = []

@@ -193,3 +193,15 @@ def test_the_saved_weights_are_always_those_of_the_minimum_epoch(tmp_path, toy_j
     losses = [h["val_selection_loss"] for h in result.history]
     assert len(seen) == 3 and result.best_epoch < len(losses) - 1  # some epoch after the minimum was not saved
     assert json.loads((out / "training_summary.json").read_text())["best_epoch"] == result.best_epoch + 1
+
+
+def test_attention_attentime_trains_through_the_cli_and_is_saved(tmp_path, toy_jsonl, capsys):
+    out = tmp_path / "sto"
+    argv = ["train", "predictor", "--data", str(toy_jsonl), "--out", str(out), "--epochs", "1", *ARGS]
+    assert cli.main([*argv, "--attention", "attentime"]) == 0
+    assert json.loads((out / "config.json").read_text())["attention"] == "attentime"
+    assert _eval_json(capsys, out, toy_jsonl, split="val")["model"] == "four_tensor"
+    with pytest.raises(UserError, match="--attention attentime applies to --model four_tensor only"):
+        TrainArgs(data=str(toy_jsonl), preset="tiny", out=str(out), model="baseline", attention="attentime")
+    with pytest.raises(UserError, match="--attention 'qkv': expected four_tensor or attentime"):
+        TrainArgs(data=str(toy_jsonl), preset="tiny", out=str(out), attention="qkv")
