@@ -1,0 +1,39 @@
+"""Next-state exact match on the world's test split (200 clips, rollouts of 8 from true histories) for several
+predictor folders, with pipeline.evaluation.world.score_predictor (the function behind `semworld eval world`).
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/attentime/eval_world.py weights/predictor runs/predictor/ft_attentime
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from pipeline.evaluation.world import clips_from_records, score_predictor  # noqa: E402
+from pipeline.predictor import Predictor  # noqa: E402
+from world import sequences  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    torch.set_num_threads(1)
+    clips = clips_from_records(sequences("all", 200, seed=0, length=20, split="test"))
+    out = {}
+    for folder in argv:
+        res = score_predictor(Predictor.from_pretrained(folder), clips, horizon=8, min_history=4)
+        out[folder] = res
+        h1 = {f: t["1"] for f, t in res["by_family"].items()}
+        print(folder, "by horizon", res["by_horizon"], "h1 by family", h1, "valid", res["valid_h1"], flush=True)
+    dest = ROOT / "runs" / "bench" / "attentime_world_eval.json"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
