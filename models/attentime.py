@@ -251,17 +251,27 @@ class AttentimeAttention(nn.Module):
 
 
 class AttentimeBlock(nn.Module):
-    """Pre-LN block: x + drop(Attentime(LN x)), then x + drop(MLP(LN x)), MLP 4d with GELU (GPT-2's layout)."""
+    """Pre-LN block: x + drop(Attentime(LN x)), then x + drop(MLP(LN x)), MLP of width mlp_ratio * d with GELU
+    (GPT-2's layout). Attentime's attention has 3 d^2 weights to a QKV block's 4 d^2; mlp_ratio 4.5 makes up the
+    difference when two models must match in parameter count."""
 
     def __init__(
-        self, d_model: int, n_heads: int, dropout: float, dv_form: str, time: str, vocab_size: int | None
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float,
+        dv_form: str,
+        time: str,
+        vocab_size: int | None,
+        mlp_ratio: float = 4.0,
     ) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(d_model)
         self.attn = AttentimeAttention(d_model, n_heads, dv_form, time, vocab_size)
         self.ln_2 = nn.LayerNorm(d_model)
-        self.fc = nn.Linear(d_model, 4 * d_model)
-        self.proj = nn.Linear(4 * d_model, d_model)
+        d_ff = round(mlp_ratio * d_model)
+        self.fc = nn.Linear(d_model, d_ff)
+        self.proj = nn.Linear(d_ff, d_model)
         self.drop = nn.Dropout(dropout)
 
     def forward(
@@ -300,12 +310,14 @@ class AttentimeDecoder(nn.Module):
         dropout: float = 0.0,
         dv_form: str = "separable",
         time: str = "gap",
+        mlp_ratio: float = 4.0,
     ) -> None:
         super().__init__()
         self.wte = nn.Embedding(vocab_size, d_model)
         pair_vocab = vocab_size if time == "pair" else None
         self.h = nn.ModuleList(
-            AttentimeBlock(d_model, n_heads, dropout, dv_form, time, pair_vocab) for _ in range(n_layers)
+            AttentimeBlock(d_model, n_heads, dropout, dv_form, time, pair_vocab, mlp_ratio)
+            for _ in range(n_layers)
         )
         self.ln_f = nn.LayerNorm(d_model)
         self.apply(self._init)

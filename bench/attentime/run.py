@@ -8,7 +8,9 @@ file per run: a killed job resumes where it stopped), then `report` writes the t
 
 Our choices where the seed is silent: AdamW (lr 1e-3, weight decay 0.01), batch 32, no dropout, cross-entropy over
 the whole vocabulary at the last token, accuracy = argmax equals the target. The Attentime models have no position
-table (order comes only from Time, the position being the time); the standard model has GPT-2's learned one.
+table (order comes only from Time, the position being the time) and an MLP of 4.5 d instead of 4 d, which brings
+their parameter count within 5% of the standard model's (GPT-2, learned positions as long as the task's longest
+sequence).
 """
 
 from __future__ import annotations
@@ -59,7 +61,9 @@ class Classifier(nn.Module):
         super().__init__()
         self.kind = kind
         if kind == "attentime":
-            self.body: nn.Module = AttentimeDecoder(vocab, d, heads, layers, 0.0, dv_form, time)
+            self.body: nn.Module = AttentimeDecoder(
+                vocab, d, heads, layers, 0.0, dv_form, time, mlp_ratio=4.5
+            )
         elif kind == "standard":
             cfg = GPT2Config(
                 vocab_size=vocab,
@@ -205,7 +209,9 @@ def run_supervised(exp: str, seeds: list[int], variants: list[str]) -> None:
                 continue
             kind, form = VARIANTS[variant]
             torch.manual_seed(seed)
-            model = Classifier(kind, vocab, spec["d"], spec["layers"], spec["heads"], 80, form)
+            model = Classifier(
+                kind, vocab, spec["d"], spec["layers"], spec["heads"], 64 if exp == "exp1" else 16, form
+            )
             t0 = time.perf_counter()
             hist = train(model, train_set, test_set, spec["epochs"], seed)
             payload = {
