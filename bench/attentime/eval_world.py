@@ -28,7 +28,9 @@ def main(argv: list[str]) -> int:
         res = score_predictor(Predictor.from_pretrained(folder), clips, horizon=8, min_history=4)
         out[folder] = res
         h1 = {f: t["1"] for f, t in res["by_family"].items()}
-        print(folder, "by horizon", res["by_horizon"], "h1 by family", h1, "valid", res["valid_h1"], flush=True)
+        print(
+            folder, "by horizon", res["by_horizon"], "h1 by family", h1, "valid", res["valid_h1"], flush=True
+        )
     dest = ROOT / "runs" / "bench" / "attentime_world_eval.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(out, indent=1))
