@@ -21,19 +21,18 @@ from world import sequences  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
+    """argv: predictor folders; results go to runs/bench/attentime_world_eval/<folder name>.json."""
     torch.set_num_threads(1)
     clips = clips_from_records(sequences("all", 200, seed=0, length=20, split="test"))
-    out = {}
     for folder in argv:
         res = score_predictor(Predictor.from_pretrained(folder), clips, horizon=8, min_history=4)
-        out[folder] = res
+        dest = ROOT / "runs" / "bench" / "attentime_world_eval" / f"{Path(folder).name}.json"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(json.dumps(res, indent=1))
         h1 = {f: t["1"] for f, t in res["by_family"].items()}
         print(
             folder, "by horizon", res["by_horizon"], "h1 by family", h1, "valid", res["valid_h1"], flush=True
         )
-    dest = ROOT / "runs" / "bench" / "attentime_world_eval.json"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(out, indent=1))
     return 0
 
 
