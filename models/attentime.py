@@ -25,7 +25,6 @@ The separable form needs only per-key quantities (QK_B and f(QK_B)), so it decod
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,17 +33,10 @@ from typing import NamedTuple, cast
 import torch
 import torch.nn.functional as F
 from einops import einsum, rearrange
-from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from models.baseline import (
-    CONFIG_NAME,
-    WEIGHTS_NAME,
-    BaselineConfig,
-    BaselineModel,
-    FreeRunResult,
-    PackedWindow,
-)
+from models.baseline import BaselineConfig, BaselineModel, FreeRunResult, PackedWindow
+from models.hub import load_model, save_model
 
 MODEL_KIND = "attentime_lm"
 ATTENTION_KINDS = ("four_tensor", "attentime")  # the 4-tensor model's `attention` config field
@@ -408,27 +400,11 @@ class AttentimeLM(BaselineModel):
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write config.json ("semworld_model": "attentime_lm") and model.safetensors into `directory`."""
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / CONFIG_NAME).write_text(
-            json.dumps({"semworld_model": MODEL_KIND, **self.config.to_dict()}, indent=2)
-        )
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(state, str(out / WEIGHTS_NAME), metadata={"format": "pt", "semworld_model": MODEL_KIND})
+        save_model(self, directory, MODEL_KIND)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, map_location: str | torch.device = "cpu") -> AttentimeLM:
-        root = Path(directory)
-        if not (root / CONFIG_NAME).is_file() or not (root / WEIGHTS_NAME).is_file():
-            raise FileNotFoundError(f"{root}: needs {CONFIG_NAME} and {WEIGHTS_NAME}")
-        raw = json.loads((root / CONFIG_NAME).read_text())
-        if raw.get("semworld_model") != MODEL_KIND:
-            raise ValueError(
-                f"{root / CONFIG_NAME} describes a {raw.get('semworld_model')!r} model, not {MODEL_KIND!r}"
-            )
-        model = cls(cast(AttentimeLMConfig, AttentimeLMConfig.from_dict(raw)))
-        model.load_state_dict(load_file(str(root / WEIGHTS_NAME), device=str(map_location)), strict=True)
-        return model.to(map_location)
+        return load_model(cls, AttentimeLMConfig, directory, MODEL_KIND, map_location)
 
 
 # ----------------------------------------------------------------------------------------------------------------
