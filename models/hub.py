@@ -20,6 +20,7 @@ WEIGHTS_NAME = "model.safetensors"
 MODEL_KINDS: dict[str, tuple[str, str]] = {
     "four_tensor": ("models.four_tensor", "FourTensorModel"),
     "baseline": ("models.baseline", "BaselineModel"),
+    "attentime_lm": ("models.attentime", "AttentimeLM"),
 }
 
 

@@ -278,3 +278,15 @@ def test_bad_choices_are_refused():
     with pytest.raises(ValueError, match="n_heads=3 must divide d_model=8"):
         AttentimeAttention(8, 3)
     assert GapTime(3).rate.shape == (3,)
+
+
+def test_saved_lm_loads_through_the_predictor_hub(tmp_path):
+    from models.hub import load_predictor
+
+    torch.manual_seed(3)
+    model = AttentimeLM(lm_config()).eval()
+    model.save_pretrained(tmp_path)
+    again = load_predictor(tmp_path)
+    assert isinstance(again, AttentimeLM)
+    x = ragged_windows()
+    assert torch.equal(model.predict_next(x[:, :T])[0], again.predict_next(x[:, :T])[0])
