@@ -14,7 +14,8 @@ from models.presets import STAGES, Recipe
 from models.renderer import RendererConfig
 from pipeline.utils import UserError
 
-MODEL_KINDS = ("four_tensor", "baseline")
+MODEL_KINDS = ("four_tensor", "baseline", "attentime_lm")
+BOTH = ("four_tensor", "baseline")  # what --model both trains
 
 
 # ---- the predictor (`semworld train predictor`) ----------------------------------------------------------
@@ -74,7 +75,7 @@ class TrainArgs:
 
     def __post_init__(self) -> None:
         if self.model not in (*MODEL_KINDS, "both"):
-            raise UserError(f"--model {self.model!r}: expected four_tensor, baseline or both")
+            raise UserError(f"--model {self.model!r}: expected four_tensor, baseline, attentime_lm or both")
         for name in ("epochs", "batch_size", "patience", "min_frequency"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -96,7 +97,7 @@ class TrainArgs:
             raise UserError(f"--attention {self.attention!r}: expected four_tensor or attentime")
         if self.attention != "four_tensor" and self.model != "four_tensor":
             raise UserError(f"--attention {self.attention} applies to --model four_tensor only, got {self.model}")
-        if self.causal_slices and self.model == "baseline":
+        if self.causal_slices and self.model in ("baseline", "attentime_lm"):
             raise UserError(
                 "--causal-slices applies to the 4-tensor model only (the baseline is causal already)"
             )

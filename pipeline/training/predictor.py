@@ -37,7 +37,7 @@ from pipeline.data import (
 )
 from pipeline.evaluation.predictor import evaluate
 from pipeline.tokenizer import StateTokenizer
-from pipeline.training.args import MODEL_KINDS, TrainArgs
+from pipeline.training.args import BOTH, MODEL_KINDS, TrainArgs
 from pipeline.utils import UserError, atomic_torch_save, atomic_write_json, atomic_write_text, resolve_device
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ CHECKPOINT_FILE = "last.pt"
 LOG_FILE = "train_log.jsonl"
 CURVE_FILE = "loss_curve.png"
 BOTH_CURVE_FILE = "loss_curves.png"
-LABELS = {"four_tensor": "4-tensor", "baseline": "1-D baseline"}
+LABELS = {"four_tensor": "4-tensor", "baseline": "1-D baseline", "attentime_lm": "1-D Attentime"}
 
 
 # ---- the stopping rule (section 8.2) ------------------------------------------------------------------
@@ -228,6 +228,10 @@ def build_model(
         return FourTensorModel(cfg)
     if kind == "baseline":
         return BaselineModel(BaselineConfig.from_predictor(cfg))
+    if kind == "attentime_lm":
+        from models.attentime import AttentimeLM, AttentimeLMConfig
+
+        return AttentimeLM(AttentimeLMConfig.from_predictor(cfg))  # type: ignore[arg-type]
     raise ValueError(f"model kind must be one of {MODEL_KINDS}, got {kind!r}")
 
 
@@ -554,7 +558,7 @@ def train_predictor(args: TrainArgs, on_epoch_end: EpochHook | None = None) -> d
         logging.getLogger("pipeline").setLevel(logging.WARNING)  # one copy of the progress lines
     set_determinism(ctx.device)
     out = Path(args.out)
-    kinds = list(MODEL_KINDS) if args.model == "both" else [args.model]
+    kinds = list(BOTH) if args.model == "both" else [args.model]
     dirs = {k: (out / k if args.model == "both" else out) for k in kinds}
     # A resumed run reuses the saved tokenizer, so its ids cannot drift from the checkpoint's.
     saved = next((d for d in dirs.values() if (d / CHECKPOINT_DIR / CHECKPOINT_FILE).is_file()), None)

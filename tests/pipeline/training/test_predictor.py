@@ -205,3 +205,13 @@ def test_attention_attentime_trains_through_the_cli_and_is_saved(tmp_path, toy_j
         TrainArgs(data=str(toy_jsonl), preset="tiny", out=str(out), model="baseline", attention="attentime")
     with pytest.raises(UserError, match="--attention 'qkv': expected four_tensor or attentime"):
         TrainArgs(data=str(toy_jsonl), preset="tiny", out=str(out), attention="qkv")
+
+
+def test_model_attentime_lm_trains_and_loads_as_a_predictor(tmp_path, toy_jsonl, capsys):
+    out = tmp_path / "lm"
+    argv = ["train", "predictor", "--data", str(toy_jsonl), "--out", str(out), "--epochs", "1", *ARGS]
+    assert cli.main([*argv, "--model", "attentime_lm"]) == 0
+    assert json.loads((out / "config.json").read_text())["semworld_model"] == "attentime_lm"
+    assert _eval_json(capsys, out, toy_jsonl, split="val")["model"] == "attentime_lm"
+    with pytest.raises(UserError, match="--causal-slices applies to the 4-tensor model only"):
+        TrainArgs(data=str(toy_jsonl), preset="tiny", out=str(out), model="attentime_lm", causal_slices=True)
