@@ -82,6 +82,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--threads", type=int, default=None, help="torch CPU threads per process (default: torch's)"
     )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    m = p.add_argument_group("tensor memory (4-tensor only; docs/tensor-memory.md)")
+    m.add_argument("--memory", action="store_true", help="add a tensor memory for what has left the window")
+    m.add_argument("--mem-channels", type=int, default=TrainArgs.mem_channels, help="C (default %(default)s)")
+    m.add_argument("--mem-shape", type=int, nargs=3, metavar=("D", "H", "W"), default=list(TrainArgs.mem_shape),
+                   help="memory grid (default 4 4 4)")
+    m.add_argument("--chunk-size", type=int, default=TrainArgs.chunk_size,
+                   help="tokens per memory step (default %(default)s = one state)")
+    m.add_argument("--sigma-scale", type=float, default=TrainArgs.sigma_scale, help="write spread multiplier")
+    m.add_argument("--memory-every-n-layers", type=int, default=TrainArgs.memory_every_n_layers)
+    m.add_argument("--bptt-windows", type=int, default=TrainArgs.bptt_windows,
+                   help="windows per truncated back-propagation segment (default %(default)s)")
     p.set_defaults(func=run_train_predictor)
 
 
@@ -106,6 +117,13 @@ def args_from_namespace(ns: argparse.Namespace) -> TrainArgs:
         device=ns.device,
         threads=ns.threads,
         progress=ns.progress,
+        memory=ns.memory,
+        mem_channels=ns.mem_channels,
+        mem_shape=tuple(ns.mem_shape),
+        chunk_size=ns.chunk_size,
+        sigma_scale=ns.sigma_scale,
+        memory_every_n_layers=ns.memory_every_n_layers,
+        bptt_windows=ns.bptt_windows,
     )
 
 

@@ -81,6 +81,12 @@ class TrainArgs:
     current one is above tolerance x that minimum). min_frequency: words seen fewer times become [UNK].
     device: "auto" (cuda if available), "cpu", "cuda", "cuda:1", ... threads: torch CPU threads per process
     (None: torch's default; small models on a busy machine run fastest on 1). progress: draw a tqdm bar.
+
+    Tensor memory (4-tensor only, docs/tensor-memory.md): memory turns it on; mem_channels, mem_shape (D, H, W),
+    chunk_size, sigma_scale, memory_every_n_layers are its knobs (models/tensor_memory.py). A memory model
+    trains on whole clips in order: batch_size // bptt_windows clips at a time, each stepped window by window with
+    (h, c) carried; the loss of bptt_windows consecutive windows is back-propagated together (one optimizer
+    step, batch_size windows as without memory), then the state is detached and carried on.
     """
 
     data: str
@@ -103,6 +109,13 @@ class TrainArgs:
     device: str = "auto"
     threads: int | None = None
     progress: bool = True
+    memory: bool = False
+    mem_channels: int = 16
+    mem_shape: tuple[int, int, int] = (4, 4, 4)
+    chunk_size: int = 16
+    sigma_scale: float = 1.0
+    memory_every_n_layers: int = 1
+    bptt_windows: int = 8
 
     def __post_init__(self) -> None:
         if self.model not in (*MODEL_KINDS, "both"):
@@ -124,16 +137,48 @@ class TrainArgs:
                 f"need lr > 0, weight_decay >= 0, tolerance >= 1; got {self.lr}, "
                 f"{self.weight_decay}, {self.tolerance}"
             )
+        if self.memory:
+            if self.model != "four_tensor":
+                raise UserError(f"--memory applies to the 4-tensor model only, got --model {self.model}")
+            if isinstance(self.bptt_windows, bool) or not isinstance(self.bptt_windows, int) or self.bptt_windows < 1:
+                raise UserError(f"--bptt-windows must be a positive integer, got {self.bptt_windows!r}")
+            try:
+                self.memory_config(8)
+            except ValueError as err:
+                knob = str(err).split(".", 1)[-1].split(" ", 1)[0]
+                raise UserError(f"--{knob.replace('_', '-')}: {err}") from None
         if self.causal_slices and self.model == "baseline":
             raise UserError(
                 "--causal-slices applies to the 4-tensor model only (the baseline is causal already)"
             )
+
+    def memory_config(self, d: int) -> Any:
+        """The TensorMemoryConfig of these knobs for tokens of width d, or None without --memory."""
+        if not self.memory:
+            return None
+        from models.tensor_memory import TensorMemoryConfig
+
+        return TensorMemoryConfig(
+            d_emb=d, mem_channels=self.mem_channels, mem_shape=tuple(self.mem_shape), chunk_size=self.chunk_size,
+            sigma_scale=self.sigma_scale, memory_every_n_layers=self.memory_every_n_layers,
+        )
+
+    @property
+    def clips_per_batch(self) -> int:
+        """Clips stepped side by side by a memory run: batch_size windows per optimizer step in all."""
+        return max(1, self.batch_size // self.bptt_windows)
 
     def fingerprint(self) -> dict[str, Any]:
         """The fields a resumed run must share with the checkpoint it resumes (not epochs, device, progress)."""
         d = asdict(self)
         for key in ("epochs", "device", "threads", "progress", "out"):
             d.pop(key)
+        if not self.memory:  # runs without memory keep the fingerprint they had before the memory knobs
+            for key in ("memory", "mem_channels", "mem_shape", "chunk_size", "sigma_scale",
+                        "memory_every_n_layers", "bptt_windows"):
+                d.pop(key)
+        else:
+            d["mem_shape"] = list(self.mem_shape)
         d["data"] = str(Path(self.data).resolve())
         return d
 
@@ -281,7 +326,10 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
     train = make_windows(split.train, tokenizer, T, N)
     val = make_windows(split.val, tokenizer, T, N)
     full_train, full_val = len(train), len(val)
-    if args.max_windows is not None:
+    if args.max_windows is not None and args.memory:  # whole clips, for the memory's in-order training
+        train = cap_clips(train, args.max_windows, args.seed)
+        val = cap_clips(val, val_window_cap(args.max_windows, args.val_fraction), args.seed + 1)
+    elif args.max_windows is not None:
         train = cap_windows(train, args.max_windows, args.seed)
         val = cap_windows(val, val_window_cap(args.max_windows, args.val_fraction), args.seed + 1)
     if len(train) == 0 or len(val) == 0:
@@ -322,9 +370,11 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
 
 # ---- models --------------------------------------------------------------------------------------------
 def build_model(
-    kind: str, preset: str, tokenizer: StateTokenizer, dropout: float = 0.1, causal_slices: bool = False
+    kind: str, preset: str, tokenizer: StateTokenizer, dropout: float = 0.1, causal_slices: bool = False,
+    memory: Any = None,
 ) -> Any:
-    """A fresh predictor of `kind` shaped by `preset`, with vocab_size and end_ids from the tokenizer."""
+    """A fresh predictor of `kind` shaped by `preset`, with vocab_size and end_ids from the tokenizer; memory:
+    a TensorMemoryConfig for the 4-tensor model (None: no memory)."""
     from models import presets
 
     overrides: dict[str, Any] = {
@@ -332,6 +382,8 @@ def build_model(
         "end_ids": tokenizer.end_ids,
         "dropout": dropout,
     }
+    if memory is not None:
+        overrides["memory"] = memory
     if causal_slices:
         from dataclasses import fields
 
@@ -361,6 +413,93 @@ class _StepModule(nn.Module):
 
     def forward(self, token_ids_full: torch.Tensor) -> torch.Tensor:
         return self.model.training_step(token_ids_full)
+
+
+class _SegmentModule(nn.Module):
+    """forward = a memory model's loss over consecutive windows of a batch of clips, state carried (one DDP
+    forward per backward)."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, windows: torch.Tensor, lengths: list[int], state: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """windows (B, K, T+1, N) of B clips sorted by lengths (windows left in each, descending), state (h, c)
+        for the B rows or None -> summed CE, target count, and the state after the last window of each row."""
+        from models.tensor_memory import MemoryState
+
+        loss_sum = windows.new_zeros((), dtype=torch.float32)
+        count = windows.new_zeros(())
+        for j in range(windows.shape[1]):
+            n = sum(1 for L in lengths if L > j)  # rows still running: a prefix, the rows are sorted
+            if n == 0:
+                break
+            st = None if state is None else MemoryState(state.h[:n], state.c[:n])
+            ls, cnt, st = self.model.window_loss(windows[:n, j], st)
+            loss_sum, count = loss_sum + ls, count + cnt
+            state = st if state is None or n == state.h.shape[0] else MemoryState(
+                torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
+        return loss_sum, count, state
+
+
+def clip_windows(windows: WindowSet) -> list[torch.Tensor]:
+    """The windows of each sequence, in order: a list of (n_windows, T+1, N), one per sequence with windows."""
+    by_seq: dict[int, list[tuple[int, int]]] = {}
+    for row, (seq, start) in enumerate(zip(windows.sequence_index.tolist(), windows.start.tolist())):
+        by_seq.setdefault(seq, []).append((start, row))
+    return [windows.ids[[r for _, r in sorted(rows)]] for _, rows in sorted(by_seq.items())]
+
+
+def cap_clips(windows: WindowSet, limit: int | None, seed: int) -> WindowSet:
+    """At most about `limit` windows made of whole sequences, chosen with a seeded generator (order kept)."""
+    if limit is None or len(windows) <= limit:
+        return windows
+    g = torch.Generator().manual_seed(seed)
+    seqs = torch.unique(windows.sequence_index)
+    keep_seqs: list[int] = []
+    total = 0
+    for k in torch.randperm(len(seqs), generator=g).tolist():
+        if total >= limit:
+            break
+        keep_seqs.append(int(seqs[k]))
+        total += int((windows.sequence_index == seqs[k]).sum())
+    keep = torch.isin(windows.sequence_index, torch.tensor(keep_seqs)).nonzero().squeeze(1)
+    return windows.subset(keep)
+
+
+def _stack_clips(group: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
+    """Clips (n_i, T+1, N), longest first -> (B, max n_i, T+1, N) zero-padded at the end, and the n_i."""
+    group = sorted(group, key=lambda w: -w.shape[0])
+    lengths = [w.shape[0] for w in group]
+    out = group[0].new_zeros(len(group), lengths[0], *group[0].shape[1:])
+    for b, w in enumerate(group):
+        out[b, : w.shape[0]] = w
+    return out, lengths
+
+
+def train_clip_batch(
+    step_module: nn.Module, optimizer: torch.optim.Optimizer, group: list[torch.Tensor], bptt_windows: int,
+    device: torch.device | str,
+) -> tuple[float, int]:
+    """Train a memory model on a batch of whole clips, in order, with truncated back-propagation: (h, c) is
+    carried from window to window; every bptt_windows windows the summed loss is back-propagated (mean over
+    the targets), the optimizer steps and the state is detached. Returns (sum of segment losses x windows,
+    windows)."""
+    windows, lengths = _stack_clips(group)
+    windows = windows.to(device)
+    state = None
+    loss_total, seen = 0.0, 0
+    for j in range(0, windows.shape[1], bptt_windows):
+        part = [max(0, min(L - j, bptt_windows)) for L in lengths]
+        loss_sum, count, state = step_module(windows[:, j : j + bptt_windows], part, state)
+        loss = loss_sum / count.clamp(min=1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        state = state.detach()  # truncation: no gradient into earlier segments, the state itself carries on
+        loss_total += float(loss.detach()) * sum(part)
+        seen += sum(part)
+    return loss_total, seen
 
 
 def parameter_hash(model: nn.Module) -> str:
@@ -396,6 +535,39 @@ def evaluate(
         part = model.score(windows[i : i + batch_size].to(device))
         for key in SCORE_KEYS:
             sums[key] += float(part[key])
+    model.train(was_training)
+    return {
+        "selection_loss": sums["selection_loss_sum"] / max(sums["selection_count"], 1.0),
+        "last_ce": sums["last_ce_sum"] / max(sums["last_tokens"], 1.0),
+        "token_acc": sums["last_correct"] / max(sums["last_tokens"], 1.0),
+        "exact_acc": sums["exact_sentences"] / max(sums["sentences"], 1.0),
+        "last_tokens": int(sums["last_tokens"]),
+        "sentences": int(sums["sentences"]),
+    }
+
+
+@torch.no_grad()
+def evaluate_clips(
+    model: Any, clips: list[torch.Tensor], batch_size: int = 64, device: torch.device | str = "cpu"
+) -> dict[str, float]:
+    """evaluate() for a memory model: the windows of each clip (n_i, T+1, N) scored in order, (h, c) carried."""
+    from models.tensor_memory import MemoryState
+
+    was_training = model.training
+    model.eval()
+    sums = dict.fromkeys(SCORE_KEYS, 0.0)
+    for i in range(0, len(clips), batch_size):
+        windows, lengths = _stack_clips(clips[i : i + batch_size])
+        windows = windows.to(device)
+        state = None
+        for j in range(windows.shape[1]):
+            n = sum(1 for L in lengths if L > j)
+            st = None if state is None else MemoryState(state.h[:n], state.c[:n])
+            part, st = model.score_memory(windows[:n, j], st)
+            for key in SCORE_KEYS:
+                sums[key] += float(part[key])
+            state = st if state is None or n == state.h.shape[0] else MemoryState(
+                torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
     model.train(was_training)
     return {
         "selection_loss": sums["selection_loss_sum"] / max(sums["selection_count"], 1.0),
@@ -496,8 +668,10 @@ def _train_one(
     ckpt_path = out / CHECKPOINT_DIR / CHECKPOINT_FILE
     fingerprint = {**args.fingerprint(), "model": kind, "world_size": ctx.world_size}
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+    shape = preset_shape(args.preset)
     model: Any = build_model(
-        kind, args.preset, data.tokenizer, args.dropout, args.causal_slices and kind == "four_tensor"
+        kind, args.preset, data.tokenizer, args.dropout, args.causal_slices and kind == "four_tensor",
+        args.memory_config(shape["d_x"] * shape["d_t"]),
     ).to(ctx.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     history: list[dict[str, Any]] = []
@@ -518,7 +692,7 @@ def _train_one(
         start_epoch = len(history)
         logger.info("%s: resuming %s after epoch %d", LABELS[kind], out, start_epoch)
 
-    step_module: nn.Module = _StepModule(model)
+    step_module: nn.Module = _SegmentModule(model) if args.memory else _StepModule(model)
     if ctx.distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -527,8 +701,10 @@ def _train_one(
     n_params = sum(p.numel() for p in model.parameters())
     uniform = uniform_cross_entropy(data.tokenizer.vocab_size)
     train_ids = data.train.ids
-    # The sampler only needs len(); it yields window indices (the same shards as torchrun's data loaders).
-    indices: Any = range(len(train_ids))
+    train_clips = clip_windows(data.train) if args.memory else []
+    val_clips = clip_windows(data.val) if args.memory else []
+    # The sampler only needs len(); it yields window (memory: clip) indices, the same shards as torchrun's loaders.
+    indices: Any = range(len(train_clips) if args.memory else len(train_ids))
     sampler: DistributedSampler[int] = DistributedSampler(
         indices, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed
     )
@@ -552,7 +728,8 @@ def _train_one(
         order = torch.tensor(list(sampler), dtype=torch.long)
         model.train()
         loss_sum, n_seen = 0.0, 0
-        batches = range(0, len(order), args.batch_size)
+        per_batch = args.clips_per_batch if args.memory else args.batch_size
+        batches = range(0, len(order), per_batch)
         bar = tqdm(
             batches,
             desc=f"{LABELS[kind]} epoch {epoch + 1}/{args.epochs}",
@@ -561,6 +738,13 @@ def _train_one(
             unit="batch",
         )
         for i in bar:
+            if args.memory:
+                group = [train_clips[int(k)] for k in order[i : i + per_batch]]
+                seg_loss, seg_windows = train_clip_batch(step_module, optimizer, group, args.bptt_windows, ctx.device)
+                loss_sum += seg_loss
+                n_seen += seg_windows
+                bar.set_postfix(loss=f"{loss_sum / max(n_seen, 1):.3f}")
+                continue
             batch = train_ids[order[i : i + args.batch_size]].to(ctx.device)  # (B, T+1, N)
             loss = step_module(batch)
             optimizer.zero_grad(set_to_none=True)
@@ -575,9 +759,12 @@ def _train_one(
             dist.all_reduce(t)
             train_loss = float(t[0] / t[1])
         # Validation on rank 0 only; the others receive its numbers, so every rank takes the same decision.
-        metrics = [
-            evaluate(model, data.val.ids, max(args.batch_size, 64), ctx.device) if ctx.is_main else None
-        ]
+        def validate() -> dict[str, float]:
+            if args.memory:
+                return evaluate_clips(model, val_clips, max(args.batch_size, 64), ctx.device)
+            return evaluate(model, data.val.ids, max(args.batch_size, 64), ctx.device)
+
+        metrics = [validate() if ctx.is_main else None]
         if ctx.distributed:
             dist.broadcast_object_list(metrics, src=0)
         m = metrics[0]
