@@ -52,7 +52,7 @@ def test_segment_equals_window_by_window_and_truncation_steps(toy_jsonl):
     with torch.no_grad():
         loss_sum, count, _ = _SegmentModule(model)(windows, lengths, None)
         ref_sum, ref_count = 0.0, 0
-        for b, c in enumerate(group):  # each clip alone, window by window, state carried
+        for c in group:  # each clip alone, window by window, state carried
             state = None
             for j in range(c.shape[0]):
                 ls, cnt, state = model.window_loss(c[j : j + 1], state)
