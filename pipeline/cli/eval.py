@@ -14,7 +14,15 @@ from typing import Any
 from pipeline.data import cap_windows, make_windows, read_sequences, split_sequences, uniform_cross_entropy
 from pipeline.evaluation import world as eval_world
 from pipeline.tokenizer import load_tokenizer
-from pipeline.training.predictor import SUMMARY_FILE, evaluate, resolve_device, val_window_cap
+from pipeline.training.predictor import (
+    SUMMARY_FILE,
+    cap_clips,
+    clip_windows,
+    evaluate,
+    evaluate_clips,
+    resolve_device,
+    val_window_cap,
+)
 from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
@@ -82,11 +90,16 @@ def evaluate_predictor(
         if recorded.get("max_windows") is not None:
             max_windows = val_window_cap(recorded["max_windows"], recorded["val_fraction"])
     windows = make_windows(sequences, tokenizer, cfg.T, cfg.N)
+    memory = getattr(model, "memory", None) is not None
     if split == "val" and max_windows is not None:
-        windows = cap_windows(windows, max_windows, recorded["seed"] + 1)
+        cap = cap_clips if memory else cap_windows  # a memory run validated on whole clips
+        windows = cap(windows, max_windows, recorded["seed"] + 1)
     if len(windows) == 0:
         raise UserError(f"{data}: no windows (every sequence needs at least T+1={cfg.T + 1} states)")
-    metrics = evaluate(model, windows.ids, batch_size, dev)
+    if memory:  # each clip's windows in order, (h, c) carried, as the trainer validates
+        metrics = evaluate_clips(model, clip_windows(windows), batch_size, dev)
+    else:
+        metrics = evaluate(model, windows.ids, batch_size, dev)
     kind = json.loads((weights / "config.json").read_text()).get("semworld_model")
     return {
         "model": kind,

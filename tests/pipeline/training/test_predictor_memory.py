@@ -92,7 +92,7 @@ def test_memory_resume_after_kill_equals_uninterrupted(tmp_path, toy_jsonl):
         train_predictor(TrainArgs(out=str(tmp_path / "cut"), **{**common, "memory": False}))
 
 
-def test_cli_train_predictor_memory_flags(tmp_path, toy_jsonl):
+def test_cli_train_predictor_memory_flags(tmp_path, toy_jsonl, capsys):
     out = tmp_path / "m"
     argv = ["train", "predictor", "--data", str(toy_jsonl), "--out", str(out), "--preset", "tiny", "--epochs", "1",
             "--batch-size", "4", "--val-fraction", "0.2", "--no-progress", "--memory", "--mem-channels", "4",
@@ -102,6 +102,12 @@ def test_cli_train_predictor_memory_flags(tmp_path, toy_jsonl):
     assert cfg["mem_shape"] == [2, 3, 2] and cfg["chunk_size"] == 4 and cfg["sigma_scale"] == 0.5
     summary = json.loads((out / "training_summary.json").read_text())
     assert summary["args"]["memory"] is True and summary["args"]["bptt_windows"] == 2
+    # `eval predictor` scores a memory model's clips in order, so it reproduces the recorded validation number.
+    capsys.readouterr()
+    assert cli.main(["eval", "predictor", "--weights", str(out), "--data", str(toy_jsonl), "--json",
+                     "--split", "val"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["L_S(T)"] == pytest.approx(summary["best"]["val_last_ce"], abs=1e-5)
 
 
 @pytest.mark.parametrize(
