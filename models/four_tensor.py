@@ -439,6 +439,7 @@ class FourTensorModel(nn.Module):
         # Tensor memory (beyond the paper): one interface shared by the stack, a tap (LayerNorm + gate) per layer.
         self.memory: TensorMemoryInterface | None = None
         self.memory_taps = nn.ModuleDict()
+        self.memory_read_off = False  # ablation: True drops every memory read (writes still run); not saved
         if c.memory is not None:
             self.memory = TensorMemoryInterface(c.memory)
             for layer in range(c.n_layers):
@@ -552,8 +553,9 @@ class FourTensorModel(nn.Module):
         assert self.memory is not None
         B, N, T, d_x, d_t = X.shape
         u = tap.norm(X.flatten(-2))  # (B, N, T, d) the tap's LayerNorm on its input
-        reads = self.memory.read(state.h, rearrange(u, "b x t d -> b (x t) d"))  # (B, N*T, d): every slot reads
-        X = X + torch.sigmoid(tap.gate) * reads.view(B, N, T, d_x, d_t)
+        if not self.memory_read_off:
+            reads = self.memory.read(state.h, rearrange(u, "b x t d -> b (x t) d"))  # (B, N*T, d): every slot
+            X = X + torch.sigmoid(tap.gate) * reads.view(B, N, T, d_x, d_t)
         _, new = self.memory(u[:, :, 0], state)  # (B, N, d) tokens of the leaving sentence, chunks of chunk_size
         if writes is not None:
             keep = ~writes[:, None, None, None, None]  # (B, 1, 1, 1, 1)

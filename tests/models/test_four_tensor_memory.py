@@ -159,3 +159,30 @@ def test_score_memory_counts_and_state():
     part, state = model.score_memory(full, None)
     assert part["sentences"] == 3 and state.h.shape[0] == 3
     assert model.score(full) == part
+
+
+def test_memory_read_off_is_the_window_alone_ablation():
+    """With the reads dropped, what left the window cannot matter; with them, it does."""
+    model = _model()
+    with torch.no_grad():
+        for tap in model.memory_taps.values():
+            tap.gate.fill_(3.0)
+        model.memory.embedder.content.weight.mul_(30.0)
+    T = model.config.T
+    a = _history(2, T + 3)
+    b = a.clone()
+    b[:, :2] = _history(2, 2, seed=9)  # the first two states differ; both have left the last window
+    la = model(a[:, -T:])
+    model.memory_read_off = True
+    with torch.no_grad():
+        off_a = model.memory_hidden_states(a[:, -T:], model.stream_memory(a))[0]
+        off_b = model.memory_hidden_states(b[:, -T:], model.stream_memory(b))[0]
+        on_empty = model.memory_hidden_states(a[:, -T:], None)[0]
+    torch.testing.assert_close(off_a, off_b)
+    torch.testing.assert_close(off_a, on_empty)
+    model.memory_read_off = False
+    with torch.no_grad():
+        on_a = model.memory_hidden_states(a[:, -T:], model.stream_memory(a))[0]
+        on_b = model.memory_hidden_states(b[:, -T:], model.stream_memory(b))[0]
+    assert not torch.allclose(on_a, on_b)
+    assert la.shape[-1] == model.config.vocab_size
