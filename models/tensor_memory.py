@@ -44,7 +44,10 @@ class TensorMemoryConfig:
     so a fresh writer spreads instead of writing a point). gate_init: every layer's gate logit at init
     (sigmoid(-2) ~ 0.12: memory starts as a small addend). memory_every_n_layers: layers l with l % n == 0 touch
     the memory; the others run attention and MLP only. compile: wrap the scan in torch.compile when Triton is
-    available (identical results without it).
+    available (identical results without it). forget_bias: beyond the seed (whose pointwise bias is 0), the
+    initial bias of the forget gate f; with 0, f starts near 1/2 and a write fades by half at every step, so
+    nothing written survives long enough for its gradient to be found (docs/tensor-memory.md); 1-3 is the usual
+    LSTM remedy.
     """
 
     d_emb: int
@@ -56,6 +59,7 @@ class TensorMemoryConfig:
     gate_init: float = -2.0
     memory_every_n_layers: int = 1
     compile: bool = False
+    forget_bias: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("d_emb", "mem_channels", "memory_every_n_layers"):
@@ -74,7 +78,7 @@ class TensorMemoryConfig:
         self.mem_shape = (int(shape[0]), int(shape[1]), int(shape[2]))
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
             raise ValueError(f"TensorMemoryConfig.chunk_size must be an integer >= 1, got {self.chunk_size!r}")
-        for name in ("sigma_scale", "initial_sigma_bias", "gate_init"):
+        for name in ("sigma_scale", "initial_sigma_bias", "gate_init", "forget_bias"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ValueError(f"TensorMemoryConfig.{name} must be a finite number, got {value!r}")
@@ -288,6 +292,9 @@ class TensorMemoryInterface(nn.Module):
         self.write_proj = nn.Linear(K * E, E)  # the whole chunk, learned (not a mean)
         self.embedder = TensorMemoryEmbedder(E, C, cfg.sigma_scale, cfg.initial_sigma_bias)
         self.conv = FactorizedConv3d(2 * C, 4 * C)  # [content volume ; h] -> gates (i, f, o, g)
+        if cfg.forget_bias:
+            with torch.no_grad():
+                self.conv.pointwise.bias[C : 2 * C] = cfg.forget_bias  # the f block of the gate channels
         self.out_proj = nn.Linear(C, E)
         self.register_buffer("grid_cache", cell_grid(cfg.mem_shape), persistent=False)
         self._scan: Callable[..., tuple[Tensor, MemoryState]] = memory_scan

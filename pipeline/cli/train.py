@@ -91,6 +91,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tokens per memory step (default %(default)s = one state)")
     m.add_argument("--sigma-scale", type=float, default=TrainArgs.sigma_scale, help="write spread multiplier")
     m.add_argument("--memory-every-n-layers", type=int, default=TrainArgs.memory_every_n_layers)
+    m.add_argument("--forget-bias", type=float, default=TrainArgs.forget_bias,
+                   help="initial forget-gate bias (beyond the seed, whose bias is 0; default %(default)s)")
     m.add_argument("--bptt-windows", type=int, default=TrainArgs.bptt_windows,
                    help="windows per truncated back-propagation segment (default %(default)s)")
     p.set_defaults(func=run_train_predictor)
@@ -124,6 +126,7 @@ def args_from_namespace(ns: argparse.Namespace) -> TrainArgs:
         sigma_scale=ns.sigma_scale,
         memory_every_n_layers=ns.memory_every_n_layers,
         bptt_windows=ns.bptt_windows,
+        forget_bias=ns.forget_bias,
     )
 
 

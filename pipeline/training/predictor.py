@@ -116,6 +116,7 @@ class TrainArgs:
     sigma_scale: float = 1.0
     memory_every_n_layers: int = 1
     bptt_windows: int = 8
+    forget_bias: float = 0.0
 
     def __post_init__(self) -> None:
         if self.model not in (*MODEL_KINDS, "both"):
@@ -161,6 +162,7 @@ class TrainArgs:
         return TensorMemoryConfig(
             d_emb=d, mem_channels=self.mem_channels, mem_shape=tuple(self.mem_shape), chunk_size=self.chunk_size,
             sigma_scale=self.sigma_scale, memory_every_n_layers=self.memory_every_n_layers,
+            forget_bias=self.forget_bias,
         )
 
     @property
@@ -175,7 +177,7 @@ class TrainArgs:
             d.pop(key)
         if not self.memory:  # runs without memory keep the fingerprint they had before the memory knobs
             for key in ("memory", "mem_channels", "mem_shape", "chunk_size", "sigma_scale",
-                        "memory_every_n_layers", "bptt_windows"):
+                        "memory_every_n_layers", "bptt_windows", "forget_bias"):
                 d.pop(key)
         else:
             d["mem_shape"] = list(self.mem_shape)

@@ -301,3 +301,26 @@ def test_config_round_trip():
 def test_tokens_of_wrong_width_are_refused():
     with pytest.raises(ValueError, match="tokens"):
         _interface()(torch.randn(2, 5, 7))
+
+
+def test_forget_bias_sets_only_the_f_block_and_defaults_to_the_seed():
+    seed = _interface()
+    assert torch.all(seed.conv.pointwise.bias == 0)  # the seed: pointwise bias 0
+    mem = _interface(forget_bias=2.0)
+    b = mem.conv.pointwise.bias.detach().view(4, 4)  # (i, f, o, g) blocks of C = 4 channels
+    assert torch.all(b[1] == 2.0) and torch.all(b[[0, 2, 3]] == 0)
+    # A write then survives longer: after 6 steps of zero content, more of the first write is left in c.
+    B, C = 1, 4
+    rc = torch.zeros(B, 3)
+
+    def left_after(m: TensorMemoryInterface) -> float:
+        s = m.init_state(B)
+        _, s = memory_step(m.conv, m.grid_cache, s, rc, rc, torch.full((B, C), 3.0), torch.full((B, 1), 0.5))
+        first = s.c.abs().sum()
+        for _ in range(6):
+            _, s = memory_step(m.conv, m.grid_cache, s, rc, rc, torch.zeros(B, C), torch.full((B, 1), 0.5))
+        return float(s.c.abs().sum() / first)
+
+    with torch.no_grad():
+        mem.conv.pointwise.weight.copy_(seed.conv.pointwise.weight)
+        assert left_after(mem) > 2 * left_after(seed)
