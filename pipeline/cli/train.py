@@ -93,6 +93,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--memory-every-n-layers", type=int, default=TrainArgs.memory_every_n_layers)
     m.add_argument("--forget-bias", type=float, default=TrainArgs.forget_bias,
                    help="initial forget-gate bias (beyond the seed, whose bias is 0; default %(default)s)")
+    m.add_argument("--memory-lr-scale", type=float, default=TrainArgs.memory_lr_scale,
+                   help="learning rate of the memory's parameters = lr x this (default %(default)s)")
+    p.add_argument("--init-from", default=None, help="start from the weights of this saved predictor folder")
     m.add_argument("--bptt-windows", type=int, default=TrainArgs.bptt_windows,
                    help="windows per truncated back-propagation segment (default %(default)s)")
     p.set_defaults(func=run_train_predictor)
@@ -127,6 +130,8 @@ def args_from_namespace(ns: argparse.Namespace) -> TrainArgs:
         memory_every_n_layers=ns.memory_every_n_layers,
         bptt_windows=ns.bptt_windows,
         forget_bias=ns.forget_bias,
+        memory_lr_scale=ns.memory_lr_scale,
+        init_from=ns.init_from,
     )
 
 

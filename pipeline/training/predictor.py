@@ -86,7 +86,10 @@ class TrainArgs:
     chunk_size, sigma_scale, memory_every_n_layers are its knobs (models/tensor_memory.py). A memory model
     trains on whole clips in order: batch_size // bptt_windows clips at a time, each stepped window by window with
     (h, c) carried; the loss of bptt_windows consecutive windows is back-propagated together (one optimizer
-    step, batch_size windows as without memory), then the state is detached and carried on.
+    step, batch_size windows as without memory), then the state is detached and carried on. forget_bias and
+    memory_lr_scale: the memory's initial forget-gate bias and a learning-rate multiplier for its parameters.
+    init_from: start from the weights of a saved 4-tensor predictor of the same shape (a memory model may start
+    from one without memory: its memory keeps its fresh initialisation).
     """
 
     data: str
@@ -117,6 +120,8 @@ class TrainArgs:
     memory_every_n_layers: int = 1
     bptt_windows: int = 8
     forget_bias: float = 0.0
+    memory_lr_scale: float = 1.0
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.model not in (*MODEL_KINDS, "both"):
@@ -175,9 +180,11 @@ class TrainArgs:
         d = asdict(self)
         for key in ("epochs", "device", "threads", "progress", "out"):
             d.pop(key)
+        if self.init_from is None:
+            d.pop("init_from")
         if not self.memory:  # runs without memory keep the fingerprint they had before the memory knobs
             for key in ("memory", "mem_channels", "mem_shape", "chunk_size", "sigma_scale",
-                        "memory_every_n_layers", "bptt_windows", "forget_bias"):
+                        "memory_every_n_layers", "bptt_windows", "forget_bias", "memory_lr_scale"):
                 d.pop(key)
         else:
             d["mem_shape"] = list(self.mem_shape)
@@ -504,6 +511,35 @@ def train_clip_batch(
     return loss_total, seen
 
 
+def init_weights(model: Any, directory: str | Path) -> None:
+    """Copy the weights of a saved predictor into model; the memory's own weights may be absent (fresh)."""
+    from safetensors.torch import load_file
+
+    path = Path(directory) / "model.safetensors"
+    if not path.is_file():
+        raise UserError(f"--init-from {directory}: no model.safetensors there")
+    saved = load_file(str(path))
+    own = model.state_dict()
+    missing = sorted(k for k in own if k not in saved and not k.startswith(("memory.", "memory_taps.")))
+    extra = sorted(k for k in saved if k not in own)
+    bad = sorted(k for k in saved if k in own and saved[k].shape != own[k].shape)
+    if missing or extra or bad:
+        raise UserError(f"--init-from {directory}: weights do not fit this model (missing {missing[:3]}, "
+                        f"unexpected {extra[:3]}, other shapes {bad[:3]})")
+    nn.Module.load_state_dict(model, {**own, **saved})
+
+
+def parameter_groups(model: nn.Module, args: TrainArgs) -> list[dict[str, Any]]:
+    """One AdamW group, or with --memory-lr-scale != 1 a second group for the memory (interface and taps) at
+    lr * memory_lr_scale."""
+    params = list(model.named_parameters())
+    if not args.memory or args.memory_lr_scale == 1.0:
+        return [{"params": [p for _, p in params]}]
+    is_mem = lambda name: name.startswith(("memory.", "memory_taps."))  # noqa: E731
+    return [{"params": [p for n, p in params if not is_mem(n)]},
+            {"params": [p for n, p in params if is_mem(n)], "lr": args.lr * args.memory_lr_scale}]
+
+
 def parameter_hash(model: nn.Module) -> str:
     """sha256 over every parameter and buffer, in name order (replica-equality checks)."""
     h = hashlib.sha256()
@@ -675,7 +711,9 @@ def _train_one(
         kind, args.preset, data.tokenizer, args.dropout, args.causal_slices and kind == "four_tensor",
         args.memory_config(shape["d_x"] * shape["d_t"]),
     ).to(ctx.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    if args.init_from is not None:
+        init_weights(model, args.init_from)
+    optimizer = torch.optim.AdamW(parameter_groups(model, args), lr=args.lr, weight_decay=args.weight_decay)
     history: list[dict[str, Any]] = []
     start_epoch = 0
 

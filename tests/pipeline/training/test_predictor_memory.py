@@ -123,3 +123,22 @@ def test_cli_train_predictor_memory_flags(tmp_path, toy_jsonl, capsys):
 def test_bad_memory_arguments_are_refused_by_name(kw, name, toy_jsonl):
     with pytest.raises(UserError, match=name):
         TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", **{**MEM, **kw})
+
+
+def test_init_from_a_model_without_memory(tmp_path, toy_jsonl):
+    common = dict(data=str(toy_jsonl), preset="tiny", epochs=1, batch_size=4, val_fraction=0.2, progress=False)
+    plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), **common))["four_tensor"]
+    args = TrainArgs(out=str(tmp_path / "mem"), init_from=str(plain.out), **{**common, "epochs": 1}, **MEM)
+    tok = StateTokenizer.from_file(plain.out)
+    from pipeline.training.predictor import init_weights
+
+    model = build_model("four_tensor", "tiny", tok, memory=args.memory_config(32))
+    fresh_memory = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("memory")}
+    init_weights(model, plain.out)
+    saved = torch.load(plain.out / CHECKPOINT_DIR / "last.pt", weights_only=False)["model"]
+    state = model.state_dict()
+    assert all(torch.equal(state[k], saved[k]) for k in saved)  # every shared weight copied
+    assert all(torch.equal(state[k], v) for k, v in fresh_memory.items())  # the memory keeps its own init
+    assert train_predictor(args)["four_tensor"].history  # and trains from there
+    with pytest.raises(UserError, match="init-from"):
+        init_weights(model, tmp_path)
