@@ -142,6 +142,7 @@ class FactorizedConv3d(nn.Module):
                 conv.weight.zero_()
                 conv.weight.view(conv.weight.shape[0], 3)[:, 1] = 1.0  # the centre tap of each 3-tap kernel
             nn.init.xavier_uniform_(self.pointwise.weight)
+            assert self.pointwise.bias is not None
             nn.init.zeros_(self.pointwise.bias)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -293,8 +294,10 @@ class TensorMemoryInterface(nn.Module):
         self.embedder = TensorMemoryEmbedder(E, C, cfg.sigma_scale, cfg.initial_sigma_bias)
         self.conv = FactorizedConv3d(2 * C, 4 * C)  # [content volume ; h] -> gates (i, f, o, g)
         if cfg.forget_bias:
+            bias = self.conv.pointwise.bias
+            assert bias is not None
             with torch.no_grad():
-                self.conv.pointwise.bias[C : 2 * C] = cfg.forget_bias  # the f block of the gate channels
+                bias[C : 2 * C] = cfg.forget_bias  # the f block of the gate channels
         self.out_proj = nn.Linear(C, E)
         self.register_buffer("grid_cache", cell_grid(cfg.mem_shape), persistent=False)
         self._scan: Callable[..., tuple[Tensor, MemoryState]] = memory_scan

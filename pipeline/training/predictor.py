@@ -165,7 +165,7 @@ class TrainArgs:
         from models.tensor_memory import TensorMemoryConfig
 
         return TensorMemoryConfig(
-            d_emb=d, mem_channels=self.mem_channels, mem_shape=tuple(self.mem_shape), chunk_size=self.chunk_size,
+            d_emb=d, mem_channels=self.mem_channels, mem_shape=(self.mem_shape[0], self.mem_shape[1], self.mem_shape[2]), chunk_size=self.chunk_size,
             sigma_scale=self.sigma_scale, memory_every_n_layers=self.memory_every_n_layers,
             forget_bias=self.forget_bias,
         )
