@@ -47,7 +47,7 @@ test-slow: install
 
 # Rebuild every shipped model in weights/ from scratch (seeded; rerun to resume from runs/weights/).
 weights: install
-	$(BIN)/python -m pipeline.training.all --out weights --run-dir runs/weights
+	$(BIN)/semworld train all --out weights --run-dir runs/weights
 
 bench: install
 	$(BIN)/python bench/predictor_speed.py

@@ -33,8 +33,7 @@ EngineDep = Annotated[Engine, Depends(get_engine)]
 
 
 def get_pipeline(engine: EngineDep) -> WorldModelPipeline:
-    """The loaded pipeline. Tests may override this dependency; the app's lifespan then uses the override
-    instead of loading weights, for synchronous routes and jobs alike."""
+    """The loaded pipeline (made in the app's lifespan, for synchronous routes and jobs alike)."""
     return engine.pipeline
 
 

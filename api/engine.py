@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from api.metrics import Metrics
-from pipeline.world_model import ProgressCallback, WorldModelPipeline
+from pipeline.interfaces import ProgressCallback
+from pipeline.world_model import WorldModelPipeline
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -18,14 +18,15 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from api.engine import Engine, Stopped
-from pipeline.outputs import write_atomic, zip_outputs
-from pipeline.utils import UserError
+from api.schemas import OutputFormat
+from pipeline.outputs import zip_outputs
+from pipeline.utils import UserError, atomic_write_bytes
 from pipeline.world_model import WorldModelOutput
 
 logger = logging.getLogger(__name__)
@@ -45,13 +46,38 @@ class JobState(StrEnum):
 FINISHED = (JobState.succeeded, JobState.failed, JobState.canceled)
 
 
+@dataclass(frozen=True)
+class JobParams:
+    """What a clip is run with: the form fields of /v1/predict and /v1/jobs, stored as JSON with each job."""
+
+    horizon: int = 8
+    stride: int | None = None
+    state_rate: float | None = None
+    seed: int | None = 0
+    steps: int | None = None
+    guidance: float | None = None
+    output: OutputFormat = OutputFormat.json
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "output": self.output.value}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobParams:
+        known = {k: v for k, v in data.items() if k in {f.name for f in fields(cls)}}
+        return cls(**{**known, "output": OutputFormat(known.get("output", "json"))})
+
+    def pipeline_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of `WorldModelPipeline.__call__` these parameters set."""
+        return {k: v for k, v in asdict(self).items() if k != "output"}
+
+
 @dataclass
 class Job:
     id: str
     state: JobState
     created_at: float
     updated_at: float
-    params: dict[str, Any]
+    params: JobParams
     progress: dict[str, dict[str, int]] = field(default_factory=dict)
     error: str | None = None
     attempts: int = 0
@@ -106,7 +132,7 @@ class JobStore:
             state=JobState(row["state"]),
             created_at=row["created_at"],
             updated_at=row["updated_at"],
-            params=json.loads(row["params"]),
+            params=JobParams.from_dict(json.loads(row["params"])),
             progress=json.loads(row["progress"]),
             error=row["error"],
             attempts=row["attempts"],
@@ -123,16 +149,16 @@ class JobStore:
     def result_path(self, job_id: str, name: str) -> Path:
         return self.job_dir(job_id) / "result" / name
 
-    def create(self, data: bytes, params: dict[str, Any], filename: str | None = None) -> Job:
+    def create(self, data: bytes, params: JobParams, filename: str | None = None) -> Job:
         job_id = uuid.uuid4().hex
-        write_atomic(self.input_path(job_id), data)  # the file first: a row never points at nothing
+        atomic_write_bytes(self.input_path(job_id), data)  # the file first: a row never points at nothing
         now = time.time()
         progress = {s: {"done": 0, "total": 0} for s in STAGES}
         with self._db() as db:
             db.execute(
                 "INSERT INTO jobs (id, state, created_at, updated_at, params, progress, filename) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (job_id, JobState.queued, now, now, json.dumps(params), json.dumps(progress), filename),
+                (job_id, JobState.queued, now, now, json.dumps(params.to_dict()), json.dumps(progress), filename),
             )
         job = self.get(job_id)
         assert job is not None
@@ -259,7 +285,7 @@ class JobStore:
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         for name, data in files.items():
-            write_atomic(partial / name, data)
+            atomic_write_bytes(partial / name, data)
         shutil.rmtree(final, ignore_errors=True)  # a previous run that crashed after its rename
         os.replace(partial, final)
         fd = os.open(job_dir, os.O_RDONLY)
@@ -341,12 +367,7 @@ class JobWorker:
             output: WorldModelOutput = self.engine.call(
                 lambda _cb: self.engine.pipeline(
                     self.store.input_path(job.id),
-                    horizon=params["horizon"],
-                    stride=params.get("stride"),
-                    state_rate=params.get("state_rate"),
-                    seed=params.get("seed"),
-                    steps=params.get("steps"),
-                    guidance=params.get("guidance"),
+                    **params.pipeline_kwargs(),
                     encode_video=True,
                     callback=callback,
                 ),

@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_fastapi_instrumentator import Instrumentator
 from starlette.exceptions import HTTPException
 
-from api.deps import get_pipeline, require_api_key
+from api.deps import require_api_key
 from api.engine import Engine
 from api.jobs import JobStore, JobWorker
 from api.metrics import Metrics
@@ -47,26 +47,27 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 
 
 def _load_pipeline(app: FastAPI, settings: Settings) -> WorldModelPipeline:
-    override = app.dependency_overrides.get(get_pipeline)
-    if override is not None:
-        pipe = override()
-    elif settings.pipeline_factory:
-        module, _, func = settings.pipeline_factory.partition(":")
-        pipe = getattr(importlib.import_module(module), func or "make_pipeline")()
-    else:
-        pipe = WorldModelPipeline.from_pretrained(
+    """The service's pipeline, made with the service's limits and batch sizes whatever stages it runs."""
+    options: dict[str, Any] = {
+        "limits": VideoLimits(
+            max_frames=settings.max_frames, max_side=settings.max_side, max_duration_s=settings.max_duration_s
+        ),
+        "caption_batch_size": settings.caption_batch_size,
+        "render_batch_size": settings.render_batch_size,
+        "max_horizon": settings.max_horizon,
+    }
+    stages = app.state.stages
+    if stages is None and not settings.pipeline_factory:
+        return WorldModelPipeline.from_pretrained(
             settings.weights_dir,
             device=settings.device,
             dtype=_DTYPES[settings.dtype] if settings.dtype else None,
+            **options,
         )
-    # The service's limits apply whatever pipeline it runs.
-    pipe.limits = VideoLimits(
-        max_frames=settings.max_frames, max_side=settings.max_side, max_duration_s=settings.max_duration_s
-    )
-    pipe.caption_batch_size = settings.caption_batch_size
-    pipe.render_batch_size = settings.render_batch_size
-    pipe.max_horizon = settings.max_horizon
-    return pipe
+    if stages is None:
+        module, _, func = (settings.pipeline_factory or "").partition(":")
+        stages = getattr(importlib.import_module(module), func or "make_pipeline")()
+    return WorldModelPipeline(stages.captioner, stages.predictor, stages.renderer, **options)
 
 
 def _prepare_samples(app: FastAPI, settings: Settings) -> None:
@@ -196,8 +197,10 @@ def _short(err: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the app. Models load in the lifespan; `app.dependency_overrides[get_pipeline]` replaces them."""
+def create_app(settings: Settings | None = None, stages: WorldModelPipeline | None = None) -> FastAPI:
+    """Build the app for `settings` (default: read from SEMWORLD_* variables). Models load in the lifespan from
+    settings.weights_dir, or `stages` (any pipeline: its captioner, predictor and renderer are served with the
+    service's limits and batch sizes) stand in for them."""
     settings = settings or Settings()
     app = FastAPI(
         title="semworld",
@@ -207,6 +210,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.stages = stages
     metrics = Metrics()
     app.state.metrics = metrics
     metrics.watch_jobs(lambda: app.state.store.counts() if getattr(app.state, "store", None) else {})

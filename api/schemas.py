@@ -62,11 +62,11 @@ class RolloutRequest(BaseModel):
         json_schema_extra={"examples": [{"states": list(_STATES_EXAMPLE), "horizon": 2, "seed": 0}]}  # type: ignore[dict-item]
     )
 
-    states: list[str] = Field(min_length=1, description="one state per step, oldest first")
-    horizon: int = Field(8, ge=1, description="states to predict")
+    states: list[str] = Field(description="one state per step, oldest first")
+    horizon: int = Field(8, description="states to predict")
     seed: int | None = Field(0, description="renderer seed; null for a random one")
-    steps: int | None = Field(None, ge=1, le=1000, description="denoising steps (default: the renderer's)")
-    guidance: float | None = Field(None, ge=0, le=50, description="guidance scale (default: the renderer's)")
+    steps: int | None = Field(None, description="denoising steps, 1..1000 (default: the renderer's)")
+    guidance: float | None = Field(None, description="guidance scale, 0..50 (default: the renderer's)")
     render: bool = Field(True, description="draw the predicted states")
     render_context: int = Field(
         0, ge=0, description="also draw the last N given states (e.g. 1 for a state the user just edited)"

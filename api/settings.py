@@ -8,7 +8,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from pipeline.utils import REPO_ROOT
+from pipeline.world_model import MAX_HORIZON
 
 
 class Settings(BaseSettings):
@@ -41,7 +42,7 @@ class Settings(BaseSettings):
     max_frames: int = Field(default=64, ge=1, description="most observed states a clip may give")
     max_side: int = Field(default=4096, ge=16, description="largest video side in pixels")
     max_duration_s: float = Field(default=120.0, gt=0, description="longest clip in seconds")
-    max_horizon: int = Field(default=32, ge=1, description="most states to predict per request")
+    max_horizon: int = Field(default=MAX_HORIZON, ge=1, description="most states to predict per request")
     caption_batch_size: int = Field(default=16, ge=1)
     render_batch_size: int = Field(default=8, ge=1)
 

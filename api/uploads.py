@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import Form, HTTPException, UploadFile, status
 
+from api.jobs import JobParams
 from api.schemas import ErrorResponse, OutputFormat
 from api.settings import Settings
+from pipeline.world_model import check_call
 
 # Declared types a clip may come with; browsers and curl send application/octet-stream or nothing when unsure.
 VIDEO_TYPES = ("video/", "application/octet-stream", "application/mp4", "application/x-matroska")
@@ -26,46 +28,30 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-@dataclass
-class PredictParams:
-    horizon: int
-    stride: int | None
-    state_rate: float | None
-    seed: int | None
-    steps: int | None
-    guidance: float | None
-    output: OutputFormat
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["output"] = self.output.value
-        return d
-
-
 def predict_params(
-    horizon: Annotated[int, Form(ge=1, description="states to predict", examples=[8])] = 8,
-    stride: Annotated[int | None, Form(ge=1, description="take every K-th frame (default 1)")] = None,
+    horizon: Annotated[int, Form(description="states to predict", examples=[8])] = 8,
+    stride: Annotated[int | None, Form(description="take every K-th frame (default 1)")] = None,
     state_rate: Annotated[
-        float | None, Form(gt=0, description="or: take frames this many times a second")
+        float | None, Form(description="or: take frames this many times a second")
     ] = None,
     seed: Annotated[int | None, Form(description="renderer seed", examples=[0])] = 0,
-    steps: Annotated[int | None, Form(ge=1, le=1000, description="denoising steps")] = None,
-    guidance: Annotated[float | None, Form(ge=0, le=50, description="guidance scale")] = None,
+    steps: Annotated[int | None, Form(description="denoising steps (1..1000)")] = None,
+    guidance: Annotated[float | None, Form(description="guidance scale (0..50)")] = None,
     output: Annotated[OutputFormat, Form(description="json, mp4 or zip")] = OutputFormat.json,
-) -> PredictParams:
-    if stride is not None and state_rate is not None:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, "give either stride or state_rate, not both"
-        )
-    return PredictParams(horizon, stride, state_rate, seed, steps, guidance, output)
+) -> JobParams:
+    """The form fields as they came; their values are checked by `check_params` (the pipeline's own check)."""
+    return JobParams(horizon, stride, state_rate, seed, steps, guidance, output)
 
 
-def check_horizon(params: PredictParams, settings: Settings) -> None:
-    if params.horizon > settings.max_horizon:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            f"horizon: at most {settings.max_horizon}, got {params.horizon}",
-        )
+def check_params(settings: Settings, states: Sequence[str] | None = None, **params: Any) -> None:
+    """The world model's one parameter check (`check_call`) with the service's limits, as a 422 before any work
+    is done or a job is queued; `params` are the pipeline's keyword arguments (horizon, stride, ...)."""
+    params.pop("seed", None)
+    try:
+        check_call(None if states is not None else b"", states, **params, max_horizon=settings.max_horizon,
+                   max_frames=settings.max_frames)  # fmt: skip
+    except ValueError as err:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
 
 
 async def read_upload(file: UploadFile, limit: int) -> bytes:

@@ -35,23 +35,22 @@ that leaves out biases and LayerNorms, 175,851,520 and 226,183,168); with it the
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from transformers import GPT2Config, GPT2Model
+
+from models.hub import load_model, save_model
+from models.shape import SHAPE_FIELDS, PredictorConfig
 
 logger = logging.getLogger(__name__)
 
 MODEL_KIND = "baseline"
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -60,7 +59,7 @@ WEIGHTS_NAME = "model.safetensors"
 
 
 @dataclass
-class BaselineConfig:
+class BaselineConfig(PredictorConfig):
     """Configuration of the 1-D baseline; the same fields as every predictor config.
 
     Args:
@@ -73,35 +72,8 @@ class BaselineConfig:
         padding_idx: the padding id of the stored windows; stripped when packing, never used as [BOS]/[EOS].
     """
 
-    vocab_size: int
-    d_x: int
-    d_t: int
-    n_heads: int
-    n_layers: int
-    N: int
-    T: int
-    dropout: float = 0.1
-    padding_idx: int = 0
-
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_x", "d_t", "n_heads", "n_layers", "N", "T"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"BaselineConfig.{name} must be a positive integer, got {value!r}")
-        if self.vocab_size < 2:
-            raise ValueError(f"BaselineConfig.vocab_size must be at least 2, got {self.vocab_size}")
-        if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"BaselineConfig.dropout must be a float in [0, 1), got {self.dropout!r}")
-        self.dropout = float(self.dropout)
-        if (
-            isinstance(self.padding_idx, bool)
-            or not isinstance(self.padding_idx, int)
-            or not 0 <= self.padding_idx < self.vocab_size
-        ):
-            raise ValueError(
-                f"BaselineConfig.padding_idx must be an integer in [0, vocab_size={self.vocab_size}), "
-                f"got {self.padding_idx!r}"
-            )
+        super().__post_init__()
         if self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"BaselineConfig.n_heads={self.n_heads} must divide the width d = d_x*d_t = {self.d_model}"
@@ -132,9 +104,6 @@ class BaselineConfig:
         return 1 + self.T * self.N + self.N
 
     # Serialisation --------------------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BaselineConfig:
         """Build from a dict; keys that are not fields (e.g. "semworld_model") are ignored."""
@@ -144,17 +113,7 @@ class BaselineConfig:
     @classmethod
     def from_predictor(cls, cfg: Any) -> BaselineConfig:
         """The baseline matched to any predictor config (same V, fibers, heads, depth, N, T, dropout, padding)."""
-        return cls(
-            vocab_size=cfg.vocab_size,
-            d_x=cfg.d_x,
-            d_t=cfg.d_t,
-            n_heads=cfg.n_heads,
-            n_layers=cfg.n_layers,
-            N=cfg.N,
-            T=cfg.T,
-            dropout=cfg.dropout,
-            padding_idx=cfg.padding_idx,
-        )
+        return cls(**{name: getattr(cfg, name) for name in (*SHAPE_FIELDS, "dropout", "padding_idx")})
 
     def gpt2_config(self) -> GPT2Config:
         """The inner GPT-2's configuration (see the module docstring for the dropout placement)."""
@@ -477,29 +436,11 @@ class BaselineModel(nn.Module):
     # Save / load -----------------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | Path) -> None:
         """Write config.json ("semworld_model": "baseline") and model.safetensors into `directory`."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        payload = {"semworld_model": MODEL_KIND, **self.config.to_dict()}
-        (directory / CONFIG_NAME).write_text(json.dumps(payload, indent=2) + "\n")
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(state, str(directory / WEIGHTS_NAME), metadata={"format": "pt", "semworld_model": MODEL_KIND})
+        save_model(self, directory, MODEL_KIND)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, map_location: str | torch.device = "cpu") -> BaselineModel:
-        directory = Path(directory)
-        cfg_path, w_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
-        if not cfg_path.is_file():
-            raise FileNotFoundError(f"no {CONFIG_NAME} in {directory}")
-        if not w_path.is_file():
-            raise FileNotFoundError(f"no {WEIGHTS_NAME} in {directory}")
-        raw = json.loads(cfg_path.read_text())
-        kind = raw.get("semworld_model")
-        if kind != MODEL_KIND:
-            raise ValueError(f"{cfg_path} describes a {kind!r} model, not {MODEL_KIND!r}")
-        model = cls(BaselineConfig.from_dict(raw))
-        state = load_file(str(w_path), device=str(map_location))
-        model.load_state_dict(state, strict=True)
-        return model.to(map_location)
+        return load_model(cls, BaselineConfig, directory, MODEL_KIND, map_location)
 
 
 def count_parameters(config: BaselineConfig, include_positions: bool = True) -> int:

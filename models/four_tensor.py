@@ -11,7 +11,6 @@ the readout matrix M. Activations are stored as (B, N, T, d_x, d_t); token ids a
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import asdict, dataclass, fields
@@ -23,6 +22,7 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
+from models.shape import PredictorConfig
 from models.tensor_memory import (
     MemoryState,
     MemoryTap,
@@ -34,8 +34,6 @@ from models.tensor_memory import (
 logger = logging.getLogger(__name__)
 
 MODEL_KIND = "four_tensor"
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -43,46 +41,23 @@ WEIGHTS_NAME = "model.safetensors"
 
 
 @dataclass
-class FourTensorConfig:
+class FourTensorConfig(PredictorConfig):
     """Hyper-parameters of the 4-tensor predictor; saved as config.json beside the weights.
 
-    vocab_size: |V|, including the padding id. d_x / d_t: widths of the semantic and temporal-context fibers.
-    n_heads: H full-fiber heads per layer, summed. n_layers: L Pre-LN layers. N: token slots per sentence.
-    T: sentences in the input window (a stored window holds T + 1). dropout: the single rate p of both residual
-    branches. padding_idx: the padding id (zero row, no gradient, masked as a key, ignored as a target).
+    The shape (vocab_size, d_x, d_t, n_heads, n_layers, N, T), dropout and padding_idx are those of every
+    predictor (models.shape.PredictorConfig); here the H full-fiber heads of a layer are summed.
     end_ids: sentence-final token ids ('.', '!', '?'); a decoded sentence stops after the first one (empty: no
     cut). slice_causal: beyond the paper; when True a query at sentence t may not attend to keys at t' > t, so
     every slice is a forecast rather than a copy of the next input sentence. memory: beyond the paper, a tensor
     memory (models/tensor_memory.py, d_emb = d_x * d_t) for what has left the window; None: no memory.
     """
 
-    vocab_size: int
-    d_x: int
-    d_t: int
-    n_heads: int
-    n_layers: int
-    N: int
-    T: int
-    dropout: float = 0.1
-    padding_idx: int = 0
     end_ids: tuple[int, ...] = ()
     slice_causal: bool = False
     memory: TensorMemoryConfig | None = None
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_x", "d_t", "n_heads", "n_layers", "N", "T"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"FourTensorConfig.{name} must be a positive integer, got {value!r}")
-        if self.vocab_size < 2:
-            raise ValueError(f"FourTensorConfig.vocab_size must be at least 2, got {self.vocab_size}")
-        if not isinstance(self.dropout, int | float) or not 0.0 <= float(self.dropout) < 1.0:
-            raise ValueError(f"FourTensorConfig.dropout must be in [0, 1), got {self.dropout!r}")
-        self.dropout = float(self.dropout)
-        if not isinstance(self.padding_idx, int) or not 0 <= self.padding_idx < self.vocab_size:
-            raise ValueError(
-                f"FourTensorConfig.padding_idx must be in [0, vocab_size={self.vocab_size}), got {self.padding_idx!r}"
-            )
+        super().__post_init__()
         self.end_ids = tuple(int(i) for i in self.end_ids)
         for i in self.end_ids:
             if not 0 <= i < self.vocab_size or i == self.padding_idx:
@@ -738,41 +713,16 @@ class FourTensorModel(nn.Module):
     # --- files ----------------------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | Path) -> None:
         """Write config.json (with "semworld_model": "four_tensor") and model.safetensors into directory."""
-        from safetensors.torch import save_file
+        from models.hub import save_model
 
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        cfg = {"semworld_model": MODEL_KIND, **self.config.to_dict()}
-        (out / CONFIG_NAME).write_text(json.dumps(cfg, indent=2) + "\n")
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(state, str(out / WEIGHTS_NAME), metadata={"semworld_model": MODEL_KIND})
+        save_model(self, directory, MODEL_KIND)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, map_location: str | torch.device = "cpu") -> FourTensorModel:
         """Rebuild the model from config.json and model.safetensors in directory."""
-        from safetensors.torch import load_file
+        from models.hub import load_model
 
-        root = Path(directory)
-        cfg_path, w_path = root / CONFIG_NAME, root / WEIGHTS_NAME
-        if not cfg_path.is_file():
-            raise FileNotFoundError(f"{root}: no {CONFIG_NAME} (not a saved 4-tensor model directory)")
-        if not w_path.is_file():
-            raise FileNotFoundError(f"{root}: no {WEIGHTS_NAME} beside {CONFIG_NAME}")
-        try:
-            raw = json.loads(cfg_path.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{cfg_path}: not valid JSON ({err.msg}, line {err.lineno})") from None
-        kind = raw.get("semworld_model", MODEL_KIND)
-        if kind != MODEL_KIND:
-            raise ValueError(f"{cfg_path}: semworld_model is {kind!r}, not {MODEL_KIND!r}")
-        model = cls(FourTensorConfig.from_dict(raw))
-        try:
-            model.load_state_dict(load_file(str(w_path), device=str(map_location)))
-        except RuntimeError as err:
-            raise ValueError(f"{w_path}: weights do not match {CONFIG_NAME}: {str(err).splitlines()[0]}") from None
-        except ValueError as err:  # memory weights against a config without memory, or the reverse
-            raise ValueError(f"{w_path}: {err}") from None
-        return model.to(map_location)
+        return load_model(cls, FourTensorConfig, directory, MODEL_KIND, map_location)
 
 
 def count_parameters(config: FourTensorConfig) -> int:

@@ -1,13 +1,17 @@
-"""Loading a saved predictor of either kind from its directory (config.json + model.safetensors)."""
+"""Loading a saved predictor of either kind from its directory (config.json + model.safetensors), and the one
+reader of a JSON file in a weights folder that every stage's loader uses (one-line errors naming what is missing)."""
 
 from __future__ import annotations
 
 import importlib
 import json
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
+
+M = TypeVar("M", bound=nn.Module)
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -19,20 +23,69 @@ MODEL_KINDS: dict[str, tuple[str, str]] = {
 }
 
 
-def predictor_kind(directory: str | Path) -> str:
-    """The "semworld_model" of a saved predictor directory, with one-line errors for what is missing or wrong."""
+def find_file(directory: str | Path, name: str, what: str) -> Path:
+    """directory/name, or a FileNotFoundError saying whether the folder or the file is missing (and `what` the
+    folder should hold)."""
     root = Path(directory)
     if not root.is_dir():
-        raise FileNotFoundError(f"{root}: no such model directory")
-    cfg_path = root / CONFIG_NAME
-    if not cfg_path.is_file():
-        raise FileNotFoundError(f"{root}: no {CONFIG_NAME}; not a saved semworld predictor")
-    if not (root / WEIGHTS_NAME).is_file():
-        raise FileNotFoundError(f"{root}: no {WEIGHTS_NAME} beside {CONFIG_NAME}")
+        problem = "not a directory" if root.exists() else "no such directory"
+        raise FileNotFoundError(f"{root}: {problem}; expected {what}")
+    path = root / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{root}: no {name}; expected {what}")
+    return path
+
+
+def read_json_file(directory: str | Path, name: str, what: str) -> Any:
+    """The parsed JSON of directory/name: FileNotFoundError (see find_file) or ValueError for bad JSON."""
+    path = find_file(directory, name, what)
     try:
-        raw = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{cfg_path}: not valid JSON ({err.msg}, line {err.lineno})") from None
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path.parent}: {name} is not valid JSON ({err})") from None
+
+
+def save_model(model: nn.Module, directory: str | Path, kind: str) -> None:
+    """config.json ({"semworld_model": kind, ...the config}) and model.safetensors of `model` into `directory`."""
+    from safetensors.torch import save_file
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    config = {"semworld_model": kind, **model.config.to_dict()}  # type: ignore[operator,union-attr]
+    (out / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    # One metadata key: safetensors writes a metadata map in no fixed order, and the same weights must give the
+    # same bytes (a resumed run's file equals an uninterrupted one's).
+    save_file(state, str(out / WEIGHTS_NAME), metadata={"semworld_model": kind})
+
+
+def load_model(
+    cls: type[M], config_cls: Any, directory: str | Path, kind: str, map_location: str | torch.device = "cpu"
+) -> M:
+    """Rebuild a `cls` (built from a `config_cls.from_dict(config.json)`) from the files save_model wrote;
+    a missing file is a FileNotFoundError, a wrong kind or shape a ValueError."""
+    from safetensors.torch import load_file
+
+    what = f"a saved semworld {kind} model ({CONFIG_NAME} + {WEIGHTS_NAME})"
+    raw = read_json_file(directory, CONFIG_NAME, what)
+    weights = find_file(directory, WEIGHTS_NAME, what)
+    found = raw.get("semworld_model", kind)
+    if found != kind:
+        raise ValueError(f"{Path(directory) / CONFIG_NAME}: semworld_model is {found!r}, not {kind!r}")
+    model = cls(config_cls.from_dict(raw))  # type: ignore[call-arg]
+    try:
+        model.load_state_dict(load_file(str(weights), device=str(map_location)))
+    except RuntimeError as err:
+        raise ValueError(f"{weights}: weights do not match {CONFIG_NAME}: {str(err).splitlines()[0]}") from None
+    return model.to(map_location)
+
+
+def predictor_kind(directory: str | Path) -> str:
+    """The "semworld_model" of a saved predictor directory, with one-line errors for what is missing or wrong."""
+    what = f"a saved semworld predictor ({CONFIG_NAME} + {WEIGHTS_NAME})"
+    raw = read_json_file(directory, CONFIG_NAME, what)
+    find_file(directory, WEIGHTS_NAME, what)
+    cfg_path = Path(directory) / CONFIG_NAME
     kind = raw.get("semworld_model") if isinstance(raw, dict) else None
     if kind not in MODEL_KINDS:
         raise ValueError(f"{cfg_path}: semworld_model is {kind!r}; expected one of {sorted(MODEL_KINDS)}")

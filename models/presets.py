@@ -1,67 +1,83 @@
-"""Named model shapes in one registry: the paper's three configurations and small CPU presets.
+"""Every named configuration in one registry: the predictor shapes (the paper's three and small CPU ones) and the
+recipes of the shipped weights (each stage's network config plus the training arguments it departs from).
 
 A preset fixes the shape shared by the 4-tensor predictor and its 1-D baseline (|V|, d_x, d_t, H, L, N, T);
 each model builds its own config from it. Counts are taken on the meta device, so nothing is allocated.
+A recipe names a stage's network config (models.captioner / models.renderer, or a predictor preset) and the
+fields of that stage's training arguments (pipeline.training.args) that differ from their defaults.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 import torch
 
+from models.baseline import BaselineConfig, BaselineModel
+from models.captioner import CaptionerConfig
 from models.four_tensor import FourTensorConfig
 from models.four_tensor import count_parameters as count_four_tensor
+from models.renderer import RendererConfig
+from models.shape import PredictorShape
+
+T = TypeVar("T")
 
 PAPER_VOCAB = 36_711  # ROCStories pool, frequency >= 1 (section 8.1)
 
 
+# ---- predictor shapes ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Preset:
     """One named shape. vocab_size is nominal for the CPU presets: training replaces it with the tokenizer's."""
 
     name: str
     summary: str
-    vocab_size: int
-    d_x: int
-    d_t: int
-    n_heads: int
-    n_layers: int
-    N: int
-    T: int
+    dims: PredictorShape
     # Parameter counts the paper reports, in millions (table 5), keyed by model kind.
     paper_params_m: dict[str, float] = field(default_factory=dict)
 
-    def shape(self) -> dict[str, Any]:
+    def shape(self) -> dict[str, int]:
         """The keyword arguments both model configs take."""
-        d = asdict(self)
-        return {k: d[k] for k in ("vocab_size", "d_x", "d_t", "n_heads", "n_layers", "N", "T")}
+        return self.dims.shape()
 
 
-PRESETS: dict[str, Preset] = {
-    p.name: p
-    for p in (
-        Preset("tiny", "tests and smoke runs (seconds on CPU)", 512, 8, 4, 2, 1, 8, 3),
-        Preset("small", "quick CPU training on a few thousand windows", 4096, 16, 8, 2, 2, 16, 4),
-        Preset("medium", "overnight CPU training, d = 512", 8192, 32, 16, 2, 2, 16, 4),
-        Preset("paper-h2-l2", "paper table 5, H=2 L=2", PAPER_VOCAB, 64, 32, 2, 2, 16, 4,
-               {"four_tensor": 122.2, "baseline": 175.9}),
-        Preset("paper-h4-l2", "paper table 5, H=4 L=2 (closest parameter match)", PAPER_VOCAB, 64, 32, 4, 2, 16, 4,
-               {"four_tensor": 172.5, "baseline": 175.9}),
-        Preset("paper-h4-l3", "paper table 5, H=4 L=3", PAPER_VOCAB, 64, 32, 4, 3, 16, 4,
-               {"four_tensor": 256.4, "baseline": 226.2}),
-    )
-}
+def _by_name(*items: Any) -> dict[str, Any]:
+    """A registry: each item under its `name`, in order; a repeated name is an error."""
+    registry = {item.name: item for item in items}
+    if len(registry) != len(items):
+        raise ValueError("registry entries must have distinct names")
+    return registry
+
+
+def _lookup(registry: dict[str, T], name: str, what: str) -> T:
+    if name not in registry:
+        raise ValueError(f"unknown {what} {name!r}; known {what}s: {', '.join(registry)}")
+    return registry[name]
+
+
+def _preset(name: str, summary: str, *dims: int, paper: dict[str, float] | None = None) -> Preset:
+    return Preset(name, summary, PredictorShape(*dims), dict(paper or {}))
+
+
+PRESETS: dict[str, Preset] = _by_name(
+    _preset("tiny", "tests and smoke runs (seconds on CPU)", 512, 8, 4, 2, 1, 8, 3),
+    _preset("small", "quick CPU training on a few thousand windows", 4096, 16, 8, 2, 2, 16, 4),
+    _preset("medium", "overnight CPU training, d = 512", 8192, 32, 16, 2, 2, 16, 4),
+    _preset("paper-h2-l2", "paper table 5, H=2 L=2", PAPER_VOCAB, 64, 32, 2, 2, 16, 4,
+            paper={"four_tensor": 122.2, "baseline": 175.9}),
+    _preset("paper-h4-l2", "paper table 5, H=4 L=2 (closest parameter match)", PAPER_VOCAB, 64, 32, 4, 2, 16, 4,
+            paper={"four_tensor": 172.5, "baseline": 175.9}),
+    _preset("paper-h4-l3", "paper table 5, H=4 L=3", PAPER_VOCAB, 64, 32, 4, 3, 16, 4,
+            paper={"four_tensor": 256.4, "baseline": 226.2}),
+)  # fmt: skip
 
 
 def get_preset(name: str) -> Preset:
     """The preset called name; a ValueError lists the known names otherwise."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}") from None
+    return _lookup(PRESETS, name, "preset")
 
 
 def four_tensor_config(name: str, **overrides: Any) -> FourTensorConfig:
@@ -69,26 +85,92 @@ def four_tensor_config(name: str, **overrides: Any) -> FourTensorConfig:
     return FourTensorConfig(**{**get_preset(name).shape(), **overrides})
 
 
-def _count_baseline(preset: Preset) -> int | None:
-    """Baseline count on the meta device, or None while models.baseline is not part of this checkout."""
-    try:
-        baseline = importlib.import_module("models.baseline")
-    except ModuleNotFoundError as err:
-        if err.name in ("models.baseline",):
-            return None
-        raise
-    config = baseline.BaselineConfig(**preset.shape())
-    if hasattr(baseline, "count_parameters"):
-        return int(baseline.count_parameters(config))
+def parameter_counts(name: str) -> dict[str, int]:
+    """{"four_tensor": n, "baseline": n} for the preset called name (meta device: nothing is allocated)."""
+    shape: dict[str, Any] = get_preset(name).shape()
     with torch.device("meta"):
-        model = baseline.BaselineModel(config)
-    return sum(p.numel() for p in model.parameters())
-
-
-def parameter_counts(name: str) -> dict[str, int | None]:
-    """{"four_tensor": n, "baseline": n or None} for the preset called name."""
-    preset = get_preset(name)
+        baseline = BaselineModel(BaselineConfig(**shape))
     return {
-        "four_tensor": count_four_tensor(FourTensorConfig(**preset.shape())),
-        "baseline": _count_baseline(preset),
+        "four_tensor": count_four_tensor(FourTensorConfig(**shape)),
+        "baseline": sum(p.numel() for p in baseline.parameters()),
     }
+
+
+# ---- shipped recipes -------------------------------------------------------------------------------------
+STAGES = ("captioner", "renderer", "predictor")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one stage's weights are made.
+
+    stage: "captioner", "renderer" or "predictor". model: the network's config (CaptionerConfig, RendererConfig)
+    or, for the predictor, a preset name. train: fields of the stage's training arguments that differ from their
+    defaults (validated when the arguments are built). data: the predictor's world data (clips, length).
+    init_from: the recipe whose result this one starts from (a fine-tune).
+    """
+
+    name: str
+    stage: str
+    summary: str
+    model: CaptionerConfig | RendererConfig | str
+    train: Mapping[str, Any] = field(default_factory=dict)
+    data: Mapping[str, int] = field(default_factory=dict)
+    init_from: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise ValueError(f"recipe {self.name!r}: stage must be one of {STAGES}, got {self.stage!r}")
+        expected = {"captioner": CaptionerConfig, "renderer": RendererConfig, "predictor": str}[self.stage]
+        if not isinstance(self.model, expected):
+            raise ValueError(f"recipe {self.name!r}: a {self.stage} recipe's model is a {expected.__name__}")
+        if self.stage == "predictor":
+            get_preset(str(self.model))
+        object.__setattr__(self, "train", MappingProxyType(dict(self.train)))
+        object.__setattr__(self, "data", MappingProxyType(dict(self.data)))
+
+
+_QUICK_CAPTIONER = CaptionerConfig(image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
+_QUICK_RENDERER = RendererConfig(
+    image_size=32, vae_channels=(8, 16), unet_channels=(16, 32), text_width=32, text_layers=1
+)
+
+RECIPES: dict[str, Recipe] = _by_name(
+    # weights/captioner: 36 epochs from scratch (the defaults), then a short fine-tune that adds jittered and
+    # natively resized frames (the first model read pixel-perfect world frames perfectly but lost most
+    # frames shifted by one pixel).
+    Recipe("captioner-base", "captioner", "phase 1 of weights/captioner: 36 epochs from scratch",
+           CaptionerConfig(), {"test_clips": 0}),
+    Recipe("captioner", "captioner", "weights/captioner: phase 2, the fine-tune on nudged and resized frames",
+           CaptionerConfig(), {"epochs": 8, "lr": 3e-4, "warmup_steps": 50, "augment_from": 0,
+                               "jitter_prob": 0.5, "resize_prob": 0.3}, init_from="captioner-base"),
+    # weights/renderer: the shipped files come from a run with restarts under wall-clock caps on the shared
+    # CPU (weights/README.md lists them); this is that design as one uninterrupted, seeded run: the VAE on
+    # 128-pixel world frames resized to 80, then the UNet + text encoder with the decoder fine-tuned alongside.
+    Recipe("renderer", "renderer", "weights/renderer: VAE, then UNet + text encoder (x0 prediction, 4 steps)",
+           RendererConfig(image_size=80, vae_channels=(8, 16, 32, 64, 64), vae_latent_channels=8,
+                          unet_channels=(64, 128, 128), text_width=128),
+           {"render_size": 128, "output_size": 128, "vae_lr": 1.5e-3, "vae_steps": 2200, "object_weight": 10.0,
+            "unet_batch": 32, "unet_lr": 8e-4, "timestep_power": 2.0, "decoder_every": 2, "unet_steps": 2600,
+            "pool": 8000, "eval_every": 250}),
+    # weights/predictor: the 4-tensor model on world state sequences of every scenario (train split), 5% of
+    # the clips held out for the section 8.2 stopping rule (docs/predictor_world.md has the measurements).
+    Recipe("predictor", "predictor", "weights/predictor: the 4-tensor model on 3,000 world clips", "small",
+           {"model": "four_tensor", "causal_slices": False, "max_windows": None, "epochs": 8,
+            "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05}, {"clips": 3000, "length": 20}),
+    # --quick: the same code paths in seconds (tests, smoke runs); the models they make are not worth shipping.
+    Recipe("quick-captioner", "captioner", "smoke test of the captioner path", _QUICK_CAPTIONER,
+           {"epochs": 1, "steps_per_epoch": 2, "batch_size": 4, "eval_frames": 8, "test_clips": 1,
+            "warmup_steps": 1}),
+    Recipe("quick-renderer", "renderer", "smoke test of the renderer path", _QUICK_RENDERER,
+           {"output_size": 32, "vae_steps": 2, "unet_steps": 2, "vae_batch": 2, "unet_batch": 2, "pool": 8,
+            "eval_every": 1000, "eval_states": 2, "checkpoint_every": 1, "sample_steps": 2}),
+    Recipe("quick-predictor", "predictor", "smoke test of the predictor path", "tiny",
+           {"model": "four_tensor", "causal_slices": False, "max_windows": 120, "epochs": 1,
+            "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05}, {"clips": 40, "length": 8}),
+)  # fmt: skip
+
+
+def get_recipe(name: str) -> Recipe:
+    """The recipe called name; a ValueError lists the known names otherwise."""
+    return _lookup(RECIPES, name, "recipe")

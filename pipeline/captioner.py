@@ -2,7 +2,7 @@
 
 `Captioner` wraps any local Hugging Face image-to-text checkpoint (our embedded BLIP, a real BLIP or GIT
 directory) loaded offline through `AutoProcessor` + `AutoModelForImageTextToText`, and post-processes what it
-generates into plain state text in the world's spelling.
+generates into plain state text in the world's spelling (`pipeline.utils.canonical_state`).
 """
 
 from __future__ import annotations
@@ -15,49 +15,23 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tokenizers import pre_tokenizers
 
-from pipeline.utils import UserError
+from pipeline.utils import UserError, canonical_state, default_dtype, read_user_json, resolve_device
 
 logger = logging.getLogger(__name__)
 
 # A state has at most N = 16 word-level tokens; a little headroom lets a real captioner finish its sentence,
 # and a real model's sub-word tokenizer needs more pieces per word.
 DEFAULT_MAX_NEW_TOKENS = 24
-DEFAULT_BATCH_SIZE = 64
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json")
-# The state tokenizer's word splitting (pipeline.tokenizer): whitespace, then every punctuation mark alone.
-_PRE_TOKENIZER = pre_tokenizers.Sequence(
-    [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(behavior="isolated")]
-)
-
-
-def normalize_state_text(text: str) -> str:
-    """Lowercase words and punctuation marks joined by single spaces: the world's spelling of a state.
-
-    "Red ball top left, lamp on." -> "red ball top left , lamp on ." (the world's canonical captions put a
-    space around each punctuation token, as the word-level tokenizer splits them).
-    """
-    words = _PRE_TOKENIZER.pre_tokenize_str(text.lower())
-    return " ".join(word for word, _ in words)
 
 
 def _check_checkpoint_dir(directory: Path) -> None:
     """Raise one `UserError` naming the directory and the first thing an image-to-text checkpoint lacks."""
     what = "an image-to-text checkpoint (config.json, weights, processor and tokenizer files)"
-    if not directory.exists():
-        raise UserError(f"captioner weights directory {directory} does not exist; expected {what}")
-    if not directory.is_dir():
-        raise UserError(f"captioner weights path {directory} is not a directory; expected {what}")
-    config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise UserError(f"captioner weights directory {directory} has no config.json; expected {what}")
-    try:
-        config = json.loads(config_path.read_text())
-    except (OSError, ValueError) as err:
-        raise UserError(f"captioner weights directory {directory}: config.json is not valid JSON ({err})") from err
+    config = read_user_json(directory, "config.json", what, "captioner weights")
     if not isinstance(config, dict) or "model_type" not in config:
         raise UserError(f"captioner weights directory {directory}: config.json has no model_type")
 
@@ -87,30 +61,21 @@ def _check_checkpoint_dir(directory: Path) -> None:
         raise UserError(f"captioner weights directory {directory} has no tokenizer (tokenizer.json or vocab.txt)")
 
 
-def _default_dtype(device: torch.device) -> torch.dtype:
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.float32
-
-
 class Captioner:
-    """Image-to-text stage: `caption(frames) -> list[str]`, one state per frame, batched internally."""
+    """Image-to-text stage: `caption(frames) -> list[str]`, one state per frame, in one forward pass (the
+    pipeline decides the batches)."""
 
     def __init__(
         self,
         model: torch.nn.Module,
         processor: object,
         *,
-        batch_size: int = DEFAULT_BATCH_SIZE,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         self.model = model.eval()
         self.processor = processor
-        self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
 
     @property
@@ -138,8 +103,8 @@ class Captioner:
 
         path = Path(directory).expanduser()
         _check_checkpoint_dir(path)
-        dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        dtype = dtype or _default_dtype(dev)
+        dev = resolve_device(device)
+        dtype = dtype or default_dtype(dev)
         try:
             # The PIL image processor: portable, needs no torchvision, and the one the embedded model trained with.
             processor = AutoProcessor.from_pretrained(
@@ -160,20 +125,16 @@ class Captioner:
     def caption(self, frames: Sequence[np.ndarray] | np.ndarray) -> list[str]:
         """Caption frames, each (H, W, 3) uint8 (or one (B, H, W, 3) array), into lowercase state texts."""
         images = _as_frame_list(frames)
-        texts: list[str] = []
-        for start in range(0, len(images), self.batch_size):
-            batch = images[start : start + self.batch_size]
-            inputs = self.processor(images=batch, return_tensors="pt")  # type: ignore[operator]
-            pixel_values = inputs["pixel_values"].to(self.device, self.dtype)  # (B, 3, S, S)
-            out = self.model.generate(  # type: ignore[operator]
-                pixel_values=pixel_values,
-                max_new_tokens=self.max_new_tokens,
-                do_sample=False,
-                num_beams=1,
-            )  # (B, L) token ids
-            decoded = self.processor.batch_decode(out, skip_special_tokens=True)  # type: ignore[attr-defined]
-            texts.extend(normalize_state_text(t) for t in decoded)
-        return texts
+        inputs = self.processor(images=images, return_tensors="pt")  # type: ignore[operator]
+        pixel_values = inputs["pixel_values"].to(self.device, self.dtype)  # (B, 3, S, S)
+        out = self.model.generate(  # type: ignore[operator]
+            pixel_values=pixel_values,
+            max_new_tokens=self.max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+        )  # (B, L) token ids
+        decoded = self.processor.batch_decode(out, skip_special_tokens=True)  # type: ignore[attr-defined]
+        return [canonical_state(t) for t in decoded]
 
 
 def _as_frame_list(frames: Sequence[np.ndarray] | np.ndarray) -> list[np.ndarray]:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
 import textwrap
 import zipfile
 from collections.abc import Sequence
@@ -20,6 +18,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from pipeline.utils import atomic_write_bytes
 from pipeline.video import encode_mp4
 from pipeline.world_model import WorldModelOutput
 
@@ -38,21 +37,6 @@ class OutputFiles:
     states: Path
     video: Path | None
     strip: Path
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that `path` holds either its old content or all of `data`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def png_bytes(frame: np.ndarray) -> bytes:
@@ -152,25 +136,25 @@ def write_outputs(
     predicted = []
     for j, frame in enumerate(output.predicted_frames):
         path = out / f"predicted_{j:03d}.png"
-        write_atomic(path, png_bytes(frame))
+        atomic_write_bytes(path, png_bytes(frame))
         predicted.append(path)
     observed = []
     if write_observed:
         for i, frame in enumerate(output.observed_frames):
             path = out / f"observed_{i:03d}.png"
-            write_atomic(path, png_bytes(frame))
+            atomic_write_bytes(path, png_bytes(frame))
             observed.append(path)
     video = None
     if output.predicted_frames:
         video = out / VIDEO_FILE
-        write_atomic(video, output.video or encode_mp4(output.predicted_frames, output.state_rate))
+        atomic_write_bytes(video, output.video or encode_mp4(output.predicted_frames, output.state_rate))
     states = out / STATES_FILE
-    write_atomic(states, (json.dumps(states_document(output), indent=2) + "\n").encode())
+    atomic_write_bytes(states, (json.dumps(states_document(output), indent=2) + "\n").encode())
     strip = out / STRIP_FILE
     image = make_strip(
         output.observed_frames, output.observed_states, output.predicted_frames, output.predicted_states
     )
-    write_atomic(strip, png_bytes(image))
+    atomic_write_bytes(strip, png_bytes(image))
     return OutputFiles(out, predicted, observed, states, video, strip)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from pipeline.tokenizer import PAD_ID, StateTokenizer
+from pipeline.utils import UserError, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -37,12 +38,13 @@ class Predictor:
         """Load weights (either model kind) and tokenizer.json from a training output directory."""
         from models.hub import load_predictor
 
-        dev = (
-            torch.device(device)
-            if device is not None
-            else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        )
-        return cls(load_predictor(directory, map_location=dev), StateTokenizer.from_file(directory), dev)
+        dev = resolve_device(device)
+        try:
+            model = load_predictor(directory, map_location=dev)
+            tokenizer = StateTokenizer.from_file(directory)
+        except (FileNotFoundError, ValueError) as err:  # the user's folder: one line, like the other stages
+            raise UserError(f"predictor weights {err}") from None
+        return cls(model, tokenizer, dev)
 
     @property
     def T(self) -> int:
@@ -90,9 +92,7 @@ class Predictor:
     def predict_ids(
         self, window: torch.Tensor, k: int, state: object | None = None
     ) -> tuple[torch.Tensor, object | None]:
-        """window (B, T, N) -> k predicted states (B, k, N), and the recurrent state after the last window."""
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k!r}")
+        """window (B, T, N) -> k >= 1 predicted states (B, k, N), and the recurrent state after the last window."""
         window = window.to(self.device)
         predicted = []
         for _ in range(k):

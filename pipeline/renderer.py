@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.utils import UserError
+from pipeline.utils import UserError, default_dtype, read_user_json, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,6 @@ class RenderSettings:
         (unet sample_size x the VAE's scale factor).
     output_size: when set, frames are resized (bicubic) to output_size x output_size after drawing, e.g. a
         model that draws at 64 handing out frames at the world's 128.
-    batch_size: how many states go through the pipeline at once.
     """
 
     steps: int = 25
@@ -39,7 +38,6 @@ class RenderSettings:
     height: int | None = None
     width: int | None = None
     output_size: int | None = None
-    batch_size: int = 16
 
     def __post_init__(self) -> None:
         if not isinstance(self.steps, int) or self.steps < 1:
@@ -52,8 +50,6 @@ class RenderSettings:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 8 or value % 8):
                 raise ValueError(f"{name} must be a multiple of 8 (>= 8) or None, got {value!r}")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
 
     @classmethod
     def from_directory(cls, directory: Path) -> RenderSettings:
@@ -75,17 +71,7 @@ class RenderSettings:
 def _check_directory(directory: Path) -> None:
     """One clear UserError for a directory that cannot hold a diffusers text-to-image checkpoint."""
     what = "a diffusers text-to-image checkpoint (model_index.json plus its component folders)"
-    if not directory.exists():
-        raise UserError(f"renderer weights {directory}: no such directory; expected {what}")
-    if not directory.is_dir():
-        raise UserError(f"renderer weights {directory}: not a directory; expected {what}")
-    index = directory / "model_index.json"
-    if not index.is_file():
-        raise UserError(f"renderer weights {directory}: no model_index.json; expected {what}")
-    try:
-        components = json.loads(index.read_text())
-    except json.JSONDecodeError as err:
-        raise UserError(f"renderer weights {directory}: model_index.json is not valid JSON ({err})") from err
+    components = read_user_json(directory, "model_index.json", what, "renderer weights")
     missing = [
         name
         for name in ("unet", "vae", "text_encoder", "tokenizer", "scheduler")
@@ -98,7 +84,8 @@ def _check_directory(directory: Path) -> None:
 
 
 class Renderer:
-    """Draws the frame of each state: `render(states) -> list of (H, W, 3) uint8 arrays`, batched."""
+    """Draws the frame of each state: `render(states) -> list of (H, W, 3) uint8 arrays`, in one pass (the
+    pipeline decides the batches; successive calls draw their noise from the same generator in turn)."""
 
     def __init__(self, pipe, settings: RenderSettings | None = None, directory: Path | None = None) -> None:
         self.pipe = pipe
@@ -115,16 +102,15 @@ class Renderer:
     ) -> Renderer:
         """Load any local diffusers text-to-image checkpoint, offline (never remote code).
 
-        device: None picks CUDA when present, else CPU. dtype: None gives float16 on CUDA, float32 elsewhere.
+        device: None picks CUDA when present, else CPU. dtype: None gives `pipeline.utils.default_dtype`.
         A missing or malformed directory raises one `UserError` naming it and what was expected.
         """
         from diffusers import AutoPipelineForText2Image
 
         path = Path(directory).expanduser()
         _check_directory(path)
-        device = torch.device(device) if device is not None else _default_device()
-        if dtype is None:
-            dtype = torch.float16 if device.type == "cuda" else torch.float32
+        device = resolve_device(device)
+        dtype = dtype or default_dtype(device)
         try:
             pipe = AutoPipelineForText2Image.from_pretrained(str(path), dtype=dtype, local_files_only=True)
         except Exception as err:  # diffusers raises OSError, ValueError, KeyError... for broken checkpoints
@@ -181,31 +167,25 @@ class Renderer:
             height=self.settings.height,
             width=self.settings.width,
             output_size=self.settings.output_size,
-            batch_size=self.settings.batch_size,
         )
         if generator is not None and not isinstance(generator, torch.Generator):
             raise ValueError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         if not states:
             return []
-        # 2. one generator for the whole call: batches draw their noise from it in turn
+        # 2. denoise and decode all states in one pass; output_type="np" gives (B, H, W, 3) floats in [0, 1]
         generator = generator if generator is not None else torch.Generator("cpu").manual_seed(0)
         height, width = self.draw_size
-        frames: list[np.ndarray] = []
-        for start in range(0, len(states), settings.batch_size):
-            # 3. denoise and decode one batch; output_type="np" gives (B, H, W, 3) floats in [0, 1]
-            batch = list(states[start : start + settings.batch_size])
-            images = self.pipe(
-                prompt=batch,
-                num_inference_steps=settings.steps,
-                guidance_scale=float(settings.guidance),
-                generator=generator,
-                height=height,
-                width=width,
-                output_type="np",
-            ).images
-            # 4. to uint8, resized to the output size when the checkpoint asks for it
-            for image in np.clip(np.rint(np.asarray(images) * 255.0), 0, 255).astype(np.uint8):
-                frames.append(_resize(image, self.size))
+        images = self.pipe(
+            prompt=list(states),
+            num_inference_steps=settings.steps,
+            guidance_scale=float(settings.guidance),
+            generator=generator,
+            height=height,
+            width=width,
+            output_type="np",
+        ).images
+        # 3. to uint8, resized to the output size when the checkpoint asks for it
+        frames = [_resize(image, self.size) for image in np.clip(np.rint(np.asarray(images) * 255.0), 0, 255).astype(np.uint8)]
         return frames
 
 
@@ -216,6 +196,3 @@ def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
     return np.asarray(Image.fromarray(image).resize((size[1], size[0]), Image.Resampling.BICUBIC))
 
-
-def _default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

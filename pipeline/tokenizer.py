@@ -16,7 +16,7 @@ import torch
 from tokenizers import Tokenizer, normalizers, pre_tokenizers
 from tokenizers.models import WordLevel
 
-from pipeline.utils import UserError
+from pipeline.utils import UserError, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -110,9 +110,7 @@ class StateTokenizer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / TOKENIZER_FILE
-        tmp = path.with_suffix(".json.tmp")
-        self.backend.save(str(tmp))
-        tmp.replace(path)
+        atomic_write_text(path, self.backend.to_str(pretty=True))
         return path
 
     def to_transformers(self):  # -> transformers.PreTrainedTokenizerFast
@@ -127,10 +125,6 @@ class StateTokenizer:
     @property
     def vocab_size(self) -> int:
         return self.backend.get_vocab_size()
-
-    @property
-    def pad_id(self) -> int:
-        return PAD_ID
 
     @property
     def end_ids(self) -> tuple[int, ...]:
@@ -181,9 +175,6 @@ class StateTokenizer:
             words.append(self._id_to_token.get(int(i), UNK_TOKEN))
         return " ".join(words)
 
-    def decode_batch(self, ids: torch.Tensor) -> list[str]:
-        """(S, N) ids -> S strings."""
-        return [self.decode(row) for row in ids]
 
 
 def load_tokenizer(directory: str | Path) -> StateTokenizer:

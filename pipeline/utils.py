@@ -1,5 +1,167 @@
-"""Errors that a user caused and can fix: the CLI prints them as one line, the API as a 4xx."""
+"""The helpers every part of semworld shares, one copy each: the user's error, atomic writes, device and dtype
+choice, the default weights folder, the `model_index.json` reader, and the canonical spelling of a state."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from models import hub
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+WEIGHTS_ENV = "SEMWORLD_WEIGHTS_DIR"
+MODEL_INDEX = "model_index.json"
+STAGES = ("captioner", "predictor", "renderer")
 
 
-class UserError(Exception):
-    """Bad input (a path, an argument, a file's contents) described in one short sentence."""
+class UserError(ValueError):
+    """Bad input (a path, an argument, a file's contents) described in one short sentence: the CLI prints it as
+    one line and exits 2, the API answers it with a 4xx."""
+
+
+# ---- atomic writes ---------------------------------------------------------------------------------------
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, then rename it over `path`: a reader sees the old file or
+    the whole new one, never half of it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())  # durable before the rename makes it visible (job results survive a crash)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, payload: Any) -> None:
+    """`payload` as indented JSON with a final newline, written atomically."""
+    atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
+
+
+def atomic_torch_save(obj: object, path: str | Path) -> None:
+    """torch.save through a temporary file beside `path` (a checkpoint is never half written)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+@contextmanager
+def atomic_dir(directory: str | Path) -> Iterator[Path]:
+    """Yield an empty scratch folder beside `directory`; when the block ends without an error the scratch folder
+    takes the place of `directory` (the old one is moved aside, then removed)."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    yield tmp
+    old = directory.with_name(directory.name + ".old")
+    if directory.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(directory, old)
+    os.replace(tmp, directory)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+# ---- devices ---------------------------------------------------------------------------------------------
+def resolve_device(spec: str | torch.device | None = "auto", local_rank: int = 0) -> torch.device:
+    """None or "auto" -> cuda (this process's local rank) when available, else cpu; otherwise the named device.
+    A device this machine lacks is a UserError."""
+    if spec is None or spec == "auto":
+        spec = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(spec)
+    except RuntimeError as err:
+        raise UserError(f"--device {spec!r}: {err}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"--device {spec}: CUDA is not available on this machine")
+        if device.index is None:
+            device = torch.device("cuda", local_rank)
+    return device
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """The inference dtype of the Hugging Face stages: bfloat16 on CUDA where supported (float16 otherwise),
+    float32 on every other device."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+# ---- the weights folder ------------------------------------------------------------------------------------
+def default_weights_dir() -> Path:
+    """`$SEMWORLD_WEIGHTS_DIR`, else the repository's shipped `weights/`."""
+    env = os.environ.get(WEIGHTS_ENV)
+    return Path(env) if env else REPO_ROOT / "weights"
+
+
+def user_file(directory: str | Path, name: str, what: str, label: str = "") -> Path:
+    """directory/name, or a one-line UserError ("<label> <directory>: no such directory; expected <what>")."""
+    try:
+        return hub.find_file(directory, name, what)
+    except FileNotFoundError as err:
+        raise UserError(f"{label} {err}".strip()) from None
+
+
+def read_user_json(directory: str | Path, name: str, what: str, label: str = "") -> Any:
+    """The parsed JSON of directory/name; a missing folder or file, or bad JSON, is a one-line UserError."""
+    try:
+        return hub.read_json_file(directory, name, what)
+    except (FileNotFoundError, ValueError) as err:
+        raise UserError(f"{label} {err}".strip()) from None
+
+
+def read_model_index(weights_dir: str | Path) -> dict[str, Any]:
+    """The JSON object of `weights_dir/model_index.json`; a missing folder or index, or bad JSON, is a UserError."""
+    what = f"a weights folder whose {MODEL_INDEX} names its {', '.join(STAGES)} folders"
+    index = read_user_json(weights_dir, MODEL_INDEX, what, "weights")
+    if not isinstance(index, dict):
+        raise UserError(f"{Path(weights_dir) / MODEL_INDEX}: expected a JSON object naming the stage folders")
+    return index
+
+
+def stage_folder(weights_dir: str | Path, index: dict[str, Any], stage: str) -> Path | None:
+    """The folder of `stage` that `index` names: a folder name, or a diffusers-style [library, class] pair whose
+    folder is the stage's own name. None when the index has no entry for it."""
+    entry = index.get(stage)
+    if entry is None:
+        return None
+    return Path(weights_dir) / (entry if isinstance(entry, str) else stage)
+
+
+# ---- states ----------------------------------------------------------------------------------------------
+def canonical_state(text: str) -> str:
+    """The world's spelling of a state: lowercase words and punctuation marks joined by single spaces.
+
+    "Red ball top left, lamp on." -> "red ball top left , lamp on ." (the split the word-level tokenizer makes:
+    whitespace, then every punctuation mark alone), so that states compare as plain strings.
+    """
+    return " ".join(word for word, _ in _state_splitter().pre_tokenize_str(text.lower()))
+
+
+@functools.cache
+def _state_splitter() -> Any:  # tokenizers.pre_tokenizers.PreTokenizer
+    from tokenizers import pre_tokenizers
+
+    return pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(behavior="isolated")]
+    )

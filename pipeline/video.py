@@ -20,7 +20,7 @@ import av
 import cv2
 import numpy as np
 
-from pipeline.utils import UserError
+from pipeline.utils import UserError, atomic_write_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +98,16 @@ def _scale_down(frame: np.ndarray, side: int | None) -> np.ndarray:
     return cv2.resize(frame, size, interpolation=cv2.INTER_AREA)
 
 
+def check_sampling(stride: int | None, state_rate: float | None) -> None:
+    """How frames are picked: every `stride`-th one, or `state_rate` per second, or (neither) all of them."""
+    if stride is not None and state_rate is not None:
+        raise VideoError("give either stride or state_rate, not both")
+    if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride < 1):
+        raise VideoError(f"stride must be >= 1, got {stride}")
+    if state_rate is not None and not state_rate > 0:
+        raise VideoError(f"state_rate must be > 0 Hz, got {state_rate}")
+
+
 def read_video(
     source: VideoSource,
     *,
@@ -111,12 +121,7 @@ def read_video(
     audio-only file and for a clip past `limits` (size, duration, or more picked frames than allowed).
     """
     limits = limits or VideoLimits()
-    if stride is not None and state_rate is not None:
-        raise VideoError("give either stride or state_rate, not both")
-    if stride is not None and stride < 1:
-        raise VideoError(f"stride must be >= 1, got {stride}")
-    if state_rate is not None and not state_rate > 0:
-        raise VideoError(f"state_rate must be > 0 Hz, got {state_rate}")
+    check_sampling(stride, state_rate)
 
     container = _open(source)
     try:
@@ -246,9 +251,6 @@ def write_world_samples(
         ep = episode(name, seed, 0, split="test")
         frames = ep.frames(STRIDE, size)  # (F, size, size, 3)
         path = out / f"world-{name}.mp4"
-        data = encode_mp4(list(frames), FPS)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        atomic_write_bytes(path, encode_mp4(list(frames), FPS))
         paths.append(path)
     return paths

@@ -1,52 +1,28 @@
 """`WorldModelPipeline`: clip -> captioned states -> predicted states -> rendered frames, as numbered steps.
 
-The three stages sit behind small interfaces (`Captioner`, `Predictor`, `Renderer` below) and load from one
+The three stages sit behind small interfaces (`Captioner`, `Predictor`, `Renderer` in pipeline.interfaces) and load from one
 weights directory whose `model_index.json` names a folder per stage, like a diffusers pipeline.
 """
 
 from __future__ import annotations
 
-import inspect
-import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
-from pipeline.utils import UserError
-from pipeline.video import SampledClip, VideoLimits, VideoSource, encode_mp4, read_video
+from pipeline.interfaces import Captioner, Predictor, ProgressCallback, Renderer
+from pipeline.utils import MODEL_INDEX, STAGES, UserError, read_model_index, stage_folder
+from pipeline.video import SampledClip, VideoLimits, VideoSource, check_sampling, encode_mp4, read_video
 
 logger = logging.getLogger(__name__)
 
-MODEL_INDEX = "model_index.json"
-STAGES = ("captioner", "predictor", "renderer")
-
-# callback(stage, done, total): called as each stage starts (done=0) and after each batch. It may raise
-# (e.g. to cancel a job or on a deadline); the exception propagates out of the call unchanged.
-ProgressCallback = Callable[[str, int, int], None]
-
-
-class Captioner(Protocol):
-    def caption(self, frames: list[np.ndarray]) -> list[str]: ...
-
-
-class Predictor(Protocol):
-    def predict(self, states: list[list[str]], k: int) -> list[list[str]]: ...
-
-
-class Renderer(Protocol):
-    def render(
-        self,
-        states: list[str],
-        generator: torch.Generator | None = None,
-        steps: int | None = None,
-        guidance: float | None = None,
-    ) -> list[np.ndarray]: ...
+MAX_HORIZON = 32  # most states one call may predict, unless the pipeline is made with another max_horizon
 
 
 @dataclass
@@ -63,24 +39,53 @@ class WorldModelOutput:
     video: bytes | None = None  # H.264 MP4 of the predicted frames, when asked for
 
 
-def _accepts(fn: Callable[..., Any], name: str) -> bool:
-    try:
-        return name in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _stage_folder(weights_dir: Path, index: dict[str, Any], stage: str) -> Path:
-    entry = index.get(stage)
-    if entry is None:
+    folder = stage_folder(weights_dir, index, stage)
+    if folder is None:
         raise UserError(
             f"{weights_dir / MODEL_INDEX}: no '{stage}' entry (expected keys: {', '.join(STAGES)})"
         )
-    # Either a folder name, or a diffusers-style [library, class] pair whose folder is the stage's name.
-    folder = weights_dir / (entry if isinstance(entry, str) else stage)
     if not folder.is_dir():
         raise UserError(f"{folder}: missing folder for the {stage} named in {MODEL_INDEX}")
     return folder
+
+
+def check_call(
+    video: object | None,
+    states: Sequence[str] | None,
+    horizon: int,
+    stride: int | None = None,
+    state_rate: float | None = None,
+    steps: int | None = None,
+    guidance: float | None = None,
+    context: int | None = None,
+    *,
+    max_horizon: int = MAX_HORIZON,
+    max_frames: int = VideoLimits.max_frames,
+) -> None:
+    """The one check of a world-model call's parameters (the pipeline runs it first; the HTTP layer runs it
+    before it queues a job); each error is a ValueError naming the parameter and the bad value."""
+    if (video is None) == (states is None):
+        raise ValueError("give exactly one of video or states")
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+        raise ValueError(f"horizon: expected a positive integer, got {horizon!r}")
+    if horizon > max_horizon:
+        raise ValueError(f"horizon: at most {max_horizon}, got {horizon}")
+    if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
+        raise ValueError(f"context must be a positive integer, got {context!r}")
+    check_sampling(stride, state_rate)
+    if steps is not None and not 1 <= steps <= 1000:
+        raise ValueError(f"steps must be in 1..1000, got {steps}")
+    if guidance is not None and not 0 <= guidance <= 50:
+        raise ValueError(f"guidance must be in 0..50, got {guidance}")
+    if states is not None:
+        if len(states) == 0:
+            raise ValueError("states is empty: give at least one state")
+        if len(states) > max_frames:
+            raise ValueError(f"got {len(states)} states; the limit is {max_frames}")
+        for i, s in enumerate(states):
+            if not isinstance(s, str) or not s.strip():
+                raise ValueError(f"states[{i}] must be a non-empty string")
 
 
 class WorldModelPipeline:
@@ -103,7 +108,7 @@ class WorldModelPipeline:
         limits: VideoLimits | None = None,
         caption_batch_size: int = 16,
         render_batch_size: int = 8,
-        max_horizon: int = 64,
+        max_horizon: int = MAX_HORIZON,
     ) -> None:
         if caption_batch_size < 1 or render_batch_size < 1:
             raise ValueError(
@@ -128,21 +133,7 @@ class WorldModelPipeline:
     ) -> WorldModelPipeline:
         """Load the three stages named by `weights_dir/model_index.json` (offline, local files only)."""
         weights_dir = Path(weights_dir)
-        if not weights_dir.is_dir():
-            raise FileNotFoundError(
-                f"{weights_dir}: weights directory not found (expected {MODEL_INDEX} inside)"
-            )
-        index_path = weights_dir / MODEL_INDEX
-        if not index_path.is_file():
-            raise UserError(
-                f"{weights_dir}: no {MODEL_INDEX} (expected one naming {', '.join(STAGES)} folders)"
-            )
-        try:
-            index = json.loads(index_path.read_text())
-        except json.JSONDecodeError as err:
-            raise UserError(f"{index_path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-        if not isinstance(index, dict):
-            raise UserError(f"{index_path}: expected a JSON object naming the stage folders")
+        index = read_model_index(weights_dir)
 
         # The stage modules are imported here so that the pipeline itself stays cheap to import.
         from pipeline.captioner import Captioner as HFCaptioner
@@ -170,29 +161,11 @@ class WorldModelPipeline:
         state_rate: float | None,
         steps: int | None,
         guidance: float | None,
+        context: int | None = None,
     ) -> None:
-        if (video is None) == (states is None):
-            raise ValueError("give exactly one of video or states")
-        if isinstance(horizon, bool) or not isinstance(horizon, int) or not 1 <= horizon <= self.max_horizon:
-            raise ValueError(f"horizon must be an integer in 1..{self.max_horizon}, got {horizon!r}")
-        if stride is not None and state_rate is not None:
-            raise ValueError("give either stride or state_rate, not both")
-        if stride is not None and stride < 1:
-            raise ValueError(f"stride must be >= 1, got {stride}")
-        if state_rate is not None and not state_rate > 0:
-            raise ValueError(f"state_rate must be > 0, got {state_rate}")
-        if steps is not None and not 1 <= steps <= 1000:
-            raise ValueError(f"steps must be in 1..1000, got {steps}")
-        if guidance is not None and not 0 <= guidance <= 50:
-            raise ValueError(f"guidance must be in 0..50, got {guidance}")
-        if states is not None:
-            if len(states) == 0:
-                raise ValueError("states is empty: give at least one state")
-            if len(states) > self.limits.max_frames:
-                raise ValueError(f"got {len(states)} states; the limit is {self.limits.max_frames}")
-            for i, s in enumerate(states):
-                if not isinstance(s, str) or not s.strip():
-                    raise ValueError(f"states[{i}] must be a non-empty string")
+        """`check_call` with this pipeline's max_horizon and frame limit."""
+        check_call(video, states, horizon, stride, state_rate, steps, guidance, context,
+                   max_horizon=self.max_horizon, max_frames=self.limits.max_frames)  # fmt: skip
 
     def __call__(
         self,
@@ -222,9 +195,7 @@ class WorldModelPipeline:
         t_start = time.perf_counter()
 
         # 1. check inputs
-        self.check_inputs(video, states, horizon, stride, state_rate, steps, guidance)
-        if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
-            raise ValueError(f"context must be a positive integer, got {context!r}")
+        self.check_inputs(video, states, horizon, stride, state_rate, steps, guidance, context)
 
         # 2. decode and sample
         clip: SampledClip | None = None
@@ -307,23 +278,14 @@ class WorldModelPipeline:
         return out
 
     def predict(self, states: Sequence[str], horizon: int, truncate: bool = False) -> list[str]:
-        """The next `horizon` states after `states` (`truncate`: cut states longer than the predictor reads,
-        when the predictor supports it)."""
-        kwargs = {"truncate": True} if truncate and _accepts(self.predictor.predict, "truncate") else {}
-        (predicted,) = self.predictor.predict([list(states)], horizon, **kwargs)
+        """The next `horizon` states after `states` (`truncate`: cut states longer than the predictor reads)."""
+        (predicted,) = self.predictor.predict([list(states)], horizon, truncate=truncate)
         if len(predicted) != horizon:
             raise RuntimeError(f"predictor returned {len(predicted)} states for horizon {horizon}")
         return list(predicted)
 
-    def render(
-        self,
-        states: Sequence[str],
-        *,
-        generator: torch.Generator | None = None,
-        steps: int | None = None,
-        guidance: float | None = None,
-        notify: ProgressCallback | None = None,
-    ) -> list[np.ndarray]:
+    def render(self, states: Sequence[str], *, generator: torch.Generator | None = None, steps: int | None = None,
+               guidance: float | None = None, notify: ProgressCallback | None = None) -> list[np.ndarray]:
         """One frame per state, in batches of `render_batch_size`."""
         notify = notify or (lambda stage, done, total: None)
         frames: list[np.ndarray] = []

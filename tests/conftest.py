@@ -1,5 +1,17 @@
-"""Suite-wide settings: tiny tensors run fastest on one thread (and CI has two cores to share with subprocesses)."""
+"""Suite-wide settings and fixtures: tiny tensors run fastest on one thread (and CI has two cores to share with
+subprocesses); `tiny_weights` is a weights folder of tiny random real stages, built once per session."""
 
+from pathlib import Path
+
+import pytest
 import torch
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_weights(tmp_path_factory) -> Path:
+    """Tiny random real stages (BLIP, 4-tensor, SD layout) saved like the shipped weights, with model_index.json."""
+    from tests.api.fakes import build_tiny_weights
+
+    return build_tiny_weights(tmp_path_factory.getbasetemp() / "semworld-tiny-weights")

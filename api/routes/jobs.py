@@ -8,9 +8,9 @@ from fastapi import APIRouter, Depends, File, HTTPException, Query, Response, Up
 from fastapi.responses import FileResponse
 
 from api.deps import SettingsDep, StoreDep, WorkerDep, require_api_key
-from api.jobs import FINISHED, RESULT_JSON, RESULT_MP4, RESULT_ZIP, Job, JobState
+from api.jobs import FINISHED, RESULT_JSON, RESULT_MP4, RESULT_ZIP, Job, JobParams, JobState
 from api.schemas import ErrorResponse, JobCreatedResponse, JobStatusResponse, OutputFormat, PredictResponse
-from api.uploads import ERROR_RESPONSES, PredictParams, check_horizon, predict_params, read_upload
+from api.uploads import ERROR_RESPONSES, check_params, predict_params, read_upload
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(require_api_key)])
 
@@ -27,7 +27,7 @@ def status_of(job: Job) -> JobStatusResponse:
         cancel_requested=job.cancel_requested,
         created_at=job.created_at,
         updated_at=job.updated_at,
-        params=job.params,
+        params=job.params.to_dict(),
         result_url=f"/v1/jobs/{job.id}/result" if job.state is JobState.succeeded else None,
     )
 
@@ -49,14 +49,14 @@ def _job_or_404(store: StoreDep, job_id: str) -> Job:
 async def create_job(
     response: Response,
     file: Annotated[UploadFile, File(description="the clip")],
-    params: Annotated[PredictParams, Depends(predict_params)],
+    params: Annotated[JobParams, Depends(predict_params)],
     store: StoreDep,
     worker: WorkerDep,
     settings: SettingsDep,
 ) -> JobCreatedResponse:
     """Store the clip and queue it; answers at once with the job's id. Poll `status_url`, then fetch
     `result_url` (format json, mp4 or zip)."""
-    check_horizon(params, settings)
+    check_params(settings, **params.pipeline_kwargs())
     if store.counts().get(JobState.queued, 0) >= settings.max_queue:
         raise HTTPException(
             status.HTTP_429_TOO_MANY_REQUESTS,
@@ -64,7 +64,7 @@ async def create_job(
             {"Retry-After": str(settings.retry_after_s)},
         )
     data = await read_upload(file, settings.max_upload_bytes)
-    job = store.create(data, params.to_dict(), filename=file.filename)
+    job = store.create(data, params, filename=file.filename)
     if worker is not None:
         worker.wake()
     response.headers["Location"] = f"/v1/jobs/{job.id}"
@@ -100,7 +100,7 @@ def get_result(
     if job.state is not JobState.succeeded:
         why = f": {job.error}" if job.error else ""
         raise HTTPException(status.HTTP_409_CONFLICT, f"job is {job.state.value}{why}")
-    fmt = format or OutputFormat(job.params.get("output", "json"))
+    fmt = format or job.params.output
     name, media = {
         OutputFormat.json: (RESULT_JSON, "application/json"),
         OutputFormat.mp4: (RESULT_MP4, "video/mp4"),

@@ -8,11 +8,13 @@ from fastapi import APIRouter, Depends, File, HTTPException, Response, UploadFil
 
 from api.deps import EngineDep, PipelineDep, SettingsDep, require_api_key
 from api.engine import Busy
+from api.jobs import JobParams
 from api.schemas import OutputFormat, PredictResponse, predict_payload
-from api.uploads import ERROR_RESPONSES, PredictParams, check_horizon, predict_params, read_upload
+from api.uploads import ERROR_RESPONSES, check_params, predict_params, read_upload
+from pipeline.interfaces import ProgressCallback
 from pipeline.outputs import zip_outputs
 from pipeline.utils import UserError
-from pipeline.world_model import ProgressCallback, WorldModelOutput
+from pipeline.world_model import WorldModelOutput
 
 router = APIRouter(prefix="/v1", tags=["predict"], dependencies=[Depends(require_api_key)])
 
@@ -62,28 +64,19 @@ async def run_model(engine: EngineDep, settings: SettingsDep, work, entry: str):
 )
 async def predict(
     file: Annotated[UploadFile, File(description="the clip (MP4, WebM, AVI, ...)")],
-    params: Annotated[PredictParams, Depends(predict_params)],
+    params: Annotated[JobParams, Depends(predict_params)],
     pipeline: PipelineDep,
     engine: EngineDep,
     settings: SettingsDep,
 ) -> Response | dict:
     """Caption the clip into states, predict `horizon` more and render them. For clips within
     `SEMWORLD_MAX_SYNC_UPLOAD_MB`; longer work belongs in `/v1/jobs`."""
-    check_horizon(params, settings)
+    check_params(settings, **params.pipeline_kwargs())
     data = await read_upload(file, settings.max_sync_upload_bytes)
 
     def work(callback: ProgressCallback) -> WorldModelOutput:
-        return pipeline(
-            data,
-            horizon=params.horizon,
-            stride=params.stride,
-            state_rate=params.state_rate,
-            seed=params.seed,
-            steps=params.steps,
-            guidance=params.guidance,
-            encode_video=params.output is not OutputFormat.json,
-            callback=callback,
-        )
+        encode = params.output is not OutputFormat.json
+        return pipeline(data, **params.pipeline_kwargs(), encode_video=encode, callback=callback)
 
     output: WorldModelOutput = await run_model(engine, settings, work, "predict")
     engine.metrics.observe_timings(output.timings)

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, HTTPException, status
 from api.deps import EngineDep, PipelineDep, SettingsDep, require_api_key
 from api.routes.predict import run_model
 from api.schemas import RolloutRequest, RolloutResponse, b64png
-from api.uploads import ERROR_RESPONSES
-from pipeline.world_model import ProgressCallback
+from api.uploads import ERROR_RESPONSES, check_params
+from pipeline.interfaces import ProgressCallback
 
 router = APIRouter(prefix="/v1", tags=["rollout"], dependencies=[Depends(require_api_key)])
 
@@ -24,11 +24,7 @@ async def rollout(
     body: RolloutRequest, pipeline: PipelineDep, engine: EngineDep, settings: SettingsDep
 ) -> RolloutResponse:
     """Predict `horizon` states after `states` and render them; edit any state and call again to re-roll."""
-    if body.horizon > settings.max_horizon:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            f"horizon: at most {settings.max_horizon}, got {body.horizon}",
-        )
+    check_params(settings, body.states, horizon=body.horizon, steps=body.steps, guidance=body.guidance)
     if body.render_context > len(body.states):
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         rc = args.func(args)
-    except (UserError, ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as err:
+    except (UserError, ValueError, OSError) as err:  # UserError first: the family every check raises
         # One line for the user; SEMWORLD_DEBUG=1 shows the traceback for developers.
         if os.environ.get("SEMWORLD_DEBUG"):
             raise

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import random
 import shutil
 from pathlib import Path
 
@@ -59,24 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_demo)
 
 
-def fallback_sequences(n: int, seed: int, length: int) -> list[dict]:
-    """A tiny built-in corpus for when the world package is unavailable: objects moving along a row."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(n):
-        colour, thing = rng.choice(("red", "blue", "green")), rng.choice(("ball", "box", "cat"))
-        start, step = rng.randint(0, 5), rng.choice((1, 2))
-        states = [f"the {colour} {thing} is at square {start + step * k}." for k in range(length)]
-        out.append({"states": states, "predictable": [k >= 2 for k in range(length)]})
-    return out
-
-
 def demo_sequences(scenarios: str, n: int, seed: int, length: int, split: str) -> list[dict]:
-    try:
-        import world
-    except ImportError:
-        logger.warning("world package not available; using the small built-in corpus")
-        return fallback_sequences(n, seed + (0 if split == "train" else 1), length)
+    import world
+
     return world.sequences(scenarios, n, seed, length, split=split)
 
 

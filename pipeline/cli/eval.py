@@ -1,29 +1,16 @@
-"""`semworld eval predictor`: score saved weights (either model kind) on state sequences.
-
-Prints L_S(T), token accuracy, exact-sentence accuracy and the selection loss, beside the uniform ln|V|.
-"""
+"""`semworld eval predictor` (L_S(T), token and exact-sentence accuracy and the selection loss of saved weights on
+state sequences, beside the uniform ln|V|) and `semworld eval world` (the three stages on a generated world
+split): argparse and the printed tables; the scoring lives in pipeline.evaluation."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-from pathlib import Path
 from typing import Any
 
-from pipeline.data import cap_windows, make_windows, read_sequences, split_sequences, uniform_cross_entropy
-from pipeline.evaluation import world as eval_world
-from pipeline.tokenizer import load_tokenizer
-from pipeline.training.predictor import (
-    SUMMARY_FILE,
-    cap_clips,
-    clip_windows,
-    evaluate,
-    evaluate_clips,
-    resolve_device,
-    val_window_cap,
-)
-from pipeline.utils import UserError
+from pipeline.evaluation.world import PARTS, EvalWorldArgs
+from pipeline.utils import default_weights_dir
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("eval", help="evaluate a model")
     ev_sub = ev.add_subparsers(dest="eval_what", metavar="WHAT")
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
-    eval_world.add_parser(ev_sub)  # `semworld eval world`: all three shipped stages on a generated world split
+    add_world_parser(ev_sub)  # `semworld eval world`: all three shipped stages on a generated world split
 
     p = ev_sub.add_parser(
         "predictor",
@@ -57,68 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_eval_predictor)
 
 
-def evaluate_predictor(
-    weights: str | Path,
-    data: str | Path,
-    split: str = "all",
-    data_format: str | None = None,
-    batch_size: int = 64,
-    device: str = "auto",
-) -> dict[str, Any]:
-    """Load weights + tokenizer from `weights`, window `data` at the model's T and N, and score them."""
-    from models.hub import load_predictor
-
-    weights = Path(weights)
-    dev = resolve_device(device)
-    model: Any = load_predictor(weights, map_location=dev)
-    tokenizer = load_tokenizer(weights)
-    cfg = model.config
-    if cfg.vocab_size != tokenizer.vocab_size:
-        raise UserError(
-            f"{weights}: tokenizer.json has {tokenizer.vocab_size} tokens, the model {cfg.vocab_size}"
-        )
-    sequences = read_sequences(data, data_format)
-    max_windows = None
-    if split == "val":
-        summary_path = weights / SUMMARY_FILE
-        if not summary_path.is_file():
-            raise UserError(
-                f"{weights}: no {SUMMARY_FILE}, so the validation split is unknown; use --split all"
-            )
-        recorded = json.loads(summary_path.read_text())["split"]
-        sequences = split_sequences(sequences, recorded["val_fraction"], seed=recorded["seed"]).val
-        if recorded.get("max_windows") is not None:
-            max_windows = val_window_cap(recorded["max_windows"], recorded["val_fraction"])
-    windows = make_windows(sequences, tokenizer, cfg.T, cfg.N)
-    memory = getattr(model, "memory", None) is not None
-    if split == "val" and max_windows is not None:
-        cap = cap_clips if memory else cap_windows  # a memory run validated on whole clips
-        windows = cap(windows, max_windows, recorded["seed"] + 1)
-    if len(windows) == 0:
-        raise UserError(f"{data}: no windows (every sequence needs at least T+1={cfg.T + 1} states)")
-    if memory:  # each clip's windows in order, (h, c) carried, as the trainer validates
-        metrics = evaluate_clips(model, clip_windows(windows), batch_size, dev)
-    else:
-        metrics = evaluate(model, windows.ids, batch_size, dev)
-    kind = json.loads((weights / "config.json").read_text()).get("semworld_model")
-    return {
-        "model": kind,
-        "weights": str(weights),
-        "data": str(data),
-        "split": split,
-        "L_S(T)": metrics["last_ce"],
-        "token_acc": metrics["token_acc"],
-        "exact_acc": metrics["exact_acc"],
-        "selection_loss": metrics["selection_loss"],
-        "uniform_ce": uniform_cross_entropy(tokenizer.vocab_size),
-        "vocab_size": tokenizer.vocab_size,
-        "last_tokens": metrics["last_tokens"],
-        "sentences": metrics["sentences"],
-        **{k: v for k, v in windows.stats().items() if k != "states"},
-    }
-
-
 def run_eval_predictor(ns: argparse.Namespace) -> int:
+    from pipeline.evaluation.predictor import evaluate_predictor
+
     result = evaluate_predictor(ns.weights, ns.data, ns.split, ns.data_format, ns.batch_size, ns.device)
     if ns.json:
         print(json.dumps(result))
@@ -148,3 +76,85 @@ def run_eval_predictor(ns: argparse.Namespace) -> int:
         table.add_row(label, format(result[key], fmt))
     Console().print(table)
     return 0
+
+
+def add_world_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `world` to `semworld eval`; its func prints a report (or one JSON object) and returns 0."""
+    p = eval_subparsers.add_parser(
+        "world", help="score the shipped (or given) models on a `world generate` directory",
+        description="Captioner exact match, predictor exact match by horizon (predictable steps) and the "
+                    "renderer round trip with PSNR/SSIM, on a directory made by `semworld world generate`.",
+    )
+    p.add_argument("--data", required=True, help="directory made by `semworld world generate`")
+    p.add_argument("--weights", default=None, help="weights folder (default: $SEMWORLD_WEIGHTS_DIR or weights/)")
+    p.add_argument("--parts", default=",".join(PARTS), help="comma-separated stages to score (default: all)")
+    p.add_argument("--horizon", type=int, default=8, help="predictor horizons 1..H (default %(default)s)")
+    p.add_argument("--max-frames", type=int, default=None, help="cap on frames the captioner reads")
+    p.add_argument("--render-states", type=int, default=32, help="distinct states rendered (default %(default)s)")
+    p.add_argument("--steps", type=int, default=None, help="renderer denoising steps (default: its own)")
+    p.add_argument("--guidance", type=float, default=None, help="renderer guidance (default: its own)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_eval_world)
+    return p
+
+
+def run_eval_world(ns: argparse.Namespace) -> int:
+    args = EvalWorldArgs(
+        data=ns.data, weights=ns.weights or str(default_weights_dir()),
+        parts=tuple(p.strip() for p in ns.parts.split(",") if p.strip()), horizon=ns.horizon,
+        max_frames=ns.max_frames, render_states=ns.render_states, steps=ns.steps, guidance=ns.guidance,
+        seed=ns.seed, device=ns.device, threads=ns.threads,
+    )
+    from pipeline.evaluation.world import evaluate_world
+
+    result = evaluate_world(args)
+    if ns.json:
+        print(json.dumps(result))
+        return 0
+    write_report(result)
+    return 0
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def write_report(result: dict[str, Any]) -> None:
+    """Rich tables of an `evaluate_world` result on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{result['data']}[/]: {result['clips']} clips, {result['states']} states; "
+                  f"weights {result['weights']}")
+    for part in PARTS:
+        res = result.get(part)
+        if res is None:
+            continue
+        if "skipped" in res:
+            console.print(f"{part}: skipped ({res['skipped']})")
+            continue
+        if part == "predictor":
+            h = len(res["by_horizon"])
+            table = Table(title=f"predictor ({res['model']}) exact match on predictable steps, by horizon")
+            table.add_column("")
+            for k in range(1, h + 1):
+                table.add_column(str(k), justify="right")
+            table.add_row("all", *(_fmt(res["by_horizon"][str(k)]) for k in range(1, h + 1)))
+            for fam, row in res["by_family"].items():
+                table.add_row(fam, *(_fmt(row[str(k)]) for k in range(1, h + 1)))
+            ref = result.get("copy_last", {}).get("by_horizon", {})
+            table.add_row("all, chain", *(_fmt(res["by_horizon_chain"][str(k)]) for k in range(1, h + 1)))
+            table.add_row("copy-last", *(_fmt(ref.get(str(k))) for k in range(1, h + 1)))
+            table.add_row("steps", *(str(res["steps"][str(k)]) for k in range(1, h + 1)))
+            console.print(table)
+            continue
+        table = Table(title=part)
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        for key, value in res.items():
+            table.add_row(key, json.dumps(value) if isinstance(value, dict) else _fmt(value))
+        console.print(table)

@@ -8,15 +8,9 @@ import logging
 import os
 from pathlib import Path
 
-from pipeline.utils import UserError
+from pipeline.utils import UserError, default_weights_dir, read_model_index
 
 logger = logging.getLogger(__name__)
-
-
-def default_weights_dir() -> Path:
-    """`$SEMWORLD_WEIGHTS_DIR`, else the repository's shipped `weights/`."""
-    env = os.environ.get("SEMWORLD_WEIGHTS_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "weights"
 
 
 def read_states_file(path: Path) -> list[str]:
@@ -204,18 +198,17 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    import uvicorn  # the server only; the app is imported by uvicorn from its path, so pipeline stays FastAPI-free
+    # The CLI is the outermost layer: it may start the API (api never imports the CLI).
+    import uvicorn
 
-    if args.weights is not None:
-        os.environ["SEMWORLD_WEIGHTS_DIR"] = str(args.weights)
-    if args.device is not None:
-        os.environ["SEMWORLD_DEVICE"] = args.device
-    if args.data_dir is not None:
-        os.environ["SEMWORLD_DATA_DIR"] = str(args.data_dir)
-    if not os.environ.get("SEMWORLD_PIPELINE_FACTORY"):
-        weights = Path(os.environ.get("SEMWORLD_WEIGHTS_DIR") or default_weights_dir())
-        if not (weights / "model_index.json").is_file():
-            raise UserError(f"{weights}: no model_index.json (set --weights or SEMWORLD_WEIGHTS_DIR)")
+    from api.main import create_app
+    from api.settings import Settings
+
+    # SEMWORLD_* variables (and .env) first; the flags override them, passed in, not through the environment.
+    flags = {"weights_dir": args.weights, "device": args.device, "data_dir": args.data_dir}
+    settings = Settings(**{k: v for k, v in flags.items() if v is not None})
+    if not settings.pipeline_factory:
+        read_model_index(settings.weights_dir)  # a missing folder or index: one line and exit 2, before serving
     # One worker: one process owns the models (and the GPU); requests share it.
-    uvicorn.run("api.main:app", host=args.host, port=args.port, workers=1, log_level=args.log_level)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, workers=1, log_level=args.log_level)
     return 0

@@ -19,12 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p.set_defaults(func=usage)
 
-    g = wsub.add_parser(
-        "generate",
-        help="write MP4 clips, PNG frames at the state instants and states.jsonl",
-        description="Write seeded clips of the built-in world: DIR/clips/*.mp4, DIR/frames/<clip>/<k>.png "
-        "and DIR/states.jsonl (same arguments, same bytes).",
-    )
+    what = "DIR/clips/*.mp4, DIR/frames/<clip>/<k>.png and DIR/states.jsonl (same arguments, same bytes)"
+    g = wsub.add_parser("generate", help="write MP4 clips, PNG frames at the state instants and states.jsonl",
+                        description=f"Write seeded clips of the built-in world: {what}.")  # fmt: skip
     g.add_argument(
         "--scenario", required=True, help="scenario names, comma-separated (or a family, or 'all')"
     )
@@ -48,17 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _generate(args: argparse.Namespace) -> int:
     from world.video import generate  # imported here so `semworld --help` stays quick
 
-    path = generate(
-        args.out,
-        args.scenario,
-        clips=args.clips,
-        seed=args.seed,
-        split=args.split,
-        length=args.length,
-        size=args.size,
-        workers=args.workers,
-        progress=not args.no_progress,
-    )
+    options = {name: getattr(args, name) for name in ("clips", "seed", "split", "length", "size", "workers")}
+    path = generate(args.out, args.scenario, **options, progress=not args.no_progress)
     print(f"wrote {args.clips} clips, states in {path}")
     return 0
 

@@ -1,4 +1,4 @@
-"""`semworld eval world`: score the three stages on a directory written by `semworld world generate`.
+"""The scoring behind `semworld eval world`: the three stages on a directory written by `semworld world generate`.
 
 Owns the world metrics of the shipped models: captioner exact match on the PNG frames, predictor exact match by
 horizon on predictable steps (rolled out from true histories, beside a copy-last-state reference), and the
@@ -7,31 +7,33 @@ renderer round trip (render a state, caption it, compare) with PSNR and SSIM aga
 
 from __future__ import annotations
 
-import argparse
-import inspect
 import json
 import logging
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
-from pipeline.utils import UserError
+from pipeline import utils
+from pipeline.evaluation.metrics import psnr, ssim
+from pipeline.interfaces import Predictor
+from pipeline.utils import (
+    MODEL_INDEX,
+    UserError,
+    canonical_state,
+    read_model_index,
+    resolve_device,
+    user_file,
+)
 
 logger = logging.getLogger(__name__)
 
 PARTS = ("captioner", "predictor", "renderer")
 STATES_FILE = "states.jsonl"
-MODEL_INDEX = "model_index.json"
-
-
-class _Predicts(Protocol):
-    def predict(self, states: list[list[str]], k: int) -> list[list[str]]: ...
 
 
 # ---- data ----------------------------------------------------------------------------------------------
@@ -49,11 +51,7 @@ class Clip:
 def read_world_dir(data: str | Path) -> list[Clip]:
     """The clips of a `world generate` directory (states.jsonl, frames/<clip>/<k>.png); one-line errors."""
     root = Path(data)
-    if not root.is_dir():
-        raise UserError(f"{root}: no such directory (expected one made by `semworld world generate`)")
-    path = root / STATES_FILE
-    if not path.is_file():
-        raise UserError(f"{root}: no {STATES_FILE} (expected a directory made by `semworld world generate`)")
+    path = user_file(root, STATES_FILE, "a directory made by `semworld world generate`")
     clips: list[Clip] = []
     for lineno, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
@@ -76,12 +74,6 @@ def read_world_dir(data: str | Path) -> list[Clip]:
     return clips
 
 
-def clips_from_records(records: Sequence[dict[str, Any]]) -> list[Clip]:
-    """Clips (no frames) from in-memory world records, e.g. `world.sequences(...)`."""
-    return [Clip(i, list(r["states"]), [bool(p) for p in r.get("predictable", [True] * len(r["states"]))],
-                 str(r.get("scenario", "unknown")), None) for i, r in enumerate(records)]
-
-
 def family_of(scenario: str) -> str:
     """The world family of a scenario name ("physics", "memory", "stochastic"), or "other"."""
     from world import SCENARIOS
@@ -100,37 +92,8 @@ def read_png(path: Path) -> np.ndarray:
 
 
 # ---- metrics -------------------------------------------------------------------------------------------
-def canonical(text: str) -> str:
-    """The world's spelling of a state text: lowercase, each punctuation mark a word ("left, lamp on." ->
-    "left , lamp on ."); the predictor's tokenizer writes punctuation attached to the word before it."""
-    from pipeline.captioner import normalize_state_text
-
-    return normalize_state_text(text)
-
-
 def _rate(hits: Sequence[bool]) -> float | None:
     return round(sum(hits) / len(hits), 4) if hits else None
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """PSNR in dB of two uint8 arrays of one shape (inf when equal)."""
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10.0 * float(np.log10(255.0**2 / mse))
-
-
-def ssim(a: np.ndarray, b: np.ndarray) -> float:
-    """Mean SSIM of two (H, W, 3) uint8 images: 7x7 uniform windows per channel, the usual constants."""
-    x = torch.tensor(np.asarray(a), dtype=torch.float64).permute(2, 0, 1)[:, None]  # (3, 1, H, W)
-    y = torch.tensor(np.asarray(b), dtype=torch.float64).permute(2, 0, 1)[:, None]
-
-    def mean(t: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.avg_pool2d(t, 7, stride=1)
-
-    mx, my = mean(x), mean(y)
-    vx, vy, cxy = mean(x * x) - mx**2, mean(y * y) - my**2, mean(x * y) - mx * my
-    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
-    s = ((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx**2 + my**2 + c1) * (vx + vy + c2))
-    return float(s.mean())
 
 
 def n_objects(state: str) -> int | None:
@@ -164,7 +127,7 @@ def score_captioner(captioner: Any, clips: Sequence[Clip], max_frames: int | Non
         chunk = pairs[i:i + batch_size]
         read = captioner.caption([read_png(p) for p, _ in chunk])
         for r, (_, s) in zip(read, chunk):
-            hit = canonical(r) == canonical(s)
+            hit = canonical_state(r) == canonical_state(s)
             hits.append(hit)
             by_count.setdefault(f"objects={n_objects(s)}", []).append(hit)
     return {"exact_match": _rate(hits), "frames": len(hits),
@@ -176,22 +139,11 @@ def score_captioner(captioner: Any, clips: Sequence[Clip], max_frames: int | Non
 class CopyLast:
     """The copy-last-state reference: every future state equals the last state seen."""
 
-    def predict(self, states: list[list[str]], k: int) -> list[list[str]]:
+    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
         return [[h[-1]] * k for h in states]
 
 
-def _predict_fn(predictor: _Predicts) -> Callable[[list[list[str]], int], list[list[str]]]:
-    # True world states never need cutting; a predictor with fewer token slots than the world's 16 cuts them.
-    try:
-        takes_truncate = "truncate" in inspect.signature(predictor.predict).parameters
-    except (TypeError, ValueError):
-        takes_truncate = False
-    if takes_truncate:
-        return lambda h, k: predictor.predict(h, k, truncate=True)  # type: ignore[call-arg]
-    return predictor.predict
-
-
-def score_predictor(predictor: _Predicts, clips: Sequence[Clip], horizon: int = 8, min_history: int = 4,
+def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 8, min_history: int = 4,
                     batch_size: int = 256) -> dict[str, Any]:
     """Exact match at horizons 1..`horizon` on predictable steps, rolling out from true histories.
 
@@ -206,23 +158,23 @@ def score_predictor(predictor: _Predicts, clips: Sequence[Clip], horizon: int = 
     starts = [(c, s) for c in clips for s in range(min_history, len(c.states))]
     if not starts:
         return {"skipped": f"no clip has more than {min_history} states"}
-    predict = _predict_fn(predictor)
     hits: dict[tuple[str, str, int], list[bool]] = {}
     unpredictable: list[bool] = []
     valid: list[bool] = []
     t0 = time.perf_counter()
     for i in range(0, len(starts), batch_size):
         chunk = starts[i:i + batch_size]
-        futures = predict([c.states[:s] for c, s in chunk], horizon)
+        # True world states never need cutting; a predictor with fewer token slots than the world's 16 cuts them.
+        futures = predictor.predict([c.states[:s] for c, s in chunk], horizon, truncate=True)
         for (clip, s), future in zip(chunk, futures):
             family = family_of(clip.scenario)
-            future = [canonical(f) for f in future]
+            future = [canonical_state(f) for f in future]
             valid.append(is_valid_state(future[0]))
             for h in range(1, horizon + 1):
                 t = s + h - 1
                 if t >= len(clip.states):
                     break
-                hit = future[h - 1] == canonical(clip.states[t])
+                hit = future[h - 1] == canonical_state(clip.states[t])
                 if not clip.predictable[t]:
                     if h == 1:
                         unpredictable.append(hit)
@@ -285,7 +237,7 @@ def score_renderer(renderer: Any, clips: Sequence[Clip], captioner: Any | None =
         out["roundtrip"] = "skipped: no captioner weights to read the frames back"
     else:
         read = captioner.caption(frames)
-        out["roundtrip_acc"] = _rate([canonical(r) == canonical(s) for r, s in zip(read, states)])
+        out["roundtrip_acc"] = _rate([canonical_state(r) == canonical_state(s) for r, s in zip(read, states)])
     return out
 
 
@@ -320,28 +272,17 @@ class EvalWorldArgs:
 
 
 def stage_folder(weights: Path, stage: str) -> Path | None:
-    """The folder of a stage: named by model_index.json (a folder name, or a [library, class] pair meaning the
-    stage's own name), else weights/<stage>; None when it does not exist."""
-    folder = weights / stage
-    index_path = weights / MODEL_INDEX
-    if index_path.is_file():
-        try:
-            entry = json.loads(index_path.read_text()).get(stage)
-        except (json.JSONDecodeError, AttributeError):
-            raise UserError(f"{index_path}: not a JSON object naming the stage folders") from None
-        if entry is None:
-            return None
-        if isinstance(entry, str):
-            folder = weights / entry
-    return folder if folder.is_dir() else None
+    """The folder of a stage: named by model_index.json when there is one, else weights/<stage>; None when it
+    does not exist (that stage is skipped)."""
+    index = read_model_index(weights) if (weights / MODEL_INDEX).is_file() else {stage: stage}
+    folder = utils.stage_folder(weights, index, stage)
+    return folder if folder is not None and folder.is_dir() else None
 
 
 def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
     """Score each requested stage whose weights exist; a missing stage gives {"skipped": reason}."""
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    from pipeline.training.predictor import resolve_device
-
     device = resolve_device(args.device)
     clips = read_world_dir(args.data)
     weights = Path(args.weights)
@@ -367,127 +308,25 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
         result["captioner"] = (missing("captioner") if captioner is None
                                else {"weights": str(folders["captioner"]),
                                      **score_captioner(captioner, clips, args.max_frames)})
-    if "predictor" in args.parts:
-        logger.info("scoring the predictor")
-        folder = folders["predictor"]
+    for part in ("predictor", "renderer"):
+        folder = folders[part]
+        if part not in args.parts:
+            continue
+        logger.info("scoring the %s", part)
         if folder is None:
-            result["predictor"] = missing("predictor")
-        else:
+            result[part] = missing(part)
+        elif part == "predictor":
             from pipeline.predictor import Predictor
 
             predictor = Predictor.from_pretrained(folder, device=device)
             kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
-            result["predictor"] = {"weights": str(folder), "model": kind,
-                                   **score_predictor(predictor, clips, args.horizon, predictor.T)}
+            scores = score_predictor(predictor, clips, args.horizon, predictor.T)
+            result[part] = {"weights": str(folder), "model": kind, **scores}
             result["copy_last"] = score_predictor(CopyLast(), clips, args.horizon, predictor.T)
-    if "renderer" in args.parts:
-        logger.info("scoring the renderer")
-        folder = folders["renderer"]
-        if folder is None:
-            result["renderer"] = missing("renderer")
         else:
             from pipeline.renderer import Renderer
 
             renderer = Renderer.from_pretrained(folder, device=device)
-            result["renderer"] = {"weights": str(folder), **score_renderer(
-                renderer, clips, captioner, args.render_states, args.seed, args.steps, args.guidance)}
+            sampling = (args.render_states, args.seed, args.steps, args.guidance)
+            result[part] = {"weights": str(folder), **score_renderer(renderer, clips, captioner, *sampling)}
     return result
-
-
-# ---- command line --------------------------------------------------------------------------------------
-def add_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add `world` to `semworld eval`; its func prints a report (or one JSON object) and returns 0."""
-    p = eval_subparsers.add_parser(
-        "world", help="score the shipped (or given) models on a `world generate` directory",
-        description="Captioner exact match, predictor exact match by horizon (predictable steps) and the "
-                    "renderer round trip with PSNR/SSIM, on a directory made by `semworld world generate`.",
-    )
-    p.add_argument("--data", required=True, help="directory made by `semworld world generate`")
-    p.add_argument("--weights", default=None, help="weights folder (default: $SEMWORLD_WEIGHTS_DIR or weights/)")
-    p.add_argument("--parts", default=",".join(PARTS), help="comma-separated stages to score (default: all)")
-    p.add_argument("--horizon", type=int, default=8, help="predictor horizons 1..H (default %(default)s)")
-    p.add_argument("--max-frames", type=int, default=None, help="cap on frames the captioner reads")
-    p.add_argument("--render-states", type=int, default=32, help="distinct states rendered (default %(default)s)")
-    p.add_argument("--steps", type=int, default=None, help="renderer denoising steps (default: its own)")
-    p.add_argument("--guidance", type=float, default=None, help="renderer guidance (default: its own)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run_eval_world)
-    return p
-
-
-def default_weights() -> str:
-    import os
-
-    return os.environ.get("SEMWORLD_WEIGHTS_DIR") or str(Path(__file__).resolve().parents[2] / "weights")
-
-
-def run_eval_world(ns: argparse.Namespace) -> int:
-    args = EvalWorldArgs(
-        data=ns.data, weights=ns.weights or default_weights(),
-        parts=tuple(p.strip() for p in ns.parts.split(",") if p.strip()), horizon=ns.horizon,
-        max_frames=ns.max_frames, render_states=ns.render_states, steps=ns.steps, guidance=ns.guidance,
-        seed=ns.seed, device=ns.device, threads=ns.threads,
-    )
-    result = evaluate_world(args)
-    if ns.json:
-        sys.stdout.write(json.dumps(result) + "\n")
-        return 0
-    write_report(result)
-    return 0
-
-
-def _fmt(v: Any) -> str:
-    return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
-
-
-def write_report(result: dict[str, Any]) -> None:
-    """Rich tables of an `evaluate_world` result on stdout."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    console.print(f"[bold]{result['data']}[/]: {result['clips']} clips, {result['states']} states; "
-                  f"weights {result['weights']}")
-    for part in PARTS:
-        res = result.get(part)
-        if res is None:
-            continue
-        if "skipped" in res:
-            console.print(f"{part}: skipped ({res['skipped']})")
-            continue
-        if part == "predictor":
-            h = len(res["by_horizon"])
-            table = Table(title=f"predictor ({res['model']}) exact match on predictable steps, by horizon")
-            table.add_column("")
-            for k in range(1, h + 1):
-                table.add_column(str(k), justify="right")
-            table.add_row("all", *(_fmt(res["by_horizon"][str(k)]) for k in range(1, h + 1)))
-            for fam, row in res["by_family"].items():
-                table.add_row(fam, *(_fmt(row[str(k)]) for k in range(1, h + 1)))
-            ref = result.get("copy_last", {}).get("by_horizon", {})
-            table.add_row("all, chain", *(_fmt(res["by_horizon_chain"][str(k)]) for k in range(1, h + 1)))
-            table.add_row("copy-last", *(_fmt(ref.get(str(k))) for k in range(1, h + 1)))
-            table.add_row("steps", *(str(res["steps"][str(k)]) for k in range(1, h + 1)))
-            console.print(table)
-            continue
-        table = Table(title=part)
-        table.add_column("metric")
-        table.add_column("value", justify="right")
-        for key, value in res.items():
-            table.add_row(key, json.dumps(value) if isinstance(value, dict) else _fmt(value))
-        console.print(table)
-
-
-if __name__ == "__main__":  # python -m pipeline.evaluation.world --data DIR ... (the same flags)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _parser = argparse.ArgumentParser(prog="python -m pipeline.evaluation.world")
-    add_parser(_parser.add_subparsers())
-    _ns = _parser.parse_args(["world", *sys.argv[1:]])
-    try:
-        sys.exit(_ns.func(_ns))
-    except (UserError, ValueError, FileNotFoundError) as _err:
-        sys.stderr.write(f"semworld: error: {_err}\n")
-        sys.exit(2)

@@ -7,62 +7,35 @@ exact-match evaluation on a seeded held-out set each epoch, atomic resumable che
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
-import os
 import random
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from pipeline.utils import UserError
+from models.captioner import (
+    BOS_TOKEN,
+    EOS_TOKEN,
+    MAX_STATE_TOKENS,
+    build_blip,
+    build_processor,
+)
+from pipeline.evaluation.metrics import exact_match
+from pipeline.training.args import TrainCaptionerArgs
+from pipeline.utils import UserError, atomic_dir, atomic_torch_save
 
 logger = logging.getLogger(__name__)
 
-BOS_TOKEN, EOS_TOKEN = "[BOS]", "[EOS]"
-MAX_STATE_TOKENS = 16  # N: a state has at most this many word-level tokens
 
 
-# ---- the model -------------------------------------------------------------------------------------------
-@dataclass
-class CaptionerModelConfig:
-    """Shape of the embedded BLIP.
-
-    image_size: side the processor resizes frames to (world frames are rendered at 128).
-    patch_size: ViT patch side; (image_size / patch_size)^2 image tokens feed the decoder's cross-attention.
-    vision_layers / text_layers: transformer blocks in the image encoder / text decoder.
-    hidden: width of both towers; the MLPs are `mlp_ratio` times wider. heads: attention heads in both.
-    max_positions: text positions (a state is <= 16 tokens plus [BOS] and [EOS]).
-    """
-
-    image_size: int = 80
-    patch_size: int = 16
-    vision_layers: int = 3
-    text_layers: int = 2
-    hidden: int = 128
-    heads: int = 4
-    mlp_ratio: int = 2
-    max_positions: int = 24
-
-    def __post_init__(self) -> None:
-        if self.image_size < 8 or self.image_size % self.patch_size:
-            raise ValueError(f"image_size ({self.image_size}) must be >= 8 and a multiple of patch_size "
-                             f"({self.patch_size})")
-        if self.hidden % self.heads or self.hidden % 4:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) and by 4")
-        for name in ("vision_layers", "text_layers", "mlp_ratio"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_positions < MAX_STATE_TOKENS + 2:
-            raise ValueError(f"max_positions must be >= {MAX_STATE_TOKENS + 2}, got {self.max_positions}")
-
-
+# ---- the tokenizer ---------------------------------------------------------------------------------------
 def build_tokenizer(sentences: Iterable[str]):  # -> transformers.PreTrainedTokenizerFast
     """Our word-level state tokenizer (pipeline.tokenizer: [PAD]=0, [UNK]=1, same word ids) with [BOS] and
     [EOS] appended as special tokens and a "[BOS] $A [EOS]" template, wrapped for transformers."""
@@ -82,61 +55,6 @@ def build_tokenizer(sentences: Iterable[str]):  # -> transformers.PreTrainedToke
         tokenizer_object=backend, pad_token=PAD_TOKEN, unk_token=UNK_TOKEN, bos_token=BOS_TOKEN,
         eos_token=EOS_TOKEN, sep_token=EOS_TOKEN, cls_token=BOS_TOKEN, model_max_length=MAX_STATE_TOKENS + 2,
     )
-
-
-def build_processor(tokenizer, image_size: int):  # -> transformers.BlipProcessor
-    """BlipProcessor with the slow (PIL) image processor: no torchvision needed; bicubic resize to image_size."""
-    from transformers import BlipProcessor
-    from transformers.models.blip.image_processing_pil_blip import BlipImageProcessorPil
-
-    image_processor = BlipImageProcessorPil(size={"height": image_size, "width": image_size})
-    return BlipProcessor(image_processor=image_processor, tokenizer=tokenizer)
-
-
-def sincos_2d(grid: int, dim: int) -> torch.Tensor:
-    """(grid * grid, dim) row-major 2-D sine-cosine position codes: half the channels code the row, half the
-    column, each as sin/cos pairs at geometric frequencies."""
-    if dim % 4:
-        raise ValueError(f"dim must be divisible by 4, got {dim}")
-    freqs = 1.0 / (10_000 ** (torch.arange(dim // 4, dtype=torch.float32) / (dim // 4)))  # (dim/4,)
-    pos = torch.arange(grid, dtype=torch.float32)[:, None] * freqs[None]  # (grid, dim/4)
-    code = torch.cat([pos.sin(), pos.cos()], dim=1)  # (grid, dim/2)
-    rows = code[:, None, :].expand(grid, grid, dim // 2)  # (grid, grid, dim/2): varies with the row
-    cols = code[None, :, :].expand(grid, grid, dim // 2)  # (grid, grid, dim/2): varies with the column
-    return torch.cat([rows, cols], dim=-1).reshape(grid * grid, dim)  # (grid * grid, dim)
-
-
-def build_blip(config: CaptionerModelConfig, tokenizer):  # -> transformers.BlipForConditionalGeneration
-    """A randomly initialised BlipForConditionalGeneration sized by `config` for `tokenizer`'s vocabulary."""
-    from transformers import BlipConfig, BlipForConditionalGeneration
-
-    bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
-    blip_config = BlipConfig(
-        vision_config=dict(
-            hidden_size=config.hidden, intermediate_size=config.mlp_ratio * config.hidden,
-            num_hidden_layers=config.vision_layers, num_attention_heads=config.heads,
-            image_size=config.image_size, patch_size=config.patch_size,
-            initializer_range=0.02,  # BLIP's default (1e-10) starts the image tower at zero: it learns far slower
-        ),
-        text_config=dict(
-            vocab_size=len(tokenizer), hidden_size=config.hidden, intermediate_size=config.mlp_ratio * config.hidden,
-            num_hidden_layers=config.text_layers, num_attention_heads=config.heads,
-            max_position_embeddings=config.max_positions, encoder_hidden_size=config.hidden,
-            bos_token_id=bos, eos_token_id=eos, sep_token_id=eos, pad_token_id=pad,
-        ),
-        projection_dim=config.hidden,
-        image_text_hidden_size=config.hidden,
-    )
-    model = BlipForConditionalGeneration(blip_config)
-    with torch.no_grad():  # fixed 2-D sin-cos positions to start from, as in MAE: "where" is readable at once
-        embeddings = model.vision_model.embeddings
-        grid = config.image_size // config.patch_size
-        embeddings.position_embedding[0, 1:] = sincos_2d(grid, config.hidden)  # (grid * grid, hidden)
-        embeddings.position_embedding[0, 0] = 0.0  # the class token has no place
-    model.generation_config.max_new_tokens = MAX_STATE_TOKENS + 2
-    model.generation_config.eos_token_id = eos
-    model.generation_config.pad_token_id = pad
-    return model
 
 
 # ---- the data ------------------------------------------------------------------------------------------
@@ -261,92 +179,6 @@ def world_sentences() -> list[str]:
     return [" ".join(VOCAB)]
 
 
-# ---- training ------------------------------------------------------------------------------------------
-@dataclass
-class TrainCaptionerArgs:
-    """Arguments of `semworld train captioner` (every field is a flag: --out, --epochs, --steps-per-epoch, ...).
-
-    out: directory for the final model in the Hugging Face layout (config.json, model.safetensors, processor
-        and tokenizer files); it is written when the run ends, holding the best evaluated weights.
-    run_dir: checkpoints (checkpoint.pt, written atomically each epoch) and the JSON-lines log (log.jsonl);
-        a run started again with the same run_dir resumes from its checkpoint.
-    seed: seeds the model initialisation, every epoch's frames (seed, epoch) and the held-out set.
-    epochs / steps_per_epoch / batch_size: fresh random frames every step, so an epoch is just a unit of
-        evaluation and checkpointing; epochs * steps_per_epoch * batch_size frames are seen in all.
-    lr / min_lr_ratio / warmup_steps / weight_decay / grad_clip: AdamW with linear warmup and cosine decay to
-        lr * min_lr_ratio.
-    count_weights: relative frequency of scenes with 0, 1, 2, 3 objects (the most crowded are the hardest).
-    degrade_prob: fraction of training frames sent through a JPEG round trip (robustness to decoded video).
-    jitter_prob / resize_prob: fractions of training frames whose objects sit up to 0.15 cell off their cell's
-        centre / that are drawn natively at 56-192 px and resized to 128 (see make_examples); from augment_from.
-    init_from: a saved captioner folder (this layout) to start from instead of a random initialisation: the
-        fine-tuning phase of the shipped recipe (SHIPPED_FINETUNE).
-    rescale_prob / noise_prob: fractions of training frames drawn small and scaled back up (soft, as the
-        renderer's low-resolution frames) / given Gaussian pixel noise; both only from epoch `augment_from`
-        on (a curriculum: clean frames first, then the harder ones).
-    eval_frames: size of the seeded held-out set, balanced over object counts; evaluated by exact match.
-    attn_weight: weight of the attention-supervision loss: while it writes an object's words, the decoder's
-        cross-attention (mean over layers and heads) is pulled onto that object's cell (-log of its share).
-        Without it the decoder reads colours and shapes from the whole image but learns *where* only after a
-        long plateau. Used when the ViT grid equals the world's (image_size / patch_size == 5); 0 turns it off.
-    target: stop early once held-out exact match reaches this; None (the default) trains the whole schedule,
-        whose low-learning-rate end makes the model steadier on degraded frames than stopping at the first
-        perfect evaluation.
-    test_clips: at the end, the saved model is reloaded through `Captioner` and scored on the frames of this
-        many clips of the world's test split (0: skip).
-    threads: torch CPU threads (1 leaves the other core of a shared machine free).
-    model: the BLIP shape (see CaptionerModelConfig).
-    """
-
-    out: str
-    run_dir: str = "runs/captioner"
-    seed: int = 0
-    epochs: int = 36
-    steps_per_epoch: int = 250
-    batch_size: int = 32
-    lr: float = 1.5e-3
-    min_lr_ratio: float = 0.05
-    warmup_steps: int = 200
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    count_weights: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4)
-    degrade_prob: float = 0.2
-    rescale_prob: float = 0.25
-    noise_prob: float = 0.15
-    jitter_prob: float = 0.0
-    resize_prob: float = 0.0
-    augment_from: int = 12
-    init_from: str | None = None
-    eval_frames: int = 800
-    attn_weight: float = 1.0
-    target: float | None = None
-    test_clips: int = 200
-    threads: int = 1
-    device: str = "cpu"
-    model: CaptionerModelConfig = field(default_factory=CaptionerModelConfig)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.model, dict):
-            self.model = CaptionerModelConfig(**self.model)
-        self.count_weights = tuple(float(w) for w in self.count_weights)
-        for name in ("epochs", "steps_per_epoch", "batch_size", "eval_frames", "threads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.target is not None and not 0 < self.target <= 1:
-            raise ValueError(f"target must be in (0, 1] or None, got {self.target}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        for name in ("degrade_prob", "rescale_prob", "noise_prob", "jitter_prob", "resize_prob"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if len(self.count_weights) < 1 or min(self.count_weights) < 0 or sum(self.count_weights) <= 0:
-            raise ValueError(f"count_weights must be non-negative with a positive sum, got {self.count_weights}")
-
-    @property
-    def total_steps(self) -> int:
-        return self.epochs * self.steps_per_epoch
-
-
 def lr_at(step: int, args: TrainCaptionerArgs) -> float:
     """Linear warmup over warmup_steps, then cosine decay from lr to lr * min_lr_ratio at the last step."""
     if step < args.warmup_steps:
@@ -392,20 +224,6 @@ def attention_targets(states: Sequence[str], length: int, grid: int) -> torch.Te
     return targets
 
 
-def exact_match(predicted: Sequence[str], states: Sequence[str]) -> dict[str, float]:
-    """Overall exact match and exact match by number of objects in the true state (keys 'objects=K')."""
-    from world.grammar import parse_state
-
-    by_count: dict[int, list[bool]] = {}
-    for p, s in zip(predicted, states):
-        by_count.setdefault(len(parse_state(s).objects), []).append(p == s)
-    hits = [h for v in by_count.values() for h in v]
-    result = {"exact_match": sum(hits) / max(1, len(hits))}
-    for k in sorted(by_count):
-        result[f"objects={k}"] = sum(by_count[k]) / len(by_count[k])
-    return result
-
-
 def world_split_exact_match(captioner, clips: int = 200, seed: int = 0, split: str = "test") -> dict[str, float]:
     """Exact match of `captioner` on the frames at the state instants of `clips` world clips of `split`
     (every scenario, as `semworld world generate --scenario all` makes them), overall and by object count."""
@@ -416,45 +234,79 @@ def world_split_exact_match(captioner, clips: int = 200, seed: int = 0, split: s
     return {**exact_match(predicted, [state for _, state in pairs]), "frames": len(pairs)}
 
 
-def _atomic_torch_save(obj: object, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def save_model(model, processor, directory: Path) -> None:
     """save_pretrained (safetensors) of model and processor into `directory`, replaced atomically."""
-    import shutil
+    with atomic_dir(directory) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        processor.save_pretrained(tmp)
 
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = directory.with_name(directory.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp, safe_serialization=True)
-    processor.save_pretrained(tmp)
-    old = directory.with_name(directory.name + ".old")
-    if directory.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(directory, old)
-    os.replace(tmp, directory)
-    if old.exists():
-        shutil.rmtree(old)
+
+@dataclass
+class CaptionerRun:
+    """One captioner training run: the model, its processor and optimizer, and where the run stands."""
+
+    args: TrainCaptionerArgs
+    model: Any  # transformers.BlipForConditionalGeneration
+    processor: Any  # transformers.BlipProcessor
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    start_epoch: int = 0
+    best: dict[str, Any] = field(default_factory=lambda: {"exact_match": -1.0})
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.args.run_dir)
+
+    def log(self, record: dict[str, Any]) -> None:
+        with (self.run_dir / "log.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    @property
+    def supervise_attention(self) -> bool:
+        """Attention supervision needs one ViT patch per world cell."""
+        from world.grammar import GRID
+
+        return self.args.attn_weight > 0 and self.args.model.image_size // self.args.model.patch_size == GRID
 
 
 def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
     """Train (or resume) the embedded captioner; returns the best held-out metrics. See TrainCaptionerArgs."""
-    from tqdm import tqdm
-
     from pipeline.captioner import Captioner
 
     torch.set_num_threads(args.threads)
-    run_dir, out = Path(args.run_dir), Path(args.out)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ckpt_path, best_path, log_path = run_dir / "checkpoint.pt", run_dir / "best.pt", run_dir / "log.jsonl"
-    device = torch.device(args.device)
+    run = setup_run(args)
+    eval_frames, eval_states = evaluation_set(args.seed, args.eval_frames, len(args.count_weights))
+    # The same held-out scenes drawn at 64 and scaled up, then JPEG'd: a check of robustness, not of the target.
+    soft_rng = np.random.default_rng([args.seed, 1_000_033])
+    soft_frames = [degrade(rescale(f, soft_rng, (64,)), soft_rng, (85, 85)) for f in eval_frames[::4]]
+    captioner = Captioner(run.model, run.processor)  # the same adapter code that serves the model
+    for epoch in range(run.start_epoch, args.epochs):
+        if args.target is not None and run.best["exact_match"] >= args.target:
+            break
+        t0 = time.time()
+        losses, last_step = fit_epoch(run, epoch)
+        train_s = time.time() - t0
+        predicted = captioner.caption(eval_frames)
+        metrics = exact_match(predicted, eval_states)
+        soft = exact_match(captioner.caption(soft_frames), eval_states[::4])["exact_match"]
+        wrong = [(p, s) for p, s in zip(predicted, eval_states) if p != s][:3]
+        run.log({"event": "epoch", "epoch": epoch + 1, "step": (epoch + 1) * args.steps_per_epoch,
+                 "loss": float(np.mean(losses)), "lr": lr_at(last_step, args), "train_s": round(train_s, 1),
+                 "eval_s": round(time.time() - t0 - train_s, 1), **metrics, "soft_exact_match": soft,
+                 "examples_wrong": wrong})  # fmt: skip
+        logger.info("epoch %d: loss %.4f, exact match %.4f (%s), soft frames %.4f, %.0fs", epoch + 1,
+                    float(np.mean(losses)), metrics["exact_match"],
+                    {k: round(v, 3) for k, v in metrics.items() if k != "exact_match"}, soft, train_s)  # fmt: skip
+        save_epoch(run, epoch, metrics)
+    return save_and_test(run)
 
+
+def setup_run(args: TrainCaptionerArgs) -> CaptionerRun:
+    """The seeded fresh BLIP (or the --init-from model to fine-tune) and its optimizer, restored from
+    run_dir/checkpoint.pt when there is one."""
+    run_dir = Path(args.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    device = torch.device(args.device)
     torch.manual_seed(args.seed)
     random.seed(args.seed)
     tokenizer = build_tokenizer(world_sentences())
@@ -475,182 +327,107 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=args.lr, betas=(0.9, 0.98),
-    )
-    start_epoch, best = 0, {"exact_match": -1.0}
+    )  # fmt: skip
+    run = CaptionerRun(args, model, processor, optimizer, device)
+    ckpt_path = run_dir / "checkpoint.pt"
     if ckpt_path.exists():
         state = torch.load(ckpt_path, map_location=device, weights_only=False)
         if state["args"]["model"] != asdict(args.model):
             raise UserError(f"{ckpt_path} was trained with model {state['args']['model']}, not {asdict(args.model)};"
-                            " use another --run-dir")
+                            " use another --run-dir")  # fmt: skip
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        start_epoch, best = state["epoch"] + 1, state["best"]
-        logger.info("resuming from %s at epoch %d (best exact match so far %.4f)", ckpt_path, start_epoch,
-                    best["exact_match"])
+        run.start_epoch, run.best = state["epoch"] + 1, state["best"]
+        logger.info("resuming from %s at epoch %d (best exact match so far %.4f)", ckpt_path, run.start_epoch,
+                    run.best["exact_match"])  # fmt: skip
     n_params = sum(p.numel() for p in model.parameters())
-    from world.grammar import GRID
-
     grid = args.model.image_size // args.model.patch_size
-    supervise_attention = args.attn_weight > 0 and grid == GRID
-    if args.attn_weight > 0 and not supervise_attention:
-        logger.info("no attention supervision: the ViT grid (%d) is not the world's (%d)", grid, GRID)
+    if args.attn_weight > 0 and not run.supervise_attention:
+        logger.info("no attention supervision: the ViT grid (%d) is not the world's", grid)
     logger.info("captioner: %d parameters, %s", n_params, args.model)
+    if run.start_epoch == 0:
+        run.log({"event": "start", "args": asdict(args), "parameters": n_params})
+    return run
 
-    eval_frames, eval_states = evaluation_set(args.seed, args.eval_frames, len(args.count_weights))
-    # The same held-out scenes drawn at 64 and scaled up, then JPEG'd: a check of robustness, not of the target.
-    soft_rng = np.random.default_rng([args.seed, 1_000_033])
-    soft_frames = [degrade(rescale(f, soft_rng, (64,)), soft_rng, (85, 85)) for f in eval_frames[::4]]
-    soft_states = eval_states[::4]
-    captioner = Captioner(model, processor, batch_size=128)
 
-    def log(record: dict) -> None:
-        with log_path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+def fit_epoch(run: CaptionerRun, epoch: int) -> tuple[list[float], int]:
+    """One epoch of fresh seeded frames (the harder augmentations only from augment_from on); its losses and
+    last step."""
+    from tqdm import tqdm
 
-    if start_epoch == 0:
-        log({"event": "start", "args": asdict(args), "parameters": n_params})
-    for epoch in range(start_epoch, args.epochs):
-        if args.target is not None and best["exact_match"] >= args.target:
-            break
-        model.train()
-        rng = np.random.default_rng([args.seed, epoch])
-        late = epoch >= args.augment_from
-        rescale_prob, noise_prob = (args.rescale_prob, args.noise_prob) if late else (0.0, 0.0)
-        jitter_prob, resize_prob = (args.jitter_prob, args.resize_prob) if late else (0.0, 0.0)
-        t0, losses = time.time(), []
-        bar = tqdm(range(args.steps_per_epoch), desc=f"captioner epoch {epoch + 1}/{args.epochs}", leave=False,
-                   mininterval=5.0)
-        for i in bar:
-            step = epoch * args.steps_per_epoch + i
-            frames, states = make_examples(rng, args.batch_size, args.count_weights, degrade_prob=args.degrade_prob,
-                                           rescale_prob=rescale_prob, noise_prob=noise_prob,
-                                           jitter_prob=jitter_prob, resize_prob=resize_prob)
-            batch = {k: v.to(device) for k, v in encode_batch(processor, frames, states).items()}
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, args)
-            if supervise_attention:
-                # The same computation as model(**batch), keeping the decoder's cross-attention maps.
-                image = model.vision_model(pixel_values=batch["pixel_values"]).last_hidden_state  # (B, 1+P, d)
-                dec = model.text_decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                         encoder_hidden_states=image, labels=batch["labels"],
-                                         output_attentions=True, return_dict=True)
-                attn = torch.stack(dec.cross_attentions).mean(dim=(0, 2))  # (layers, B, H, L, 1+P) -> (B, L, 1+P)
-                targets = attention_targets(states, attn.shape[1], grid).to(device)  # (B, L)
-                mask = targets >= 0
-                picked = attn.gather(-1, targets.clamp(min=0)[..., None])[..., 0]  # (B, L)
-                attn_loss = -(picked[mask] + 1e-6).log().mean()
-                loss = dec.loss + args.attn_weight * attn_loss
-            else:
-                loss = model(**batch).loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-            optimizer.step()
-            losses.append(loss.item())
-            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)
-        train_s = time.time() - t0
+    args, model, device = run.args, run.model, run.device
+    model.train()
+    rng = np.random.default_rng([args.seed, epoch])
+    late = epoch >= args.augment_from
+    rescale_prob, noise_prob = (args.rescale_prob, args.noise_prob) if late else (0.0, 0.0)
+    jitter_prob, resize_prob = (args.jitter_prob, args.resize_prob) if late else (0.0, 0.0)
+    losses: list[float] = []
+    step = epoch * args.steps_per_epoch
+    bar = tqdm(range(args.steps_per_epoch), desc=f"captioner epoch {epoch + 1}/{args.epochs}", leave=False,
+               mininterval=5.0)  # fmt: skip
+    for i in bar:
+        step = epoch * args.steps_per_epoch + i
+        frames, states = make_examples(rng, args.batch_size, args.count_weights, degrade_prob=args.degrade_prob,
+                                       rescale_prob=rescale_prob, noise_prob=noise_prob,
+                                       jitter_prob=jitter_prob, resize_prob=resize_prob)  # fmt: skip
+        batch = {k: v.to(device) for k, v in encode_batch(run.processor, frames, states).items()}
+        for group in run.optimizer.param_groups:
+            group["lr"] = lr_at(step, args)
+        loss = _loss(run, batch, states)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        run.optimizer.step()
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)
+    return losses, step
 
-        predicted = captioner.caption(eval_frames)  # the same adapter code that serves the model
-        metrics = exact_match(predicted, eval_states)
-        soft = exact_match(captioner.caption(soft_frames), soft_states)["exact_match"]
-        wrong = [(p, s) for p, s in zip(predicted, eval_states) if p != s][:3]
-        record = {"event": "epoch", "epoch": epoch + 1, "step": (epoch + 1) * args.steps_per_epoch,
-                  "loss": float(np.mean(losses)), "lr": lr_at(step, args), "train_s": round(train_s, 1),
-                  "eval_s": round(time.time() - t0 - train_s, 1), **metrics, "soft_exact_match": soft,
-                  "examples_wrong": wrong}
-        log(record)
-        logger.info("epoch %d: loss %.4f, exact match %.4f (%s), soft frames %.4f, %.0fs", epoch + 1,
-                    record["loss"], metrics["exact_match"],
-                    {k: round(v, 3) for k, v in metrics.items() if k != "exact_match"}, soft, train_s)
-        if metrics["exact_match"] >= best["exact_match"]:
-            best = {**metrics, "epoch": epoch + 1}
-            _atomic_torch_save({"model": model.state_dict(), "metrics": best}, best_path)
-        _atomic_torch_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch,
-                            "best": best, "args": asdict(args)}, ckpt_path)
 
+def _loss(run: CaptionerRun, batch: dict[str, torch.Tensor], states: list[str]) -> torch.Tensor:
+    """The captioning loss, plus the attention-supervision term when it applies."""
+    model = run.model
+    if not run.supervise_attention:
+        return model(**batch).loss
+    # The same computation as model(**batch), keeping the decoder's cross-attention maps.
+    image = model.vision_model(pixel_values=batch["pixel_values"]).last_hidden_state  # (B, 1+P, d)
+    dec = model.text_decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                             encoder_hidden_states=image, labels=batch["labels"],
+                             output_attentions=True, return_dict=True)  # fmt: skip
+    attn = torch.stack(dec.cross_attentions).mean(dim=(0, 2))  # (layers, B, H, L, 1+P) -> (B, L, 1+P)
+    grid = run.args.model.image_size // run.args.model.patch_size
+    targets = attention_targets(states, attn.shape[1], grid).to(run.device)  # (B, L)
+    mask = targets >= 0
+    picked = attn.gather(-1, targets.clamp(min=0)[..., None])[..., 0]  # (B, L)
+    attn_loss = -(picked[mask] + 1e-6).log().mean()
+    return dec.loss + run.args.attn_weight * attn_loss
+
+
+def save_epoch(run: CaptionerRun, epoch: int, metrics: dict[str, float]) -> None:
+    """Keep the best evaluated weights (ties go to the later epoch), then checkpoint the run."""
+    if metrics["exact_match"] >= run.best["exact_match"]:
+        run.best = {**metrics, "epoch": epoch + 1}
+        atomic_torch_save({"model": run.model.state_dict(), "metrics": run.best}, run.run_dir / "best.pt")
+    atomic_torch_save({"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(), "epoch": epoch,
+                       "best": run.best, "args": asdict(run.args)}, run.run_dir / "checkpoint.pt")  # fmt: skip
+
+
+def save_and_test(run: CaptionerRun) -> dict[str, float]:
+    """Save the best weights to `out` in the Hugging Face layout; with test_clips, reload them through the
+    serving adapter (offline) and score the world's test split."""
+    from pipeline.captioner import Captioner
+
+    args, model, best = run.args, run.model, run.best
+    best_path = run.run_dir / "best.pt"
     if best_path.exists():
-        model.load_state_dict(torch.load(best_path, map_location=device, weights_only=False)["model"])
-    save_model(model.cpu(), processor, out)
-    log({"event": "saved", "out": str(out), **best})
+        model.load_state_dict(torch.load(best_path, map_location=run.device, weights_only=False)["model"])
+    save_model(model.cpu(), run.processor, Path(args.out))
+    run.log({"event": "saved", "out": str(args.out), **best})
     logger.info("saved the best captioner (epoch %s, exact match %.4f) to %s", best.get("epoch"),
-                best["exact_match"], out)
-    if args.test_clips:  # reload through the serving adapter (offline) and score the world's test split
-        test = world_split_exact_match(Captioner.from_pretrained(out, device="cpu"), clips=args.test_clips)
-        log({"event": "test", "split": "test", "clips": args.test_clips, **test})
+                best["exact_match"], args.out)  # fmt: skip
+    if args.test_clips:
+        test = world_split_exact_match(Captioner.from_pretrained(args.out, device="cpu"), clips=args.test_clips)
+        run.log({"event": "test", "split": "test", "clips": args.test_clips, **test})
         logger.info("world test split (%d frames): exact match %.4f %s", test["frames"], test["exact_match"],
-                    {k: round(v, 4) for k, v in test.items() if k.startswith("objects=")})
+                    {k: round(v, 4) for k, v in test.items() if k.startswith("objects=")})  # fmt: skip
         best = {**best, **{f"test_{k}": v for k, v in test.items()}}
     return best
-
-
-# ---- the shipped recipe ---------------------------------------------------------------------------------
-# weights/captioner/ is made in two phases: the defaults of TrainCaptionerArgs (36 epochs from scratch), then a
-# short fine-tune from that model with these settings, which adds jittered and natively resized frames (the
-# first model read pixel-perfect world frames perfectly but lost most frames shifted by one pixel).
-SHIPPED_FINETUNE: dict[str, object] = {
-    "epochs": 8, "lr": 3e-4, "warmup_steps": 50, "augment_from": 0, "jitter_prob": 0.5, "resize_prob": 0.3,
-}
-
-
-def train_shipped(out: str | Path, run_dir: str | Path, seed: int = 0, threads: int = 1) -> dict[str, float]:
-    """Both phases of the shipped captioner: from scratch into run_dir/base, then the fine-tune into `out`."""
-    run_dir = Path(run_dir)
-    base = TrainCaptionerArgs(out=str(run_dir / "base" / "model"), run_dir=str(run_dir / "base"), seed=seed,
-                              threads=threads, test_clips=0)
-    train_captioner(base)
-    finetune = TrainCaptionerArgs(out=str(out), run_dir=str(run_dir / "finetune"), seed=seed, threads=threads,
-                                  init_from=base.out, **SHIPPED_FINETUNE)  # type: ignore[arg-type]
-    return train_captioner(finetune)
-
-
-# ---- command line --------------------------------------------------------------------------------------
-def add_parser(train_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add `captioner` to `semworld train`; the parser's func runs train_captioner and returns 0."""
-    defaults = TrainCaptionerArgs(out="")
-    model_defaults = CaptionerModelConfig()
-    p = train_subparsers.add_parser(
-        "captioner", help="train the embedded BLIP captioner on world frames",
-        description="Train the embedded captioner (tiny BLIP) on random world frames; resumable.",
-    )
-    p.add_argument("--out", required=True, help="directory for the final model (Hugging Face layout)")
-    p.add_argument("--run-dir", default=defaults.run_dir, help="checkpoints and log.jsonl (resumes from here)")
-    for name in ("seed", "epochs", "steps_per_epoch", "batch_size", "warmup_steps", "eval_frames", "test_clips",
-                 "augment_from", "threads"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
-    for name in ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "degrade_prob", "rescale_prob", "noise_prob",
-                 "jitter_prob", "resize_prob", "attn_weight"):
-        p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name))
-    p.add_argument("--target", type=float, default=defaults.target,
-                   help="stop once held-out exact match reaches this (default: train the whole schedule)")
-    p.add_argument("--count-weights", type=float, nargs="+", default=list(defaults.count_weights),
-                   help="relative frequency of scenes with 0, 1, 2, 3 objects")
-    p.add_argument("--device", default=defaults.device)
-    p.add_argument("--init-from", default=None, help="start from this saved captioner folder (fine-tuning)")
-    for name in ("image_size", "patch_size", "vision_layers", "text_layers", "hidden", "heads", "mlp_ratio"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(model_defaults, name),
-                       help="model shape (see CaptionerModelConfig)")
-    p.set_defaults(func=_run_from_cli)
-    return p
-
-
-def args_from_namespace(ns: argparse.Namespace) -> TrainCaptionerArgs:
-    """The TrainCaptionerArgs that parsed `semworld train captioner` flags describe."""
-    model = CaptionerModelConfig(**{k: getattr(ns, k) for k in (
-        "image_size", "patch_size", "vision_layers", "text_layers", "hidden", "heads", "mlp_ratio")})
-    kwargs = {f: getattr(ns, f) for f in TrainCaptionerArgs.__dataclass_fields__ if f != "model" and hasattr(ns, f)}
-    return TrainCaptionerArgs(**kwargs, model=model)
-
-
-def _run_from_cli(ns: argparse.Namespace) -> int:
-    train_captioner(args_from_namespace(ns))
-    return 0
-
-
-if __name__ == "__main__":  # python -m pipeline.training.captioner --out DIR ... (same flags as the CLI command)
-    import sys
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    _parser = argparse.ArgumentParser(prog="python -m pipeline.training.captioner")
-    add_parser(_parser.add_subparsers())
-    _ns = _parser.parse_args(["captioner", *sys.argv[1:]])
-    sys.exit(_ns.func(_ns))

@@ -1,15 +1,13 @@
-"""Training and evaluation of the predictors: a plain, seeded loop with the section 8.2 stopping rule.
+"""Training of the predictors (either kind): a plain, seeded loop with the section 8.2 stopping rule.
 
-Owns `TrainArgs`, the epoch loop (single process or torchrun/DDP), checkpoint-and-resume, the per-epoch
-JSON-lines log, the L_S(T) plot, and `evaluate` (the metrics `semworld eval predictor` prints).
+Owns the data preparation, the model's construction from a preset, the epoch loop (single process or torchrun/DDP), checkpoint-and-resume, the per-epoch
+JSON-lines log and the L_S(T) plot; each epoch is scored by `pipeline.evaluation.predictor.evaluate`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import math
 import os
 import random
 import shutil
@@ -17,179 +15,42 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DistributedSampler
 
+from models.baseline import BaselineConfig, BaselineModel
+from models.four_tensor import FourTensorModel
+from models.presets import four_tensor_config, get_preset
 from pipeline.data import (
+    SUMMARY_FILE,
     WindowSet,
+    cap_clips,
     cap_windows,
+    clip_windows,
     make_windows,
     read_sequences,
     split_sequences,
+    stack_clips,
     uniform_cross_entropy,
+    val_window_cap,
 )
+from pipeline.evaluation.predictor import evaluate, evaluate_clips
 from pipeline.tokenizer import StateTokenizer
-from pipeline.utils import UserError
+from pipeline.training.args import MODEL_KINDS, TrainArgs
+from pipeline.utils import UserError, atomic_torch_save, atomic_write_json, atomic_write_text, resolve_device
 
 logger = logging.getLogger(__name__)
 
-MODEL_KINDS = ("four_tensor", "baseline")
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FILE = "last.pt"
 LOG_FILE = "train_log.jsonl"
 CURVE_FILE = "loss_curve.png"
 BOTH_CURVE_FILE = "loss_curves.png"
-SUMMARY_FILE = "training_summary.json"
-PARAM_HASH_ENV = "SEMWORLD_PARAM_HASH_FILE"  # when set, each rank writes a hash of its final parameters there
 LABELS = {"four_tensor": "4-tensor", "baseline": "1-D baseline"}
-
-
-class PredictorModel(Protocol):
-    """The shared predictor interface (models.four_tensor and models.baseline), as the pipeline uses it."""
-
-    config: Any
-    training: bool
-
-    def training_step(self, token_ids_full: torch.Tensor) -> torch.Tensor: ...
-    def score(self, token_ids_full: torch.Tensor) -> dict[str, float]: ...
-    def predict_next(
-        self, token_ids: torch.Tensor, state: object | None = None
-    ) -> tuple[torch.Tensor, object | None]: ...
-    def save_pretrained(self, directory: str | Path) -> None: ...
-
-
-# ---- arguments -----------------------------------------------------------------------------------------
-@dataclass
-class TrainArgs:
-    """Everything one training run depends on (the CLI flags of `semworld train predictor`).
-
-    data: a .jsonl state-sequence file or a ROCStories .csv. data_format: override the format the extension
-    implies ("jsonl" | "rocstories"). preset: a name of models.presets (fixes d_x, d_t, H, L, N, T; vocab_size
-    and end_ids come from the tokenizer). out: the output directory (weights of the best epoch, tokenizer.json,
-    training_summary.json, train_log.jsonl, loss_curve.png, checkpoint/last.pt). model: "four_tensor",
-    "baseline", or "both" (into out/four_tensor and out/baseline, on the same windows). epochs: the epoch
-    budget. batch_size: windows per optimizer step on each process. seed: seeds the split, the window cap, the
-    initial weights, the shuffling and dropout. causal_slices: the 4-tensor model masks keys of later sentence
-    slices (t' > t), beyond the paper. val_fraction: share of the sequences (whole stories) held out for
-    validation. max_windows: cap on training windows (validation is capped in proportion). lr, weight_decay:
-    AdamW (paper: 3e-4, 0.01). dropout: the single residual-branch rate (paper: 0.1). patience, tolerance: the
-    stopping rule (stop once >= patience epochs have passed since the minimum validation selection loss and the
-    current one is above tolerance x that minimum). min_frequency: words seen fewer times become [UNK].
-    device: "auto" (cuda if available), "cpu", "cuda", "cuda:1", ... threads: torch CPU threads per process
-    (None: torch's default; small models on a busy machine run fastest on 1). progress: draw a tqdm bar.
-
-    Tensor memory (4-tensor only, docs/tensor-memory.md): memory turns it on; mem_channels, mem_shape (D, H, W),
-    chunk_size, sigma_scale, memory_every_n_layers are its knobs (models/tensor_memory.py). A memory model
-    trains on whole clips in order: batch_size // bptt_windows clips at a time, each stepped window by window with
-    (h, c) carried; the loss of bptt_windows consecutive windows is back-propagated together (one optimizer
-    step, batch_size windows as without memory), then the state is detached and carried on. forget_bias and
-    memory_lr_scale: the memory's initial forget-gate bias and a learning-rate multiplier for its parameters.
-    init_from: start from the weights of a saved 4-tensor predictor of the same shape (a memory model may start
-    from one without memory: its memory keeps its fresh initialisation).
-    """
-
-    data: str
-    preset: str
-    out: str
-    model: str = "four_tensor"
-    epochs: int = 30
-    batch_size: int = 32
-    seed: int = 0
-    causal_slices: bool = False
-    val_fraction: float = 0.05
-    max_windows: int | None = None
-    lr: float = 3e-4
-    weight_decay: float = 0.01
-    dropout: float = 0.1
-    patience: int = 5
-    tolerance: float = 1.01
-    min_frequency: int = 1
-    data_format: str | None = None
-    device: str = "auto"
-    threads: int | None = None
-    progress: bool = True
-    memory: bool = False
-    mem_channels: int = 16
-    mem_shape: tuple[int, int, int] = (4, 4, 4)
-    chunk_size: int = 16
-    sigma_scale: float = 1.0
-    memory_every_n_layers: int = 1
-    bptt_windows: int = 8
-    forget_bias: float = 0.0
-    memory_lr_scale: float = 1.0
-    init_from: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.model not in (*MODEL_KINDS, "both"):
-            raise UserError(f"--model {self.model!r}: expected four_tensor, baseline or both")
-        for name in ("epochs", "batch_size", "patience", "min_frequency"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
-        if self.threads is not None and self.threads < 1:
-            raise UserError(f"--threads must be a positive integer, got {self.threads}")
-        if self.max_windows is not None and self.max_windows < 1:
-            raise UserError(f"--max-windows must be a positive integer, got {self.max_windows}")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise UserError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise UserError(f"--dropout must be in [0, 1), got {self.dropout}")
-        if self.lr <= 0 or self.weight_decay < 0 or self.tolerance < 1.0:
-            raise UserError(
-                f"need lr > 0, weight_decay >= 0, tolerance >= 1; got {self.lr}, "
-                f"{self.weight_decay}, {self.tolerance}"
-            )
-        if self.memory:
-            if self.model != "four_tensor":
-                raise UserError(f"--memory applies to the 4-tensor model only, got --model {self.model}")
-            if isinstance(self.bptt_windows, bool) or not isinstance(self.bptt_windows, int) or self.bptt_windows < 1:
-                raise UserError(f"--bptt-windows must be a positive integer, got {self.bptt_windows!r}")
-            try:
-                self.memory_config(8)
-            except ValueError as err:
-                knob = str(err).split(".", 1)[-1].split(" ", 1)[0]
-                raise UserError(f"--{knob.replace('_', '-')}: {err}") from None
-        if self.causal_slices and self.model == "baseline":
-            raise UserError(
-                "--causal-slices applies to the 4-tensor model only (the baseline is causal already)"
-            )
-
-    def memory_config(self, d: int) -> Any:
-        """The TensorMemoryConfig of these knobs for tokens of width d, or None without --memory."""
-        if not self.memory:
-            return None
-        from models.tensor_memory import TensorMemoryConfig
-
-        return TensorMemoryConfig(
-            d_emb=d, mem_channels=self.mem_channels, mem_shape=(self.mem_shape[0], self.mem_shape[1], self.mem_shape[2]), chunk_size=self.chunk_size,
-            sigma_scale=self.sigma_scale, memory_every_n_layers=self.memory_every_n_layers,
-            forget_bias=self.forget_bias,
-        )
-
-    @property
-    def clips_per_batch(self) -> int:
-        """Clips stepped side by side by a memory run: batch_size windows per optimizer step in all."""
-        return max(1, self.batch_size // self.bptt_windows)
-
-    def fingerprint(self) -> dict[str, Any]:
-        """The fields a resumed run must share with the checkpoint it resumes (not epochs, device, progress)."""
-        d = asdict(self)
-        for key in ("epochs", "device", "threads", "progress", "out"):
-            d.pop(key)
-        if self.init_from is None:
-            d.pop("init_from")
-        if not self.memory:  # runs without memory keep the fingerprint they had before the memory knobs
-            for key in ("memory", "mem_channels", "mem_shape", "chunk_size", "sigma_scale",
-                        "memory_every_n_layers", "bptt_windows", "forget_bias", "memory_lr_scale"):
-                d.pop(key)
-        else:
-            d["mem_shape"] = list(self.mem_shape)
-        d["data"] = str(Path(self.data).resolve())
-        return d
 
 
 # ---- the stopping rule (section 8.2) ------------------------------------------------------------------
@@ -234,22 +95,6 @@ class DistContext:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
-
-
-def resolve_device(spec: str = "auto", local_rank: int = 0) -> torch.device:
-    """'auto' -> cuda (this process's local rank) if available, else cpu; otherwise the named device."""
-    if spec == "auto":
-        spec = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(spec)
-    except RuntimeError as err:
-        raise UserError(f"--device {spec!r}: {err}") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError(f"--device {spec}: CUDA is not available on this machine")
-        if device.index is None:
-            device = torch.device("cuda", local_rank)
-    return device
 
 
 def init_distributed(device_spec: str) -> DistContext:
@@ -307,21 +152,11 @@ class PreparedData:
 
 
 def preset_shape(preset: str) -> dict[str, int]:
-    """(d_x, d_t, n_heads, n_layers, N, T, vocab_size) of a named preset; unknown names -> UserError."""
-    from models import presets
-
+    """(vocab_size, d_x, d_t, n_heads, n_layers, N, T) of a named preset; unknown names -> UserError."""
     try:
-        cfg = (
-            presets.from_name(preset) if hasattr(presets, "from_name") else presets.four_tensor_config(preset)
-        )
+        return get_preset(preset).shape()
     except ValueError as err:
         raise UserError(f"--preset: {err}") from None
-    return {k: getattr(cfg, k) for k in ("vocab_size", "d_x", "d_t", "n_heads", "n_layers", "N", "T")}
-
-
-def val_window_cap(max_windows: int, val_fraction: float) -> int:
-    """Validation windows kept when training windows are capped at max_windows (the same proportion)."""
-    return max(1, math.ceil(max_windows * val_fraction / (1.0 - val_fraction)))
 
 
 def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> PreparedData:
@@ -382,33 +217,18 @@ def build_model(
     kind: str, preset: str, tokenizer: StateTokenizer, dropout: float = 0.1, causal_slices: bool = False,
     memory: Any = None,
 ) -> Any:
-    """A fresh predictor of `kind` shaped by `preset`, with vocab_size and end_ids from the tokenizer; memory:
-    a TensorMemoryConfig for the 4-tensor model (None: no memory)."""
-    from models import presets
-
-    overrides: dict[str, Any] = {
-        "vocab_size": tokenizer.vocab_size,
-        "end_ids": tokenizer.end_ids,
-        "dropout": dropout,
-    }
-    if memory is not None:
-        overrides["memory"] = memory
-    if causal_slices:
-        from dataclasses import fields
-
-        from models.four_tensor import FourTensorConfig
-
-        names = {f.name for f in fields(FourTensorConfig)}
-        overrides["causal_slices" if "causal_slices" in names else "slice_causal"] = True
-    make = presets.from_name if hasattr(presets, "from_name") else presets.four_tensor_config
-    cfg = make(preset, **overrides)
+    """A fresh predictor of `kind` shaped by `preset`, with vocab_size and end_ids from the tokenizer."""
+    cfg = four_tensor_config(
+        preset,
+        vocab_size=tokenizer.vocab_size,
+        end_ids=tokenizer.end_ids,
+        dropout=dropout,
+        slice_causal=causal_slices,
+        **({"memory": memory} if memory is not None else {}),
+    )
     if kind == "four_tensor":
-        from models.four_tensor import FourTensorModel
-
         return FourTensorModel(cfg)
     if kind == "baseline":
-        from models.baseline import BaselineConfig, BaselineModel
-
         return BaselineModel(BaselineConfig.from_predictor(cfg))
     raise ValueError(f"model kind must be one of {MODEL_KINDS}, got {kind!r}")
 
@@ -424,6 +244,7 @@ class _StepModule(nn.Module):
         return self.model.training_step(token_ids_full)
 
 
+# ---- files ---------------------------------------------------------------------------------------------
 class _SegmentModule(nn.Module):
     """forward = a memory model's loss over consecutive windows of a batch of clips, state carried (one DDP
     forward per backward)."""
@@ -451,41 +272,6 @@ class _SegmentModule(nn.Module):
         return loss_sum, count, state
 
 
-def clip_windows(windows: WindowSet) -> list[torch.Tensor]:
-    """The windows of each sequence, in order: a list of (n_windows, T+1, N), one per sequence with windows."""
-    by_seq: dict[int, list[tuple[int, int]]] = {}
-    for row, (seq, start) in enumerate(zip(windows.sequence_index.tolist(), windows.start.tolist())):
-        by_seq.setdefault(seq, []).append((start, row))
-    return [windows.ids[[r for _, r in sorted(rows)]] for _, rows in sorted(by_seq.items())]
-
-
-def cap_clips(windows: WindowSet, limit: int | None, seed: int) -> WindowSet:
-    """At most about `limit` windows made of whole sequences, chosen with a seeded generator (order kept)."""
-    if limit is None or len(windows) <= limit:
-        return windows
-    g = torch.Generator().manual_seed(seed)
-    seqs = torch.unique(windows.sequence_index)
-    keep_seqs: list[int] = []
-    total = 0
-    for k in torch.randperm(len(seqs), generator=g).tolist():
-        if total >= limit:
-            break
-        keep_seqs.append(int(seqs[k]))
-        total += int((windows.sequence_index == seqs[k]).sum())
-    keep = torch.isin(windows.sequence_index, torch.tensor(keep_seqs)).nonzero().squeeze(1)
-    return windows.subset(keep)
-
-
-def _stack_clips(group: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
-    """Clips (n_i, T+1, N), longest first -> (B, max n_i, T+1, N) zero-padded at the end, and the n_i."""
-    group = sorted(group, key=lambda w: -w.shape[0])
-    lengths = [w.shape[0] for w in group]
-    out = group[0].new_zeros(len(group), lengths[0], *group[0].shape[1:])
-    for b, w in enumerate(group):
-        out[b, : w.shape[0]] = w
-    return out, lengths
-
-
 def train_clip_batch(
     step_module: nn.Module, optimizer: torch.optim.Optimizer, group: list[torch.Tensor], bptt_windows: int,
     device: torch.device | str,
@@ -494,7 +280,7 @@ def train_clip_batch(
     carried from window to window; every bptt_windows windows the summed loss is back-propagated (mean over
     the targets), the optimizer steps and the state is detached. Returns (sum of segment losses x windows,
     windows)."""
-    windows, lengths = _stack_clips(group)
+    windows, lengths = stack_clips(group)
     windows = windows.to(device)
     state = None
     loss_total, seen = 0.0, 0
@@ -540,90 +326,6 @@ def parameter_groups(model: nn.Module, args: TrainArgs) -> list[dict[str, Any]]:
             {"params": [p for n, p in params if is_mem(n)], "lr": args.lr * args.memory_lr_scale}]
 
 
-def parameter_hash(model: nn.Module) -> str:
-    """sha256 over every parameter and buffer, in name order (replica-equality checks)."""
-    h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-# ---- evaluation ----------------------------------------------------------------------------------------
-SCORE_KEYS = (
-    "selection_loss_sum",
-    "selection_count",
-    "last_ce_sum",
-    "last_tokens",
-    "last_correct",
-    "exact_sentences",
-    "sentences",
-)
-
-
-@torch.no_grad()
-def evaluate(
-    model: Any, windows: torch.Tensor, batch_size: int = 64, device: torch.device | str = "cpu"
-) -> dict[str, float]:
-    """Score windows (W, T+1, N): selection loss, L_S(T), token and exact-sentence accuracy, and the counts."""
-    was_training = model.training
-    model.eval()
-    sums = dict.fromkeys(SCORE_KEYS, 0.0)
-    for i in range(0, windows.shape[0], batch_size):
-        part = model.score(windows[i : i + batch_size].to(device))
-        for key in SCORE_KEYS:
-            sums[key] += float(part[key])
-    model.train(was_training)
-    return {
-        "selection_loss": sums["selection_loss_sum"] / max(sums["selection_count"], 1.0),
-        "last_ce": sums["last_ce_sum"] / max(sums["last_tokens"], 1.0),
-        "token_acc": sums["last_correct"] / max(sums["last_tokens"], 1.0),
-        "exact_acc": sums["exact_sentences"] / max(sums["sentences"], 1.0),
-        "last_tokens": int(sums["last_tokens"]),
-        "sentences": int(sums["sentences"]),
-    }
-
-
-@torch.no_grad()
-def evaluate_clips(
-    model: Any, clips: list[torch.Tensor], batch_size: int = 64, device: torch.device | str = "cpu"
-) -> dict[str, float]:
-    """evaluate() for a memory model: the windows of each clip (n_i, T+1, N) scored in order, (h, c) carried."""
-    from models.tensor_memory import MemoryState
-
-    was_training = model.training
-    model.eval()
-    sums = dict.fromkeys(SCORE_KEYS, 0.0)
-    for i in range(0, len(clips), batch_size):
-        windows, lengths = _stack_clips(clips[i : i + batch_size])
-        windows = windows.to(device)
-        state = None
-        for j in range(windows.shape[1]):
-            n = sum(1 for L in lengths if L > j)
-            st = None if state is None else MemoryState(state.h[:n], state.c[:n])
-            part, st = model.score_memory(windows[:n, j], st)
-            for key in SCORE_KEYS:
-                sums[key] += float(part[key])
-            state = st if state is None or n == state.h.shape[0] else MemoryState(
-                torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
-    model.train(was_training)
-    return {
-        "selection_loss": sums["selection_loss_sum"] / max(sums["selection_count"], 1.0),
-        "last_ce": sums["last_ce_sum"] / max(sums["last_tokens"], 1.0),
-        "token_acc": sums["last_correct"] / max(sums["last_tokens"], 1.0),
-        "exact_acc": sums["exact_sentences"] / max(sums["sentences"], 1.0),
-        "last_tokens": int(sums["last_tokens"]),
-        "sentences": int(sums["sentences"]),
-    }
-
-
-# ---- files ---------------------------------------------------------------------------------------------
-def _atomic_json(path: Path, payload: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    tmp.replace(path)
-
-
 def _save_weights_atomically(model: Any, out: Path) -> None:
     """save_pretrained into a scratch folder, then move each file over the old one."""
     scratch = out / ".saving"
@@ -635,9 +337,7 @@ def _save_weights_atomically(model: Any, out: Path) -> None:
 
 
 def _write_log(path: Path, history: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(rec) + "\n" for rec in history))
-    tmp.replace(path)
+    atomic_write_text(path, "".join(json.dumps(rec) + "\n" for rec in history))
 
 
 def plot_curves(
@@ -684,6 +384,7 @@ class TrainResult:
     best_epoch: int  # zero-based index into history
     stopped_by: str
     summary: dict[str, Any]
+    model: Any = field(repr=False, default=None)  # this process's replica after the last epoch run
 
     @property
     def best(self) -> dict[str, Any]:
@@ -691,6 +392,41 @@ class TrainResult:
 
 
 EpochHook = Callable[[str, int], None]  # (model kind, finished epoch number 1..E), e.g. to simulate a kill
+
+
+@dataclass
+class PredictorRun:
+    """One model's training run: what setup makes and the epoch loop and the save step share."""
+
+    kind: str
+    args: TrainArgs
+    data: PreparedData
+    out: Path
+    ctx: DistContext
+    model: Any
+    optimizer: torch.optim.Optimizer
+    step_module: nn.Module  # forward = the model's training step (DDP-wrapped under torchrun)
+    sampler: DistributedSampler[int]
+    fingerprint: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+    train_clips: list[torch.Tensor] = field(default_factory=list)  # memory runs: each clip's windows in order
+    val_clips: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.kind]
+
+    @property
+    def ckpt_path(self) -> Path:
+        return self.out / CHECKPOINT_DIR / CHECKPOINT_FILE
+
+    def decide(self) -> StopDecision:
+        """The section 8.2 rule on the validation selection losses so far."""
+        if not self.history:
+            return StopDecision(False, "", 0)
+        losses = [h["val_selection_loss"] for h in self.history]
+        return stop_decision(losses, self.args.epochs, self.args.patience, self.args.tolerance)
 
 
 def _train_one(
@@ -701,9 +437,26 @@ def _train_one(
     ctx: DistContext,
     on_epoch_end: EpochHook | None = None,
 ) -> TrainResult:
-    from tqdm.auto import tqdm
+    """Set up (or resume) one model, fit it epoch by epoch until the stopping rule says so, then summarise."""
+    run = setup_run(kind, args, data, out, ctx)
+    decision = run.decide()
+    while not decision.stop:
+        epoch = len(run.history)
+        run.history.append(fit_epoch(run, epoch))
+        decision = run.decide()
+        log_epoch(run, run.history[-1])
+        if ctx.is_main:
+            save_epoch(run, decision)
+        if ctx.distributed:
+            dist.barrier()
+        if on_epoch_end is not None:
+            on_epoch_end(kind, epoch + 1)
+    return finish_run(run, decision)
 
-    ckpt_path = out / CHECKPOINT_DIR / CHECKPOINT_FILE
+
+def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: DistContext) -> PredictorRun:
+    """The seeded model and optimizer (restored from out/checkpoint/last.pt when it holds this run), DDP under
+    torchrun, the sharded sampler, and on rank 0 the tokenizer and the log as of the checkpoint."""
     fingerprint = {**args.fingerprint(), "model": kind, "world_size": ctx.world_size}
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     shape = preset_shape(args.preset)
@@ -715,8 +468,7 @@ def _train_one(
         init_weights(model, args.init_from)
     optimizer = torch.optim.AdamW(parameter_groups(model, args), lr=args.lr, weight_decay=args.weight_decay)
     history: list[dict[str, Any]] = []
-    start_epoch = 0
-
+    ckpt_path = out / CHECKPOINT_DIR / CHECKPOINT_FILE
     if ckpt_path.is_file():
         ckpt = torch.load(ckpt_path, map_location=ctx.device, weights_only=False)
         if ckpt["fingerprint"] != fingerprint:
@@ -729,22 +481,16 @@ def _train_one(
         optimizer.load_state_dict(ckpt["optimizer"])
         _set_rng_state(ckpt["rng"])
         history = ckpt["history"]
-        start_epoch = len(history)
-        logger.info("%s: resuming %s after epoch %d", LABELS[kind], out, start_epoch)
+        logger.info("%s: resuming %s after epoch %d", LABELS[kind], out, len(history))
 
     step_module: nn.Module = _SegmentModule(model) if args.memory else _StepModule(model)
     if ctx.distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         step_module = DDP(step_module, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-
-    n_params = sum(p.numel() for p in model.parameters())
-    uniform = uniform_cross_entropy(data.tokenizer.vocab_size)
-    train_ids = data.train.ids
     train_clips = clip_windows(data.train) if args.memory else []
-    val_clips = clip_windows(data.val) if args.memory else []
     # The sampler only needs len(); it yields window (memory: clip) indices, the same shards as torchrun's loaders.
-    indices: Any = range(len(train_clips) if args.memory else len(train_ids))
+    indices: Any = range(len(train_clips) if args.memory else len(data.train.ids))
     sampler: DistributedSampler[int] = DistributedSampler(
         indices, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed
     )
@@ -753,129 +499,130 @@ def _train_one(
         ckpt_path.parent.mkdir(exist_ok=True)
         data.tokenizer.save(out)
         _write_log(out / LOG_FILE, history)  # drops lines of an epoch that ran after the last checkpoint
-    decision = (
-        stop_decision([h["val_selection_loss"] for h in history], args.epochs, args.patience, args.tolerance)
-        if history
-        else StopDecision(False, "", 0)
+    run = PredictorRun(kind, args, data, out, ctx, model, optimizer, step_module, sampler, fingerprint, history)
+    if args.memory:
+        run.train_clips, run.val_clips = train_clips, clip_windows(data.val)
+    return run
+
+
+def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
+    """Train one epoch (zero-based `epoch`) on this rank's shard, then validate on rank 0; the epoch's record."""
+    from tqdm.auto import tqdm
+
+    args, ctx, model = run.args, run.ctx, run.model
+    t0 = time.perf_counter()
+    torch.manual_seed(_epoch_seed(args.seed, epoch, ctx.rank))
+    run.sampler.set_epoch(epoch)  # shuffles with seed + epoch; each rank takes its own shard
+    order = torch.tensor(list(run.sampler), dtype=torch.long)
+    model.train()
+    loss_sum, n_seen = 0.0, 0
+    per_batch = args.clips_per_batch if args.memory else args.batch_size
+    bar = tqdm(
+        range(0, len(order), per_batch),
+        desc=f"{run.label} epoch {epoch + 1}/{args.epochs}",
+        leave=False,
+        disable=not (args.progress and ctx.is_main),
+        unit="batch",
     )
-    started = time.perf_counter()
-
-    epoch = start_epoch
-    while not decision.stop:
-        t0 = time.perf_counter()
-        torch.manual_seed(_epoch_seed(args.seed, epoch, ctx.rank))
-        sampler.set_epoch(epoch)  # shuffles with seed + epoch; each rank takes its own shard
-        order = torch.tensor(list(sampler), dtype=torch.long)
-        model.train()
-        loss_sum, n_seen = 0.0, 0
-        per_batch = args.clips_per_batch if args.memory else args.batch_size
-        batches = range(0, len(order), per_batch)
-        bar = tqdm(
-            batches,
-            desc=f"{LABELS[kind]} epoch {epoch + 1}/{args.epochs}",
-            leave=False,
-            disable=not (args.progress and ctx.is_main),
-            unit="batch",
-        )
-        for i in bar:
-            if args.memory:
-                group = [train_clips[int(k)] for k in order[i : i + per_batch]]
-                seg_loss, seg_windows = train_clip_batch(step_module, optimizer, group, args.bptt_windows, ctx.device)
-                loss_sum += seg_loss
-                n_seen += seg_windows
-                bar.set_postfix(loss=f"{loss_sum / max(n_seen, 1):.3f}")
-                continue
-            batch = train_ids[order[i : i + args.batch_size]].to(ctx.device)  # (B, T+1, N)
-            loss = step_module(batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss_sum += float(loss.detach()) * batch.shape[0]
-            n_seen += batch.shape[0]
+    for i in bar:
+        if args.memory:
+            group = [run.train_clips[int(k)] for k in order[i : i + per_batch]]
+            seg_loss, seg_windows = train_clip_batch(run.step_module, run.optimizer, group, args.bptt_windows,
+                                                     ctx.device)
+            loss_sum += seg_loss
+            n_seen += seg_windows
             bar.set_postfix(loss=f"{loss_sum / max(n_seen, 1):.3f}")
-        train_loss = loss_sum / max(n_seen, 1)
-        if ctx.distributed:
-            t = torch.tensor([loss_sum, float(n_seen)], dtype=torch.float64, device=ctx.device)
-            dist.all_reduce(t)
-            train_loss = float(t[0] / t[1])
-        # Validation on rank 0 only; the others receive its numbers, so every rank takes the same decision.
-        def validate() -> dict[str, float]:
-            if args.memory:
-                return evaluate_clips(model, val_clips, max(args.batch_size, 64), ctx.device)
-            return evaluate(model, data.val.ids, max(args.batch_size, 64), ctx.device)
+            continue
+        batch = run.data.train.ids[order[i : i + args.batch_size]].to(ctx.device)  # (B, T+1, N)
+        loss = run.step_module(batch)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        run.optimizer.step()
+        loss_sum += float(loss.detach()) * batch.shape[0]
+        n_seen += batch.shape[0]
+        bar.set_postfix(loss=f"{loss_sum / max(n_seen, 1):.3f}")
+    train_loss = loss_sum / max(n_seen, 1)
+    if ctx.distributed:
+        t = torch.tensor([loss_sum, float(n_seen)], dtype=torch.float64, device=ctx.device)
+        dist.all_reduce(t)
+        train_loss = float(t[0] / t[1])
+    # Validation on rank 0 only; the others receive its numbers, so every rank takes the same decision.
+    def validate() -> dict[str, float]:
+        if args.memory:
+            return evaluate_clips(model, run.val_clips, max(args.batch_size, 64), ctx.device)
+        return evaluate(model, run.data.val.ids, max(args.batch_size, 64), ctx.device)
 
-        metrics = [validate() if ctx.is_main else None]
-        if ctx.distributed:
-            dist.broadcast_object_list(metrics, src=0)
-        m = metrics[0]
-        assert m is not None
-        record = {
-            "epoch": epoch + 1,
-            "train_loss": round(train_loss, 6),
-            "val_selection_loss": round(m["selection_loss"], 6),
-            "val_last_ce": round(m["last_ce"], 6),
-            "val_token_acc": round(m["token_acc"], 6),
-            "val_exact_acc": round(m["exact_acc"], 6),
-            "seconds": round(time.perf_counter() - t0, 3),
-        }
-        history.append(record)
-        decision = stop_decision(
-            [h["val_selection_loss"] for h in history], args.epochs, args.patience, args.tolerance
-        )
-        logger.info(
-            "%s epoch %d: train %.4f  val selection %.4f  L_S(T) %.4f  token acc %.3f  exact %.3f  (%.1fs)",
-            LABELS[kind],
-            record["epoch"],
-            train_loss,
-            m["selection_loss"],
-            m["last_ce"],
-            m["token_acc"],
-            m["exact_acc"],
-            record["seconds"],
-        )
-        if ctx.is_main:
-            # Order matters for a kill at any point: best weights, then the log, then the checkpoint; a run
-            # resumed from the previous checkpoint recomputes this epoch to the same numbers.
-            if decision.best_epoch == len(history) - 1:
-                _save_weights_atomically(model, out)
-            _write_log(out / LOG_FILE, history)
-            plot_curves(
-                {LABELS[kind]: history}, out / CURVE_FILE, uniform, {LABELS[kind]: decision.best_epoch}
-            )
-            tmp = ckpt_path.with_name(CHECKPOINT_FILE + ".tmp")
-            torch.save(
-                {
-                    "fingerprint": fingerprint,
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "rng": _rng_state(),
-                    "history": history,
-                },
-                tmp,
-            )
-            tmp.replace(ckpt_path)
-        if ctx.distributed:
-            dist.barrier()
-        epoch += 1
-        if on_epoch_end is not None:
-            on_epoch_end(kind, epoch)
+    metrics = [validate() if ctx.is_main else None]
+    if ctx.distributed:
+        dist.broadcast_object_list(metrics, src=0)
+    m = metrics[0]
+    assert m is not None
+    return {
+        "epoch": epoch + 1,
+        "train_loss": round(train_loss, 6),
+        "val_selection_loss": round(m["selection_loss"], 6),
+        "val_last_ce": round(m["last_ce"], 6),
+        "val_token_acc": round(m["token_acc"], 6),
+        "val_exact_acc": round(m["exact_acc"], 6),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
 
+
+def log_epoch(run: PredictorRun, record: dict[str, Any]) -> None:
+    logger.info(
+        "%s epoch %d: train %.4f  val selection %.4f  L_S(T) %.4f  token acc %.3f  exact %.3f  (%.1fs)",
+        run.label,
+        record["epoch"],
+        record["train_loss"],
+        record["val_selection_loss"],
+        record["val_last_ce"],
+        record["val_token_acc"],
+        record["val_exact_acc"],
+        record["seconds"],
+    )
+
+
+def save_epoch(run: PredictorRun, decision: StopDecision) -> None:
+    """Rank 0, after each epoch. Order matters for a kill at any point: the weights when this epoch is the
+    minimum so far (the 8.2 checkpoint), then the log and the curve, then the checkpoint; a run resumed from the
+    previous checkpoint recomputes this epoch to the same numbers."""
+    if decision.best_epoch == len(run.history) - 1:
+        _save_weights_atomically(run.model, run.out)
+    _write_log(run.out / LOG_FILE, run.history)
+    uniform = uniform_cross_entropy(run.data.tokenizer.vocab_size)
+    plot_curves({run.label: run.history}, run.out / CURVE_FILE, uniform, {run.label: decision.best_epoch})
+    atomic_torch_save(
+        {
+            "fingerprint": run.fingerprint,
+            "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "rng": _rng_state(),
+            "history": run.history,
+        },
+        run.ckpt_path,
+    )
+
+
+def finish_run(run: PredictorRun, decision: StopDecision) -> TrainResult:
+    """The run's summary (written to training_summary.json on rank 0) and result."""
+    args, ctx, history = run.args, run.ctx, run.history
     best = history[decision.best_epoch]
+    uniform = uniform_cross_entropy(run.data.tokenizer.vocab_size)
     summary = {
-        "model": kind,
+        "model": run.kind,
         "preset": args.preset,
-        "parameters": n_params,
-        "config": model.config.to_dict(),
+        "parameters": sum(p.numel() for p in run.model.parameters()),
+        "config": run.model.config.to_dict(),
         "args": asdict(args),
-        "data": data.stats,
-        "vocab_size": data.tokenizer.vocab_size,
+        "data": run.data.stats,
+        "vocab_size": run.data.tokenizer.vocab_size,
         "uniform_ce": uniform,
         "best_epoch": best["epoch"],
         "epochs_run": len(history),
         "stopped_by": decision.reason,
         "best": best,
         "seconds_total": round(sum(h["seconds"] for h in history), 3),
-        "seconds_this_session": round(time.perf_counter() - started, 3),
+        "seconds_this_session": round(time.perf_counter() - run.started, 3),
         "world_size": ctx.world_size,
         "device": str(ctx.device),
         "split": {
@@ -886,20 +633,18 @@ def _train_one(
         },
     }
     if ctx.is_main:
-        _atomic_json(out / SUMMARY_FILE, summary)
+        atomic_write_json(run.out / SUMMARY_FILE, summary)
         logger.info(
             "%s: selected epoch %d of %d (stopped by %s): L_S(T) %.4f vs uniform ln|V| %.4f -> %s",
-            LABELS[kind],
+            run.label,
             best["epoch"],
             len(history),
             decision.reason,
             best["val_last_ce"],
             uniform,
-            out,
+            run.out,
         )
-    if os.environ.get(PARAM_HASH_ENV):
-        Path(f"{os.environ[PARAM_HASH_ENV]}.{kind}.rank{ctx.rank}").write_text(parameter_hash(model) + "\n")
-    return TrainResult(kind, out, history, decision.best_epoch, decision.reason, summary)
+    return TrainResult(run.kind, run.out, history, decision.best_epoch, decision.reason, summary, run.model)
 
 
 def train_predictor(args: TrainArgs, on_epoch_end: EpochHook | None = None) -> dict[str, TrainResult]:

@@ -5,16 +5,12 @@ UNet together with the text encoder on cached latents, predicting the clean late
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import logging
-import math
-import os
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,146 +18,20 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from models.renderer import build_pipeline
+from pipeline.evaluation.metrics import evaluate_frames
 from pipeline.renderer import RenderSettings
-from pipeline.utils import UserError
+from pipeline.training.args import TrainRendererArgs
+from pipeline.utils import atomic_dir, atomic_torch_save
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint.pt"
+FINAL_FOLDER = "pipeline"  # the diffusers checkpoint at the end of the run
+UNET_WARMUP = 200  # steps of linear learning-rate warmup in stage 2
+BEST_FOLDER = "best"  # the one its periodic evaluation scored best (the shipped weights are one: checkpoints swing)
 LOG = "log.jsonl"
 STAGES = ("vae", "unet", "done")
-
-
-# ---- arguments -----------------------------------------------------------------------------------------
-@dataclass
-class TrainRendererArgs:
-    """Arguments of `semworld train renderer` (each field is a flag: --out, --vae-steps, ...).
-
-    out: run directory: checkpoint.pt (atomic, resumable), log.jsonl, strips/*.png (truth | render) and, when
-        the run ends, pipeline/ (the diffusers checkpoint, save_pretrained with safetensors).
-    image_size: side of the frames the model draws (the world renders them at this size). 80 with a VAE that
-        downsamples 16x gives a 5 x 5 latent: one latent pixel per cell of the world's 5 x 5 grid, which makes
-        the UNet ~6x cheaper per sample than 16 x 16 latents (the shipped captioner reads frames at 64 anyway).
-    output_size: side of the frames the Renderer adapter hands out (resized from image_size; 128 = the world's).
-    render_size: the world draws the training frames at this size, then they are resized to image_size. 128 keeps the sprites' exact sub-pixel geometry of the world's 128-pixel frames, which
-        the shipped captioner depends on (it reads 80-pixel world frames resized to 128 with ~6% exact match).
-    seed: seeds the data stream, initialisation and sampling.
-    count_weights: relative frequency of scenes with 0, 1, 2, 3 objects in the training stream.
-    vae_channels / vae_latent_channels: AutoencoderKL widths per level (len - 1 = number of 2x downsamplings)
-        and latent channels.
-    vae_steps, vae_batch, vae_lr, kl_weight: stage 1 optimisation (L1 + MSE reconstruction + kl_weight * KL).
-    vae_sample: decode a draw from the posterior (the textbook VAE) instead of its mean; the draw's unit noise
-        at initialisation drowns the sprites' colour and shape for hundreds of steps, so the mean is the default.
-    object_weight: reconstruction weight of pixels that differ from the room's colour (objects, screen, lamp).
-    unet_channels: UNet2DConditionModel widths per level; every level but the first has cross-attention.
-    text_width, text_layers, max_length: the CLIP text encoder (trained from scratch with the UNet).
-    unet_steps, unet_batch, unet_lr: stage 2 optimisation.
-    prediction_type: what the UNet predicts: "sample" (x0), "epsilon" or "v_prediction".
-    cond_dropout: probability of training with the empty prompt (enables classifier-free guidance > 1).
-    timestep_power: training timesteps are (1 - u**power) * (T - 1), u uniform: 1 is uniform, 2 puts more weight
-        on the noisy end, where few-step sampling decides what goes where.
-    decoder_every: in stage 2, also train the VAE decoder (on the cached latents of the frozen encoder) every
-        this many UNet steps, with vae_batch frames (0 = never): the decoder keeps sharpening while the UNet learns.
-    pixel_weight: with prediction_type "sample", on those same steps the decoder learns from the UNet's clean-latent
-        estimates instead, with this weight on the pixel loss through the decoder, which also reaches the UNet.
-    sample_steps, guidance: how evaluation samples (and the defaults written to renderer.json).
-    pool: number of distinct training scenes whose latents are cached (drawn once, seeded).
-    eval_every, eval_states: evaluation period (steps) and size (test-split world states).
-    checkpoint_every: steps between atomic checkpoints.
-    vae_minutes / unet_minutes: optional wall-clock caps per stage (0 = none; steps are the reproducible stop).
-    threads: torch intra-op threads (1 leaves the other core to everyone else).
-    captioner: optional captioner directory for the round-trip metric at evaluation.
-    """
-
-    out: str
-    image_size: int = 80
-    output_size: int = 128
-    render_size: int = 128
-    seed: int = 0
-    count_weights: tuple[float, ...] = (0.05, 0.25, 0.35, 0.35)
-    vae_channels: tuple[int, ...] = (8, 16, 32, 64, 64)
-    vae_latent_channels: int = 8
-    vae_steps: int = 2200
-    vae_batch: int = 16
-    vae_lr: float = 1.5e-3
-    kl_weight: float = 1e-6
-    object_weight: float = 10.0
-    vae_sample: bool = False
-    unet_channels: tuple[int, ...] = (64, 128, 128)
-    text_width: int = 128
-    text_layers: int = 2
-    max_length: int = 16
-    unet_steps: int = 2600
-    unet_batch: int = 32
-    unet_lr: float = 8e-4
-    prediction_type: str = "sample"
-    cond_dropout: float = 0.0
-    timestep_power: float = 2.0
-    decoder_every: int = 2
-    pixel_weight: float = 0.0
-    sample_steps: int = 4
-    guidance: float = 1.0
-    pool: int = 8000
-    eval_every: int = 250
-    eval_states: int = 64
-    checkpoint_every: int = 200
-    vae_minutes: float = 0.0
-    unet_minutes: float = 0.0
-    threads: int = 1
-    captioner: str | None = None
-    _help: dict[str, str] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.image_size < 32 or self.image_size % 2 ** (len(self.vae_channels) - 1):
-            raise ValueError(
-                f"image_size must be >= 32 and divisible by the VAE's downsampling, got {self.image_size}"
-            )
-        if self.render_size < 32:
-            raise ValueError(
-                f"render_size must be >= 32 (the world's smallest frame), got {self.render_size}"
-            )
-        if self.output_size < 8 or self.output_size % 8:
-            raise ValueError(f"output_size must be a multiple of 8, got {self.output_size}")
-        if self.prediction_type not in ("sample", "epsilon", "v_prediction"):
-            raise ValueError(
-                f"prediction_type must be sample, epsilon or v_prediction, got {self.prediction_type!r}"
-            )
-        if self.pixel_weight < 0 or (self.pixel_weight > 0 and self.prediction_type != "sample"):
-            raise ValueError(
-                f"pixel_weight must be >= 0, and 0 unless prediction_type is 'sample', got {self.pixel_weight}"
-            )
-        if self.object_weight < 1:
-            raise ValueError(f"object_weight must be >= 1, got {self.object_weight}")
-        if self.timestep_power <= 0:
-            raise ValueError(f"timestep_power must be > 0, got {self.timestep_power}")
-        if not 0 <= self.cond_dropout < 1:
-            raise ValueError(f"cond_dropout must be in [0, 1), got {self.cond_dropout}")
-        if len(self.count_weights) < 1 or len(self.count_weights) > 4 or min(self.count_weights) < 0:
-            raise ValueError(
-                f"count_weights needs 1-4 non-negative weights (0..3 objects), got {self.count_weights}"
-            )
-        for name in ("vae_steps", "unet_steps", "decoder_every"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in (
-            "vae_batch",
-            "unet_batch",
-            "sample_steps",
-            "eval_every",
-            "eval_states",
-            "checkpoint_every",
-            "threads",
-            "pool",
-            "max_length",
-            "text_layers",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if len(self.unet_channels) < 2:
-            raise ValueError(f"unet_channels needs at least 2 levels, got {self.unet_channels}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if not k.startswith("_")}
 
 
 # ---- the model -----------------------------------------------------------------------------------------
@@ -175,79 +45,9 @@ def build_tokenizer(max_length: int):  # -> transformers.PreTrainedTokenizerFast
     return tokenizer
 
 
-def build_pipeline(args: TrainRendererArgs, tokenizer=None):  # -> diffusers.StableDiffusionPipeline
-    """A randomly initialised StableDiffusionPipeline sized by `args` (the layout a real SD checkpoint has)."""
-    from diffusers import (
-        AutoencoderKL,
-        DPMSolverMultistepScheduler,
-        StableDiffusionPipeline,
-        UNet2DConditionModel,
-    )
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    tokenizer = tokenizer if tokenizer is not None else build_tokenizer(args.max_length)
-    levels = len(args.vae_channels)
-    groups = math.gcd(*args.vae_channels, 16)
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * levels,
-        up_block_types=("UpDecoderBlock2D",) * levels,
-        block_out_channels=tuple(args.vae_channels),
-        layers_per_block=1,
-        latent_channels=args.vae_latent_channels,
-        norm_num_groups=groups,
-        sample_size=args.image_size,
-        mid_block_add_attention=False,  # flat frames need no global mixing, and it is the costliest layer here
-    )
-    vocab = tokenizer.get_vocab()
-    text_encoder = CLIPTextModel(
-        CLIPTextConfig(
-            vocab_size=len(vocab),
-            hidden_size=args.text_width,
-            intermediate_size=2 * args.text_width,
-            num_hidden_layers=args.text_layers,
-            num_attention_heads=max(1, args.text_width // 32),
-            max_position_embeddings=args.max_length,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.pad_token_id,
-            eos_token_id=vocab.get(".", tokenizer.pad_token_id),
-        )
-    )
-    ulevels = len(args.unet_channels)
-    # No attention at the full-resolution level (the costliest); cross-attention at every coarser one.
-    unet = UNet2DConditionModel(
-        sample_size=args.image_size // 2 ** (levels - 1),
-        in_channels=args.vae_latent_channels,
-        out_channels=args.vae_latent_channels,
-        block_out_channels=tuple(args.unet_channels),
-        down_block_types=("DownBlock2D",) + ("CrossAttnDownBlock2D",) * (ulevels - 1),
-        up_block_types=("CrossAttnUpBlock2D",) * (ulevels - 1) + ("UpBlock2D",),
-        layers_per_block=1,
-        cross_attention_dim=args.text_width,
-        attention_head_dim=16,
-        norm_num_groups=math.gcd(*args.unet_channels, 32),
-    )
-    scheduler = DPMSolverMultistepScheduler(
-        num_train_timesteps=1000,
-        beta_schedule="scaled_linear",
-        beta_start=0.00085,
-        beta_end=0.012,
-        prediction_type=args.prediction_type,
-        timestep_spacing="trailing",  # the first of few steps starts from pure noise (t = 999)
-        final_sigmas_type="zero",
-        steps_offset=1,
-    )
-    return StableDiffusionPipeline(
-        vae=vae,
-        text_encoder=text_encoder,
-        tokenizer=tokenizer,
-        unet=unet,
-        scheduler=scheduler,
-        safety_checker=None,
-        feature_extractor=None,
-        requires_safety_checker=False,
-    )
+def fresh_pipeline(args: TrainRendererArgs):  # -> diffusers.StableDiffusionPipeline
+    """The randomly initialised pipeline `args` describe, with the world's word-level tokenizer."""
+    return build_pipeline(args.model_config(), build_tokenizer(args.max_length))
 
 
 def count_parameters(module: torch.nn.Module) -> int:
@@ -296,107 +96,6 @@ def frames_of(states: Sequence[str], size: int, render_size: int | None = None) 
     return x.float().div(127.5).sub(1.0)
 
 
-# ---- metrics -------------------------------------------------------------------------------------------
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    """Peak signal-to-noise ratio in dB of two uint8 images (or stacks) of the same shape."""
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return float("inf") if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
-
-
-def ssim(a: np.ndarray, b: np.ndarray) -> float:
-    """Mean structural similarity of two (H, W, 3) uint8 images: 11x11 Gaussian window (sigma 1.5), per channel."""
-    x = torch.from_numpy(a).double().permute(2, 0, 1)[:, None]  # (3, 1, H, W)
-    y = torch.from_numpy(b).double().permute(2, 0, 1)[:, None]
-    g = torch.exp(-((torch.arange(11, dtype=torch.float64) - 5) ** 2) / (2 * 1.5**2))
-    g = g / g.sum()
-    w = (g[:, None] * g[None, :])[None, None]  # (1, 1, 11, 11)
-    mu_x, mu_y = F.conv2d(x, w), F.conv2d(y, w)
-    sxx = F.conv2d(x * x, w) - mu_x**2
-    syy = F.conv2d(y * y, w) - mu_y**2
-    sxy = F.conv2d(x * y, w) - mu_x * mu_y
-    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
-    s = ((2 * mu_x * mu_y + c1) * (2 * sxy + c2)) / ((mu_x**2 + mu_y**2 + c1) * (sxx + syy + c2))
-    return float(s.mean())
-
-
-def layout_check(state: str, frame: np.ndarray, truth: np.ndarray | None = None) -> tuple[int, int, bool]:
-    """Placement check without a captioner, from `world.parse_state`: returns (objects drawn in their cell with
-    their colour, objects, whole frame right). An object's cell is right when the mean of its central patch is
-    nearer to the object's palette colour than to any other colour or the room; every other cell (and the screen)
-    must match the ground-truth frame's patch within 30 levels (which also checks the lamp's bulb)."""
-    import world
-    from world.render import BACKGROUND, BACKGROUND_LAMP_OFF, BACKGROUND_LAMP_ON, PALETTE
-
-    scene = world.parse_state(state)
-    size = frame.shape[0]
-    truth = world.render_state(state, size=size) if truth is None else truth
-    cell = size / world.GRID
-    background = {None: BACKGROUND, True: BACKGROUND_LAMP_ON, False: BACKGROUND_LAMP_OFF}[scene.lamp]
-    names = list(PALETTE) + ["background"]
-    colours = np.array([PALETTE[c] for c in PALETTE] + [background], dtype=np.float64)  # (6, 3)
-    wanted = {(o.row, o.col): o.colour for o in scene.objects}
-    good, all_right = 0, True
-    for r in range(world.GRID):
-        for c in range(world.GRID):
-            lo, hi = int((r + 0.35) * cell), int((r + 0.65) * cell) + 1
-            le, ri = int((c + 0.35) * cell), int((c + 0.65) * cell) + 1
-            mean = frame[lo:hi, le:ri].reshape(-1, 3).astype(np.float64).mean(0)
-            if (r, c) in wanted:
-                right = names[int(np.argmin(((colours - mean) ** 2).sum(1)))] == wanted[(r, c)]
-                good += right
-            else:
-                expected = truth[lo:hi, le:ri].reshape(-1, 3).astype(np.float64).mean(0)
-                right = bool(np.abs(mean - expected).mean() < 30)
-            all_right &= right
-    return good, len(scene.objects), bool(all_right)
-
-
-def shape_check(state: str, frame: np.ndarray) -> list[bool]:
-    """For each object of `state`: is the shape drawn in its cell nearer (mean absolute error over the cell) to
-    the world's sprite of the right shape than to the other shapes in the same colour and place?"""
-    import world
-    from world.render import draw_frame
-
-    scene = world.parse_state(state)
-    size = frame.shape[0]
-    edges = np.linspace(0, size, world.GRID + 1).round().astype(int)
-    right = []
-    for o in scene.objects:
-        ys, xs = slice(edges[o.row], edges[o.row + 1]), slice(edges[o.col], edges[o.col + 1])
-        patch = frame[ys, xs].astype(np.float64)
-        errors = {
-            shape: np.abs(draw_frame([(o.colour, shape, o.row, o.col)], scene.screen, scene.lamp, size)[ys, xs]
-                          - patch).mean()
-            for shape in world.SHAPES
-        }  # fmt: skip
-        right.append(min(errors, key=errors.__getitem__) == o.shape)
-    return right
-
-
-def evaluate_frames(states: Sequence[str], frames: Sequence[np.ndarray], captioner=None) -> dict[str, float]:
-    """PSNR/SSIM against the world's frames at the rendered size, the layout check and (with a captioner)
-    the round trip: the fraction of frames the captioner reads back as exactly the requested state."""
-    import world
-
-    size = frames[0].shape[0]
-    truth = [world.render_state(s, size=size) for s in states]
-    out: dict[str, float] = {
-        "psnr": psnr(np.stack(truth), np.stack(frames)),  # from the mean squared error over all frames
-        "ssim": float(np.mean([ssim(t, f) for t, f in zip(truth, frames)])),
-    }
-    checks = [layout_check(s, f, t) for s, f, t in zip(states, frames, truth)]
-    out["object_cell_acc"] = sum(c[0] for c in checks) / max(1, sum(c[1] for c in checks))
-    out["layout_acc"] = float(np.mean([c[2] for c in checks]))
-    shapes = [shape_check(s, f) for s, f in zip(states, frames)]
-    out["object_shape_acc"] = sum(sum(r) for r in shapes) / max(1, sum(len(r) for r in shapes))
-    # The captioner-free proxy of the round trip: every cell right in colour, every object in its shape.
-    out["frame_acc"] = float(np.mean([c[2] and all(r) for c, r in zip(checks, shapes)]))
-    if captioner is not None:
-        read = captioner.caption(list(frames))
-        out["roundtrip_acc"] = float(np.mean([r.strip() == s.strip() for r, s in zip(read, states)]))
-    return out
-
-
 def reconstruction_loss(recon: torch.Tensor, x: torch.Tensor, object_weight: float) -> torch.Tensor:
     """Weighted L1 + MSE of frames (B, 3, H, W) in [-1, 1]. Objects cover a few percent of a frame: pixels that
     differ from the room's colour (the corner pixel) in the truth or in the reconstruction weigh object_weight
@@ -414,12 +113,6 @@ def reconstruction_loss(recon: torch.Tensor, x: torch.Tensor, object_weight: flo
 
 
 # ---- checkpoints and logs ------------------------------------------------------------------------------
-def _atomic_torch_save(obj: object, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def _log(out: Path, record: dict[str, Any]) -> None:
     with open(out / LOG, "a") as fh:
         fh.write(json.dumps(record) + "\n")
@@ -456,24 +149,12 @@ def save_renderer(
     training weights keep their precision."""
     import copy
 
-    directory = Path(directory)
-    tmp = directory.with_name(directory.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
     stored = copy.deepcopy(pipe).to(dtype=dtype) if dtype != pipe.unet.dtype else pipe
-    stored.save_pretrained(tmp, safe_serialization=True)
-    RenderSettings(steps=args.sample_steps, guidance=args.guidance, output_size=args.output_size).save(tmp)
-    if metrics is not None:
-        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    if directory.exists():
-        old = directory.with_name(directory.name + ".old")
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(directory, old)
-        os.replace(tmp, directory)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, directory)
+    with atomic_dir(directory) as tmp:
+        stored.save_pretrained(tmp, safe_serialization=True)
+        RenderSettings(steps=args.sample_steps, guidance=args.guidance, output_size=args.output_size).save(tmp)
+        if metrics is not None:
+            (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 
 
 # ---- sampling ------------------------------------------------------------------------------------------
@@ -507,225 +188,255 @@ def _stage_done(args: TrainRendererArgs, stage: str, step: int, started: float) 
     return step >= steps or (minutes > 0 and time.time() - started > 60 * minutes)
 
 
-def train_renderer(args: TrainRendererArgs) -> dict[str, Any]:
-    """Run (or resume) both stages; returns the final evaluation. The trained pipeline lands in out/pipeline."""
-    from diffusers import DDPMScheduler
-    from tqdm import tqdm
+@dataclass
+class RendererRun:
+    """What a renderer run carries from step to step: the pipeline, both optimizers and where it stands."""
 
+    args: TrainRendererArgs
+    out: Path
+    pipe: Any  # diffusers.StableDiffusionPipeline
+    noise_schedule: Any  # diffusers.DDPMScheduler: the training-time forward process
+    vae_opt: torch.optim.Optimizer
+    unet_opt: torch.optim.Optimizer
+    stage: str = "vae"
+    step: int = 0
+    elapsed: float = 0.0  # seconds of earlier sessions, from the checkpoint
+    started: float = field(default_factory=time.time)  # when this session's current stage began
+
+    def checkpoint(self) -> None:
+        vae = self.pipe.vae
+        atomic_torch_save(
+            {
+                "args": self.args.to_dict(),
+                "stage": self.stage,
+                "step": self.step,
+                "elapsed": self.elapsed + time.time() - self.started,
+                "vae": vae.state_dict(),
+                "unet": self.pipe.unet.state_dict(),
+                "text_encoder": self.pipe.text_encoder.state_dict(),
+                "vae_opt": self.vae_opt.state_dict(),
+                "unet_opt": self.unet_opt.state_dict(),
+                "scaling_factor": vae.config.scaling_factor if self.stage != "vae" else None,
+                "rng": _rng_state(),
+            },
+            self.out / CHECKPOINT,
+        )
+
+    def after_step(self, bar: Any, **losses: float) -> None:
+        """Count the step, show the loss, and every 50 steps log the losses; checkpoint on schedule."""
+        self.step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{losses['loss']:.4f}")
+        if self.step % 50 == 0:
+            elapsed = self.elapsed + time.time() - self.started
+            _log(self.out, {"stage": self.stage, "step": self.step, **losses, "time": elapsed})
+
+    def checkpoint_due(self) -> bool:
+        return self.step % self.args.checkpoint_every == 0
+
+
+def train_renderer(args: TrainRendererArgs) -> dict[str, Any]:
+    """Run (or resume) both stages; returns the final evaluation. The trained pipeline lands in out/pipeline,
+    the best evaluated one in out/best."""
     torch.set_num_threads(args.threads)
+    run = setup_run(args)
+    held_out = eval_states(args.seed + 1000, args.eval_states)
+    captioner = _load_captioner(args)
+    train_pool = scene_states(args.seed, args.pool, args.count_weights)
+    run.started = time.time()
+    if run.stage == "vae":
+        fit_vae(run, train_pool, held_out)
+    best = fit_unet(run, train_pool, held_out, captioner)
+    final = _eval_unet(run.pipe, held_out, args, captioner, run.out, run.step)
+    save_renderer(run.pipe, args, run.out / FINAL_FOLDER, final)
+    _log(run.out, {"stage": "done", "step": run.step, "eval": final, "best": best})
+    return final
+
+
+def setup_run(args: TrainRendererArgs) -> RendererRun:
+    """The seeded fresh pipeline and its optimizers, restored from out/checkpoint.pt when there is one."""
+    from diffusers import DDPMScheduler
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(args.seed)
-    pipe = build_pipeline(args)
+    pipe = fresh_pipeline(args)
     pipe.set_progress_bar_config(disable=True)
-    vae, unet, text_encoder, tokenizer = pipe.vae, pipe.unet, pipe.text_encoder, pipe.tokenizer
-    noise_schedule = DDPMScheduler.from_config(pipe.scheduler.config)
+    vae, unet, text_encoder = pipe.vae, pipe.unet, pipe.text_encoder
     logger.info(
         "renderer: vae %.2fM, unet %.2fM, text encoder %.2fM parameters",
         count_parameters(vae) / 1e6,
         count_parameters(unet) / 1e6,
         count_parameters(text_encoder) / 1e6,
     )
-
-    vae_opt = torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0)
-    unet_opt = torch.optim.AdamW(
-        list(unet.parameters()) + list(text_encoder.parameters()), lr=args.unet_lr, weight_decay=0.01
+    run = RendererRun(
+        args,
+        out,
+        pipe,
+        DDPMScheduler.from_config(pipe.scheduler.config),
+        torch.optim.AdamW(vae.parameters(), lr=args.vae_lr, weight_decay=0.0),
+        torch.optim.AdamW(
+            list(unet.parameters()) + list(text_encoder.parameters()), lr=args.unet_lr, weight_decay=0.01
+        ),
     )
-    stage, step, elapsed = "vae", 0, 0.0
-    pool_latents: torch.Tensor | None = None
     ckpt_path = out / CHECKPOINT
-    if ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, weights_only=False)
-        vae.load_state_dict(ckpt["vae"])
-        vae_opt.load_state_dict(ckpt["vae_opt"])
-        # At the start of stage 2 the UNet is still untrained: its sizes may be changed before resuming.
-        if not (ckpt["stage"] == "unet" and ckpt["step"] == 0):
-            unet.load_state_dict(ckpt["unet"])
-            text_encoder.load_state_dict(ckpt["text_encoder"])
-            unet_opt.load_state_dict(ckpt["unet_opt"])
-        if ckpt.get("scaling_factor") is not None:
-            vae.register_to_config(scaling_factor=ckpt["scaling_factor"])
-        stage, step, elapsed = ckpt["stage"], ckpt["step"], ckpt.get("elapsed", 0.0)
-        if stage == "done" and not _stage_done(args, "unet", step, time.time()):
-            stage = "unet"  # a larger budget extends a finished run
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        np.random.set_state(ckpt["rng"]["numpy"])
-        logger.info("resumed %s at stage %s step %d", ckpt_path, stage, step)
+    if not ckpt_path.exists():
+        return run
+    ckpt = torch.load(ckpt_path, weights_only=False)
+    vae.load_state_dict(ckpt["vae"])
+    run.vae_opt.load_state_dict(ckpt["vae_opt"])
+    # At the start of stage 2 the UNet is still untrained: its sizes may be changed before resuming.
+    if not (ckpt["stage"] == "unet" and ckpt["step"] == 0):
+        unet.load_state_dict(ckpt["unet"])
+        text_encoder.load_state_dict(ckpt["text_encoder"])
+        run.unet_opt.load_state_dict(ckpt["unet_opt"])
+    if ckpt.get("scaling_factor") is not None:
+        vae.register_to_config(scaling_factor=ckpt["scaling_factor"])
+    run.stage, run.step, run.elapsed = ckpt["stage"], ckpt["step"], ckpt.get("elapsed", 0.0)
+    if run.stage == "done" and not _stage_done(args, "unet", run.step, time.time()):
+        run.stage = "unet"  # a larger budget extends a finished run
+    torch.set_rng_state(ckpt["rng"]["torch"])
+    np.random.set_state(ckpt["rng"]["numpy"])
+    logger.info("resumed %s at stage %s step %d", ckpt_path, run.stage, run.step)
+    return run
 
-    def checkpoint() -> None:
-        _atomic_torch_save(
-            {
-                "args": args.to_dict(),
-                "stage": stage,
-                "step": step,
-                "elapsed": elapsed + time.time() - started,
-                "vae": vae.state_dict(),
-                "unet": unet.state_dict(),
-                "text_encoder": text_encoder.state_dict(),
-                "vae_opt": vae_opt.state_dict(),
-                "unet_opt": unet_opt.state_dict(),
-                "scaling_factor": vae.config.scaling_factor if stage != "vae" else None,
-                "rng": _rng_state(),
-            },
-            ckpt_path,
-        )
 
-    held_out = eval_states(args.seed + 1000, args.eval_states)
-    captioner = _load_captioner(args)
-    train_pool = scene_states(args.seed, args.pool, args.count_weights)
+def fit_vae(run: RendererRun, train_pool: Sequence[str], held_out: Sequence[str]) -> None:
+    """Stage 1: the VAE learns to reconstruct frames (batches drawn from the seeded pool); then its latents'
+    scaling factor is fixed and the run moves to stage 2."""
+    from tqdm import tqdm
 
-    # Stage 1: the VAE learns to reconstruct frames (the stream draws batches from the seeded pool).
-    started = time.time()
-    if stage == "vae":
-        vae.train()
-        for group in vae_opt.param_groups:
-            group["lr"] = args.vae_lr
-        bar = tqdm(total=args.vae_steps, initial=step, desc="renderer vae", unit="step")
-        while not _stage_done(args, "vae", step, started):
-            gen = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
-            vae_idx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen).tolist()
-            x = frames_of(
-                [train_pool[i] for i in vae_idx], args.image_size, args.render_size
-            )  # (B, 3, H, W) in [-1, 1]
-            posterior = vae.encode(x).latent_dist
-            latent = posterior.sample(generator=gen) if args.vae_sample else posterior.mode()
-            recon = vae.decode(latent).sample
-            rec = reconstruction_loss(recon, x, args.object_weight)
-            kl = posterior.kl().mean() / x[0].numel()
-            loss = rec + args.kl_weight * kl
-            vae_opt.zero_grad(set_to_none=True)
-            loss.backward()
-            vae_opt.step()
-            step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.4f}")
-            if step % 50 == 0:
-                _log(
-                    out,
-                    {
-                        "stage": "vae",
-                        "step": step,
-                        "loss": loss.item(),
-                        "rec": rec.item(),
-                        "kl": kl.item(),
-                        "time": elapsed + time.time() - started,
-                    },
-                )
-            if step % args.eval_every == 0:
-                _log(out, {"stage": "vae", "step": step, "eval": _eval_vae(vae, held_out, args)})
-            if step % args.checkpoint_every == 0:
-                checkpoint()
-        bar.close()
-        metrics = _eval_vae(vae, held_out, args)
-        _log(out, {"stage": "vae", "step": step, "eval": metrics, "final": True})
-        logger.info("vae done at step %d: %s", step, metrics)
-        vae.register_to_config(scaling_factor=_scaling_factor(vae, train_pool[:256], args))
-        stage, step = "unet", 0
-        checkpoint()
+    args, vae = run.args, run.pipe.vae
+    vae.train()
+    for group in run.vae_opt.param_groups:
+        group["lr"] = args.vae_lr
+    bar = tqdm(total=args.vae_steps, initial=run.step, desc="renderer vae", unit="step")
+    while not _stage_done(args, "vae", run.step, run.started):
+        gen = torch.Generator().manual_seed(args.seed * 1_000_003 + run.step)
+        vae_idx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen).tolist()
+        x = frames_of([train_pool[i] for i in vae_idx], args.image_size, args.render_size)  # (B, 3, H, W)
+        posterior = vae.encode(x).latent_dist
+        latent = posterior.sample(generator=gen) if args.vae_sample else posterior.mode()
+        recon = vae.decode(latent).sample
+        rec = reconstruction_loss(recon, x, args.object_weight)
+        kl = posterior.kl().mean() / x[0].numel()
+        loss = rec + args.kl_weight * kl
+        run.vae_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        run.vae_opt.step()
+        run.after_step(bar, loss=loss.item(), rec=rec.item(), kl=kl.item())
+        if run.step % args.eval_every == 0:
+            _log(run.out, {"stage": "vae", "step": run.step, "eval": _eval_vae(vae, held_out, args)})
+        if run.checkpoint_due():
+            run.checkpoint()
+    bar.close()
+    metrics = _eval_vae(vae, held_out, args)
+    _log(run.out, {"stage": "vae", "step": run.step, "eval": metrics, "final": True})
+    logger.info("vae done at step %d: %s", run.step, metrics)
+    vae.register_to_config(scaling_factor=_scaling_factor(vae, train_pool[:256], args))
+    run.stage, run.step = "unet", 0
+    run.checkpoint()
 
-    # Stage 2: the frozen VAE's latents of the pool are cached once; the UNet and text encoder learn them.
+
+def fit_unet(
+    run: RendererRun, train_pool: Sequence[str], held_out: Sequence[str], captioner: Any
+) -> dict[str, Any]:
+    """Stage 2: the frozen VAE's latents of the pool are cached once; the UNet and text encoder learn them
+    (the decoder may keep learning alongside). Returns the best periodic evaluation ({} when none ran)."""
+    from tqdm import tqdm
+
+    args, pipe = run.args, run.pipe
+    vae = pipe.vae
     vae.eval().requires_grad_(False)
-    pool_latents = _encode_pool(vae, train_pool, args, out)
+    pool_latents = _encode_pool(vae, train_pool, args, run.out)
     # The encoder stays frozen (so the cached latents stay valid); the decoder may keep learning from them.
-    decoder_params = list(vae.post_quant_conv.parameters()) + list(vae.decoder.parameters())
     if args.decoder_every:
-        for p in decoder_params:
+        for p in list(vae.post_quant_conv.parameters()) + list(vae.decoder.parameters()):
             p.requires_grad_(True)
-        for group in vae_opt.param_groups:
+        for group in run.vae_opt.param_groups:
             group["lr"] = args.vae_lr / 3  # fine-tuning: steadier than the stage-1 rate
-    ids = tokenizer(
-        train_pool, padding="max_length", max_length=args.max_length, truncation=True, return_tensors="pt"
-    ).input_ids  # (P, L)
-    empty_ids = tokenizer(
-        [""], padding="max_length", max_length=args.max_length, return_tensors="pt"
-    ).input_ids
+    tokenize = partial(pipe.tokenizer, padding="max_length", max_length=args.max_length, return_tensors="pt")
+    ids = tokenize(list(train_pool), truncation=True).input_ids  # (P, L)
+    empty_ids = tokenize([""]).input_ids  # (1, L)
     best: dict[str, Any] = {}
-    if stage == "unet":
-        started = time.time()
-        unet.train()
-        text_encoder.train()
-        bar = tqdm(total=args.unet_steps, initial=step, desc="renderer unet", unit="step")
-        warmup = 200
-        while not _stage_done(args, "unet", step, started):
-            gen = torch.Generator().manual_seed(args.seed * 1_000_003 + 7 + step)
-            idx = torch.randint(len(train_pool), (args.unet_batch,), generator=gen)
-            x0 = pool_latents[idx]  # (B, C, h, w)
-            batch_ids = ids[idx].clone()  # (B, L)
-            if args.cond_dropout > 0:
-                drop = torch.rand(len(idx), generator=gen) < args.cond_dropout
-                batch_ids[drop] = empty_ids
-            noise = torch.randn(x0.shape, generator=gen)
-            # Timesteps skewed towards pure noise when asked: few-step sampling decides the layout at t ~ T.
-            u = torch.rand(len(idx), generator=gen) ** args.timestep_power
-            t = ((1.0 - u) * (noise_schedule.config.num_train_timesteps - 1)).round().long()  # (B,)
-            xt = noise_schedule.add_noise(x0, noise, t)
-            if args.prediction_type == "sample":
-                target = x0
-            elif args.prediction_type == "epsilon":
-                target = noise
-            else:
-                target = noise_schedule.get_velocity(x0, noise, t)
-            for group in unet_opt.param_groups:
-                group["lr"] = args.unet_lr * min(1.0, (step + 1) / warmup)
-            cond = text_encoder(batch_ids)[0]  # (B, L, text_width)
-            pred = unet(xt, t, cond).sample
-            loss = F.mse_loss(pred, target)
-            pixel = args.pixel_weight > 0 and args.decoder_every and step % args.decoder_every == 0
-            if pixel:
-                # End to end: decode the UNet's clean-latent estimate and compare it with the world's frame, so
-                # the UNet and decoder can carry what the frozen encoder's latents miss (a ball against a box).
-                x = frames_of(
-                    [train_pool[i] for i in idx.tolist()], args.image_size, args.render_size
-                )  # (B, 3, H, W)
-                recon = vae.decode(pred / vae.config.scaling_factor).sample
-                loss = loss + args.pixel_weight * reconstruction_loss(recon, x, args.object_weight)
-                vae_opt.zero_grad(set_to_none=True)
-            unet_opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(list(unet.parameters()) + list(text_encoder.parameters()), 1.0)
-            unet_opt.step()
-            if pixel:
-                vae_opt.step()
-            elif args.decoder_every and step % args.decoder_every == 0:
-                didx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen)
-                x = frames_of(
-                    [train_pool[i] for i in didx.tolist()], args.image_size, args.render_size
-                )  # (B, 3, H, W)
-                recon = vae.decode(pool_latents[didx] / vae.config.scaling_factor).sample
-                dec_loss = reconstruction_loss(recon, x, args.object_weight)
-                vae_opt.zero_grad(set_to_none=True)
-                dec_loss.backward()
-                vae_opt.step()
-            step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.4f}")
-            if step % 50 == 0:
-                _log(
-                    out,
-                    {
-                        "stage": "unet",
-                        "step": step,
-                        "loss": loss.item(),
-                        "time": elapsed + time.time() - started,
-                    },
-                )
-            if step % args.eval_every == 0:
-                metrics = _eval_unet(pipe, held_out, args, captioner, out, step)
-                unet.train()
-                text_encoder.train()
-                score = metrics.get("roundtrip_acc", metrics["frame_acc"])
-                if not best or score >= best["score"]:
-                    best = {"score": score, "step": step, **metrics}
-                    save_renderer(pipe, args, out / "best", metrics)
-            if step % args.checkpoint_every == 0:
-                checkpoint()
-        bar.close()
-        stage = "done"
-        checkpoint()
-    final = _eval_unet(pipe, held_out, args, captioner, out, step)
-    save_renderer(pipe, args, out / "pipeline", final)
-    _log(out, {"stage": "done", "step": step, "eval": final, "best": best})
-    return final
+    if run.stage != "unet":
+        return best
+    run.started = time.time()
+    pipe.unet.train()
+    pipe.text_encoder.train()
+    bar = tqdm(total=args.unet_steps, initial=run.step, desc="renderer unet", unit="step")
+    while not _stage_done(args, "unet", run.step, run.started):
+        loss = _unet_step(run, train_pool, pool_latents, ids, empty_ids)
+        run.after_step(bar, loss=loss)
+        if run.step % args.eval_every == 0:
+            metrics = _eval_unet(pipe, held_out, args, captioner, run.out, run.step)
+            pipe.unet.train()
+            pipe.text_encoder.train()
+            score = metrics.get("roundtrip_acc", metrics["frame_acc"])
+            if not best or score >= best["score"]:
+                best = {"score": score, "step": run.step, **metrics}
+                save_renderer(pipe, args, run.out / BEST_FOLDER, metrics)
+        if run.checkpoint_due():
+            run.checkpoint()
+    bar.close()
+    run.stage = "done"
+    run.checkpoint()
+    return best
+
+
+def _unet_step(
+    run: RendererRun, train_pool: Sequence[str], pool_latents: torch.Tensor, ids: torch.Tensor, empty_ids: torch.Tensor
+) -> float:
+    """One optimizer step of the UNet + text encoder (and, every decoder_every steps, of the VAE decoder)."""
+    args, vae, unet, step = run.args, run.pipe.vae, run.pipe.unet, run.step
+    gen = torch.Generator().manual_seed(args.seed * 1_000_003 + 7 + step)
+    idx = torch.randint(len(train_pool), (args.unet_batch,), generator=gen)
+    x0 = pool_latents[idx]  # (B, C, h, w)
+    batch_ids = ids[idx].clone()  # (B, L)
+    if args.cond_dropout > 0:
+        drop = torch.rand(len(idx), generator=gen) < args.cond_dropout
+        batch_ids[drop] = empty_ids
+    noise = torch.randn(x0.shape, generator=gen)
+    # Timesteps skewed towards pure noise when asked: few-step sampling decides the layout at t ~ T.
+    u = torch.rand(len(idx), generator=gen) ** args.timestep_power
+    schedule = run.noise_schedule
+    t = ((1.0 - u) * (schedule.config.num_train_timesteps - 1)).round().long()  # (B,)
+    xt = schedule.add_noise(x0, noise, t)
+    if args.prediction_type == "sample":
+        target = x0
+    elif args.prediction_type == "epsilon":
+        target = noise
+    else:
+        target = schedule.get_velocity(x0, noise, t)
+    for group in run.unet_opt.param_groups:
+        group["lr"] = args.unet_lr * min(1.0, (step + 1) / UNET_WARMUP)
+    cond = run.pipe.text_encoder(batch_ids)[0]  # (B, L, text_width)
+    pred = unet(xt, t, cond).sample
+    loss = F.mse_loss(pred, target)
+    decoder_turn = bool(args.decoder_every) and step % args.decoder_every == 0
+    pixel = args.pixel_weight > 0 and decoder_turn
+    if pixel:
+        # End to end: decode the UNet's clean-latent estimate and compare it with the world's frame, so the
+        # UNet and decoder can carry what the frozen encoder's latents miss (a ball against a box).
+        x = frames_of([train_pool[i] for i in idx.tolist()], args.image_size, args.render_size)  # (B, 3, H, W)
+        recon = vae.decode(pred / vae.config.scaling_factor).sample
+        loss = loss + args.pixel_weight * reconstruction_loss(recon, x, args.object_weight)
+        run.vae_opt.zero_grad(set_to_none=True)
+    run.unet_opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(list(unet.parameters()) + list(run.pipe.text_encoder.parameters()), 1.0)
+    run.unet_opt.step()
+    if pixel:
+        run.vae_opt.step()
+    elif decoder_turn:
+        didx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen)
+        x = frames_of([train_pool[i] for i in didx.tolist()], args.image_size, args.render_size)  # (B, 3, H, W)
+        recon = vae.decode(pool_latents[didx] / vae.config.scaling_factor).sample
+        dec_loss = reconstruction_loss(recon, x, args.object_weight)
+        run.vae_opt.zero_grad(set_to_none=True)
+        dec_loss.backward()
+        run.vae_opt.step()
+    return loss.item()
 
 
 def _eval_vae(vae, states: Sequence[str], args: TrainRendererArgs) -> dict[str, float]:
@@ -763,7 +474,7 @@ def _encode_pool(vae, states: Sequence[str], args: TrainRendererArgs, out: Path)
             ).latent_dist.mode()
             chunks.append(z * vae.config.scaling_factor)
     latents = torch.cat(chunks)  # (P, C, h, w)
-    _atomic_torch_save(
+    atomic_torch_save(
         {"n": len(states), "scaling_factor": vae.config.scaling_factor, "latents": latents}, path
     )
     return latents
@@ -779,90 +490,3 @@ def _eval_unet(pipe, states, args: TrainRendererArgs, captioner, out: Path, step
     _log(out, {"stage": "unet", "step": step, "eval": metrics})
     logger.info("renderer eval at step %d: %s", step, metrics)
     return metrics
-
-
-def evaluate_renderer(
-    renderer,
-    states: Sequence[str],
-    captioner=None,
-    seed: int = 0,
-    steps: int | None = None,
-    guidance: float | None = None,
-) -> dict[str, float]:
-    """Score a loaded `Renderer` on `states` at the size it hands out: PSNR/SSIM against the world's frames,
-    the layout check, and (with a captioner) the round-trip accuracy; plus seconds per frame."""
-    t = time.time()
-    frames = renderer.render(list(states), generator=torch.Generator("cpu").manual_seed(seed), steps=steps,
-                             guidance=guidance)  # fmt: skip
-    seconds = (time.time() - t) / max(1, len(states))
-    metrics = evaluate_frames(states, frames, captioner)
-    metrics["seconds_per_frame"] = seconds
-    metrics["states"] = len(states)
-    return metrics
-
-
-# ---- command line --------------------------------------------------------------------------------------
-def add_parser(train_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """`semworld train renderer --out DIR ...`: one flag per field of TrainRendererArgs."""
-    parser = train_subparsers.add_parser(
-        "renderer",
-        help="train the embedded diffusion renderer on world frames",
-        description=(TrainRendererArgs.__doc__ or "").split("\n")[0],
-    )
-    for f in dataclasses.fields(TrainRendererArgs):
-        if f.name.startswith("_"):
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if f.name == "out":
-            parser.add_argument(flag, required=True, help="run directory")
-        elif f.name in ("vae_channels", "unet_channels"):
-            parser.add_argument(flag, type=int, nargs="+", default=list(f.default))  # type: ignore[arg-type]
-        elif f.name == "count_weights":
-            parser.add_argument(flag, type=float, nargs="+", default=list(f.default))  # type: ignore[arg-type]
-        elif f.name == "captioner":
-            parser.add_argument(flag, default=None, help="captioner directory for the round-trip metric")
-        elif isinstance(f.default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
-        else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
-    parser.set_defaults(func=_run)
-    return parser
-
-
-def _run(ns: argparse.Namespace) -> int:
-    fields = {f.name for f in dataclasses.fields(TrainRendererArgs) if not f.name.startswith("_")}
-    values = {k: v for k, v in vars(ns).items() if k in fields}
-    for k in ("vae_channels", "unet_channels", "count_weights"):
-        values[k] = tuple(values[k])
-    try:
-        args = TrainRendererArgs(**values)
-    except ValueError as err:
-        raise UserError(str(err)) from None
-    train_renderer(args)
-    return 0
-
-
-# The settings of the shipped weights/renderer (read by `pipeline.training.all`). The shipped files come from a run
-# with restarts under wall-clock caps on the shared CPU (weights/README.md lists them); this recipe is that design
-# as one uninterrupted, seeded run: the VAE on 128-pixel world frames resized to 80, then the UNet + text encoder
-# with the decoder fine-tuned alongside. Not yet run from scratch end to end.
-SHIPPED_RECIPE: dict[str, Any] = {
-    "image_size": 80,
-    "render_size": 128,
-    "output_size": 128,
-    "vae_channels": (8, 16, 32, 64, 64),
-    "vae_latent_channels": 8,
-    "vae_lr": 1.5e-3,
-    "vae_steps": 2200,
-    "object_weight": 10.0,
-    "unet_channels": (64, 128, 128),
-    "text_width": 128,
-    "unet_batch": 32,
-    "unet_lr": 8e-4,
-    "timestep_power": 2.0,
-    "decoder_every": 2,
-    "unet_steps": 2600,
-    "pool": 8000,
-    "eval_every": 250,
-}
-SHIPPED_FOLDER = "best"  # the checkpoint its periodic evaluation scored best; the shipped weights are one (checkpoints swing)

@@ -1,4 +1,4 @@
-"""Fixtures for API tests: an app on stand-in stages (through dependency_overrides), and a helper to wait."""
+"""Fixtures for API tests: an app on stand-in stages (`create_app(settings, stages=...)`), and a helper to wait."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from api.deps import get_pipeline
 from api.main import create_app
 from api.settings import Settings
 from tests.api.fakes import make_pipeline
@@ -76,9 +75,7 @@ def make_client(tmp_path) -> Iterator[Callable[..., TestClient]]:
 
     def make(pipeline=None, data_dir: Path | None = None, **overrides) -> TestClient:
         settings = Settings(data_dir=data_dir or tmp_path / "data", samples_dir=ASSETS, **overrides)
-        app = create_app(settings)
-        pipe = pipeline or make_pipeline(0.0)
-        app.dependency_overrides[get_pipeline] = lambda: pipe
+        app = create_app(settings, stages=pipeline or make_pipeline(0.0))
         client = TestClient(app, raise_server_exceptions=False)
         client.__enter__()
         clients.append(client)
@@ -88,17 +85,6 @@ def make_client(tmp_path) -> Iterator[Callable[..., TestClient]]:
     yield make
     for c in clients:
         c.__exit__(None, None, None)
-
-
-@pytest.fixture(scope="session")
-def tiny_weights(tmp_path_factory) -> Path:
-    """Tiny random real stages saved like the shipped weights (skipped while a stage module is missing)."""
-    from tests.api.fakes import build_tiny_weights
-
-    try:
-        return build_tiny_weights(tmp_path_factory.getbasetemp() / "semworld-tiny-weights")
-    except ImportError as err:
-        pytest.skip(f"a stage module is not there yet: {err}")
 
 
 # ---- the real server: `semworld serve` in a subprocess -------------------------------------------------------

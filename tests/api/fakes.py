@@ -23,7 +23,7 @@ class BrightnessCaptioner:
 
 
 class EchoPredictor:
-    def predict(self, states: list[list[str]], k: int) -> list[list[str]]:
+    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
         return [[f"next {i} after {seq[-1]}" for i in range(k)] for seq in states]
 
 
@@ -57,28 +57,21 @@ def build_tiny_weights(root: Path) -> Path:
     tokenizer, and a StableDiffusionPipeline-layout renderer, each saved with save_pretrained, plus
     model_index.json. Their outputs are nonsense; their structure, files and loading are the real ones.
 
-    Raises ImportError when a stage's module is not there (callers skip with that reason).
     """
+    from models.captioner import CaptionerConfig, build_blip, build_processor
     from models.four_tensor import FourTensorConfig, FourTensorModel
     from pipeline.tokenizer import StateTokenizer
-    from pipeline.training.captioner import (
-        CaptionerModelConfig,
-        build_blip,
-        build_processor,
-        build_tokenizer,
-        world_sentences,
-    )
-    from pipeline.training.renderer import TrainRendererArgs, build_pipeline, save_renderer
+    from pipeline.training.args import TrainRendererArgs
+    from pipeline.training.captioner import build_tokenizer, world_sentences
+    from pipeline.training.renderer import fresh_pipeline, save_renderer
 
-    for module in ("pipeline.captioner", "pipeline.predictor", "pipeline.renderer"):
-        __import__(module)
     if (root / "model_index.json").is_file():  # built earlier in this session: the index is written last
         return root
     torch.manual_seed(0)
     root.mkdir(parents=True, exist_ok=True)
     sentences = world_sentences()
     tokenizer = build_tokenizer(sentences)
-    config = CaptionerModelConfig(
+    config = CaptionerConfig(
         image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2
     )
     build_blip(config, tokenizer).save_pretrained(root / "captioner")
@@ -86,16 +79,8 @@ def build_tiny_weights(root: Path) -> Path:
 
     states = StateTokenizer.build(sentences)
     predictor = FourTensorModel(
-        FourTensorConfig(
-            vocab_size=states.vocab_size,
-            d_x=8,
-            d_t=4,
-            n_heads=2,
-            n_layers=1,
-            N=12,
-            T=4,
-            end_ids=states.end_ids,
-        )
+        FourTensorConfig(vocab_size=states.vocab_size, d_x=8, d_t=4, n_heads=2, n_layers=1, N=12, T=4,
+                         end_ids=states.end_ids)  # fmt: skip
     )
     predictor.save_pretrained(root / "predictor")
     states.save(root / "predictor")
@@ -104,7 +89,7 @@ def build_tiny_weights(root: Path) -> Path:
         out=str(root / "run"), image_size=32, output_size=32, vae_channels=(8, 16), unet_channels=(16, 32),
         text_width=32, text_layers=1, max_length=16, sample_steps=2,
     )  # fmt: skip
-    save_renderer(build_pipeline(args), args, root / "renderer")
+    save_renderer(fresh_pipeline(args), args, root / "renderer")
     index = {"captioner": "captioner", "predictor": "predictor", "renderer": "renderer"}
     (root / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
     return root

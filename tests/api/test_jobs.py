@@ -8,7 +8,7 @@ import threading
 import time
 import zipfile
 
-from api.jobs import JobState, JobStore
+from api.jobs import JobParams, JobState, JobStore
 from pipeline.world_model import WorldModelPipeline
 from tests.api.conftest import REAL_CLIP, wait_job, wait_state
 from tests.api.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
@@ -135,15 +135,7 @@ def test_crash_recovery_retries_then_fails(tmp_path, make_client):
     """Rows left `running` by a crash (with a half-written result) are rerun, or failed after max attempts."""
     data = tmp_path / "crashed"
     store = JobStore(data)
-    params = {
-        "horizon": 2,
-        "stride": 8,
-        "state_rate": None,
-        "seed": 0,
-        "steps": None,
-        "guidance": None,
-        "output": "json",
-    }
+    params = JobParams(horizon=2, stride=8)
     retry = store.create(REAL_CLIP.read_bytes(), params)
     spent = store.create(REAL_CLIP.read_bytes(), params)
     queued = store.create(REAL_CLIP.read_bytes(), params)

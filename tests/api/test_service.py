@@ -28,8 +28,8 @@ def test_failed_model_load_keeps_health_and_says_why(tmp_path):
         assert r.status_code == 503
         assert (
             r.json()["detail"]
-            == f"failed to load models: {tmp_path / 'missing'}: weights directory not found "
-            "(expected model_index.json inside)"
+            == f"failed to load models: weights {tmp_path / 'missing'}: no such directory; expected a weights "
+            "folder whose model_index.json names its captioner, predictor, renderer folders"
         )
         r = client.post("/v1/rollout", json={"states": ["a."]})
         assert r.status_code == 503 and r.headers["retry-after"] == "5"
@@ -115,12 +115,10 @@ def test_samples_and_page(make_client):
 
 
 def test_world_samples_are_made_when_no_folder_is_set(tmp_path):
-    from api.deps import get_pipeline
     from tests.api.conftest import wait_ready
     from tests.api.fakes import make_pipeline
 
-    app = create_app(Settings(data_dir=tmp_path))
-    app.dependency_overrides[get_pipeline] = lambda: make_pipeline(0.0)
+    app = create_app(Settings(data_dir=tmp_path), stages=make_pipeline(0.0))
     with TestClient(app) as client:
         wait_ready(client)
         names = [s["name"] for s in client.get("/v1/samples").json()]

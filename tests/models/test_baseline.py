@@ -381,7 +381,7 @@ def test_from_pretrained_errors(tmp_path):
     tiny_model().save_pretrained(tmp_path)
     raw = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**raw, "semworld_model": "four_tensor"}))
-    with pytest.raises(ValueError, match="'four_tensor' model, not 'baseline'"):
+    with pytest.raises(ValueError, match="semworld_model is 'four_tensor', not 'baseline'"):
         BaselineModel.from_pretrained(tmp_path)
 
 

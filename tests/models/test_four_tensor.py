@@ -532,3 +532,20 @@ def test_score_sums_match_a_manual_count():
 def test_meta_count_equals_real_count():
     model = make_model()
     assert count_parameters(model.config) == sum(p.numel() for p in model.parameters())
+
+
+def test_sinusoidal_embedding_fills_sin_cos_pairs_and_leaves_the_odd_widths_last_slot_zero():
+    """Slot 2i holds sin(pos / 10000^(2i/dim)) and 2i+1 the cos; with an odd width the leftover last slot is 0."""
+    from models.four_tensor import sinusoidal_pe
+
+    positions = torch.tensor([0.0, 1.0, 2.5, 7.0], dtype=torch.float64)
+    for dim in (5, 7):
+        pe = sinusoidal_pe(positions, dim)  # (4, dim)
+        assert pe.shape == (4, dim)
+        for i in range(dim // 2):
+            angle = positions / 10000.0 ** (2 * i / dim)
+            assert torch.allclose(pe[:, 2 * i], torch.sin(angle))
+            assert torch.allclose(pe[:, 2 * i + 1], torch.cos(angle))
+        assert torch.equal(pe[:, -1], torch.zeros(4, dtype=torch.float64))
+    even = sinusoidal_pe(positions, 6)
+    assert torch.allclose(even[:, -1], torch.cos(positions / 10000.0 ** (4 / 6)))  # no slot left over at even widths

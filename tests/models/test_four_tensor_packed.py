@@ -109,3 +109,26 @@ def test_training_step_materialises_M_before_the_product():
     n = int((full[:, 1:] != PAD).sum())  # slots with a live target, the rows of the logits
     assert (n, c.vocab_size) in shapes
     assert not [s for s in shapes if math.prod(s) == n * c.d_t * c.vocab_size]  # no (n, d_t, V) product
+
+
+def test_dropout_acts_on_both_residual_branches_of_the_packed_training_path():
+    """The packed path (training_step) applies the config's dropout, twice per layer, only in train mode: deleting
+    it from the packed path makes the train-mode loss equal the eval-mode one and the call counts drop."""
+    model = make_model(dropout=0.5)
+    full = make_window(B=4, seed=7)
+    calls: list[str] = []
+    for i, layer in enumerate(model.layers):
+        layer.dropout.register_forward_hook(lambda m, a, o, i=i: calls.append(f"layer{i}"))
+    model.train()
+    torch.manual_seed(0)
+    loss_a = model.training_step(full)
+    assert calls == [f"layer{i}" for i in range(model.config.n_layers) for _ in range(2)]
+    torch.manual_seed(0)
+    assert torch.equal(model.training_step(full), loss_a)  # the masks come from torch's RNG: seeded, repeatable
+    torch.manual_seed(1)
+    assert not torch.equal(model.training_step(full), loss_a)  # and they are random
+    model.eval()
+    eval_loss = model.training_step(full)
+    assert not torch.isclose(loss_a, eval_loss)
+    prefix, targets = model.split_window(full)
+    assert torch.allclose(eval_loss, window_cross_entropy(model(prefix), targets, PAD))  # eval: no dropout at all

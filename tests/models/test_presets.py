@@ -15,7 +15,7 @@ PAPER = {"paper-h2-l2": 122.2, "paper-h4-l2": 172.5, "paper-h4-l3": 256.4}
 @pytest.mark.parametrize("name", sorted(PAPER))
 def test_paper_presets_match_table_5_within_0_1M(name):
     preset = get_preset(name)
-    assert (preset.vocab_size, preset.d_x, preset.d_t, preset.N, preset.T) == (36_711, 64, 32, 16, 4)
+    assert (preset.dims.vocab_size, preset.dims.d_x, preset.dims.d_t, preset.dims.N, preset.dims.T) == (36_711, 64, 32, 16, 4)
     count = count_parameters(four_tensor_config(name))  # on the meta device
     assert abs(count / 1e6 - PAPER[name]) < 0.1
     assert preset.paper_params_m["four_tensor"] == PAPER[name]
@@ -38,7 +38,7 @@ def test_overrides_and_unknown_names():
         99,
         (3,),
         True,
-        get_preset("tiny").d_x,
+        get_preset("tiny").dims.d_x,
     )
     with pytest.raises(ValueError, match="unknown preset 'huge'; known presets: tiny, small"):
         get_preset("huge")

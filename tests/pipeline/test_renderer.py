@@ -1,6 +1,6 @@
 """The rendering stage: tiny random diffusers checkpoints (our layout and a Stable-Diffusion-Turbo-like one) saved
-to disk and loaded through the same `Renderer` code, determinism, errors, metrics, the training loop, and the
-shipped weights."""
+to disk and loaded through the same `Renderer` code, determinism, errors and the shipped weights (the metrics are
+tested in tests/pipeline/evaluation/test_metrics.py, the trainer in tests/pipeline/training/test_renderer.py)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,8 @@ import pytest
 import torch
 
 from pipeline.renderer import Renderer, RenderSettings
-from pipeline.training.renderer import (
-    TrainRendererArgs,
-    build_pipeline,
-    evaluate_frames,
-    layout_check,
-    psnr,
-    save_renderer,
-    shape_check,
-    ssim,
-    train_renderer,
-)
+from pipeline.training.args import TrainRendererArgs
+from pipeline.training.renderer import fresh_pipeline, save_renderer
 from pipeline.utils import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +36,7 @@ def tiny_dir(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("renderer")
     args = tiny_args(root / "run")
-    save_renderer(build_pipeline(args), args, root / "tiny")
+    save_renderer(fresh_pipeline(args), args, root / "tiny")
     return root / "tiny"
 
 
@@ -89,9 +80,9 @@ def test_same_generator_seed_gives_the_same_frames(tiny):
     assert np.array_equal(d[0], tiny.render(STATES[:1])[0])
 
 
-def test_batches_cover_every_state_in_order(tiny_dir):
+def test_one_call_draws_every_state_in_one_pass(tiny_dir):
+    """The adapter does not batch (the world-model pipeline does): one diffusers call per render call."""
     renderer = Renderer.from_pretrained(tiny_dir, device="cpu")
-    renderer.settings.batch_size = 2
     calls: list[int] = []
     original = renderer.pipe.__call__
 
@@ -103,7 +94,7 @@ def test_batches_cover_every_state_in_order(tiny_dir):
         "Counting", (type(renderer.pipe),), {"__call__": lambda self, *a, **k: counting(*a, **k)}
     )
     frames = renderer.render(STATES * 2, steps=1)
-    assert calls == [2, 2, 2] and len(frames) == 6
+    assert calls == [6] and len(frames) == 6
 
 
 def test_steps_and_guidance_reach_the_pipeline(tiny):
@@ -142,7 +133,7 @@ def test_a_stable_diffusion_turbo_like_directory_loads_through_the_same_code(tmp
     (tmp_path / "merges.txt").write_text("\n".join(dict.fromkeys(merges)) + "\n")
     clip_tok = CLIPTokenizer(str(tmp_path / "vocab.json"), str(tmp_path / "merges.txt"), model_max_length=16)
     args = tiny_args(tmp_path / "run", max_length=16)
-    pipe = build_pipeline(args)
+    pipe = fresh_pipeline(args)
     pipe.text_encoder.resize_token_embeddings(len(clip_tok))
     pipe.tokenizer = clip_tok
     pipe.scheduler = EulerAncestralDiscreteScheduler.from_config(
@@ -212,68 +203,6 @@ def test_broken_checkpoints_are_one_clear_user_error(tiny_dir, tmp_path):
 def test_bad_render_arguments_name_the_argument(tiny, kwargs, message):
     with pytest.raises(ValueError, match=message):
         tiny.render(**kwargs)
-
-
-# ---- metrics and the placement check ------------------------------------------------------------------------
-def test_metrics_tell_right_frames_from_wrong_ones():
-    import world
-
-    states = ["red ball top left , blue box bottom right .", "green diamond middle center , lamp on .",
-              "orange triangle upper midleft , screen , lamp off ."]  # fmt: skip
-    truth = [world.render_state(s, size=64) for s in states]
-    assert psnr(truth[0], truth[0]) == float("inf") and ssim(truth[0], truth[0]) == pytest.approx(1.0)
-    assert layout_check(states[0], truth[0]) == (2, 2, True)
-    assert shape_check(states[0], truth[0]) == [True, True]
-    right = evaluate_frames(states, truth)
-    assert right["layout_acc"] == 1.0 and right["object_cell_acc"] == 1.0
-    moved = [world.render_state(s, size=64) for s in
-             ["red ball top midleft , blue box bottom right .", "green diamond middle center , lamp off .",
-              "orange triangle upper midleft , screen , lamp off ."]]  # fmt: skip
-    wrong = evaluate_frames(states, moved)
-    assert wrong["layout_acc"] == pytest.approx(1 / 3)  # a moved ball and an unlit lamp are caught
-    assert wrong["object_cell_acc"] == pytest.approx(3 / 4)
-    assert wrong["psnr"] < 30 and wrong["ssim"] < 1.0
-    assert right["object_shape_acc"] == 1.0 and right["frame_acc"] == 1.0
-    reshaped = [world.render_state(s, size=64) for s in
-                ["red box top left , blue box bottom right .", states[1], states[2]]]  # fmt: skip
-    shapes = evaluate_frames(states, reshaped)
-    assert shapes["layout_acc"] == 1.0  # colours and cells are right...
-    assert shapes["object_shape_acc"] == pytest.approx(3 / 4) and shapes["frame_acc"] == pytest.approx(2 / 3)
-
-
-def test_args_are_validated():
-    with pytest.raises(ValueError, match="prediction_type must be sample, epsilon or v_prediction, got 'x'"):
-        TrainRendererArgs(out="o", prediction_type="x")
-    with pytest.raises(ValueError, match="image_size must be >= 32 and divisible"):
-        TrainRendererArgs(out="o", image_size=34, vae_channels=(8, 16, 16))
-
-
-# ---- the training loop --------------------------------------------------------------------------------------
-def test_training_runs_checkpoints_resumes_and_saves_a_loadable_renderer(tmp_path):
-    out = tmp_path / "run"
-    args = tiny_args(out, vae_steps=2, unet_steps=2, vae_batch=2, unet_batch=2, pool=8, eval_every=2,
-                     eval_states=2, checkpoint_every=1)  # fmt: skip
-    train_renderer(args)
-    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
-    assert [r["stage"] for r in log if r.get("final")] == ["vae"] and log[-1]["stage"] == "done"
-    assert (out / "strips" / "unet_000002.png").is_file() and (out / "checkpoint.pt").is_file()
-    assert torch.load(out / "checkpoint.pt", weights_only=False)["stage"] == "done"
-
-    # Resuming with a larger budget continues from the saved step instead of starting over.
-    train_renderer(tiny_args(out, vae_steps=2, unet_steps=3, vae_batch=2, unet_batch=2, pool=8, eval_every=2,
-                             eval_states=2, checkpoint_every=1))  # fmt: skip
-    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
-    assert ckpt["stage"] == "done" and ckpt["step"] == 3
-    steps = [
-        r["step"]
-        for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())
-        if r["stage"] == "unet"
-    ]
-    assert steps == [2, 2, 3]  # eval at 2, final eval at 2, then the resumed run's final eval at 3
-
-    renderer = Renderer.from_pretrained(out / "pipeline", device="cpu")
-    assert renderer.size == (48, 48) and renderer.settings.steps == 2
-    assert json.loads((out / "pipeline" / "metrics.json").read_text())["psnr"] > 0
 
 
 # ---- the shipped weights ------------------------------------------------------------------------------------

@@ -74,3 +74,14 @@ def test_save_load_and_transformers(tok, tmp_path):
 def test_missing_tokenizer_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="no tokenizer file"):
         StateTokenizer.from_file(tmp_path)
+
+
+def test_spell_writes_the_canonical_state_spelling():
+    """Decoded predictions and captions compare as plain strings: spell(ids) is already canonical_state's output."""
+    from pipeline.utils import canonical_state
+
+    states = ["Red ball top left, blue box bottom right , lamp on.", "empty .", "green diamond middle center ."]
+    tok = StateTokenizer.build(states)
+    enc = tok.encode_states(states, 16)
+    for state, ids in zip(states, enc.ids):
+        assert tok.spell(ids) == canonical_state(state) == canonical_state(tok.spell(ids))

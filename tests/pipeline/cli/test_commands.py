@@ -39,9 +39,19 @@ def test_train_errors_are_one_line(tmp_path, toy_jsonl, capsys):
 
 def test_eval_errors_are_one_line(tmp_path, toy_jsonl, capsys):
     err = _error(capsys, ["eval", "predictor", "--weights", str(tmp_path / "none"), "--data", str(toy_jsonl)])
-    assert "no such model directory" in err
+    assert "none: no such directory; expected a saved semworld predictor" in err
     (tmp_path / "empty").mkdir()
     err = _error(
         capsys, ["eval", "predictor", "--weights", str(tmp_path / "empty"), "--data", str(toy_jsonl)]
     )
     assert "no config.json" in err
+
+
+def test_a_missing_weights_folder_is_one_line_and_exit_2(tmp_path, capsys):
+    states = tmp_path / "states.txt"
+    states.write_text("red ball top left .\n")
+    argv = ["predict", "--states", str(states), "--weights", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]
+    err = _error(capsys, argv)
+    assert f"{tmp_path / 'nope'}: no such directory" in err and err.count("\n") <= 1
+    err = _error(capsys, ["eval", "world", "--data", str(tmp_path / "nowhere"), "--weights", str(tmp_path)])
+    assert "nowhere: no such directory; expected a directory made by `semworld world generate`" in err

@@ -10,18 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.cli.eval import add_world_parser
+from pipeline.evaluation.metrics import psnr, ssim
 from pipeline.evaluation.world import (
     Clip,
     CopyLast,
     EvalWorldArgs,
-    add_parser,
     evaluate_world,
-    psnr,
     read_world_dir,
     score_captioner,
     score_predictor,
     score_renderer,
-    ssim,
     stage_folder,
 )
 from pipeline.utils import UserError
@@ -37,13 +36,6 @@ def world_dir(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def tiny_weights(tmp_path_factory) -> Path:
-    from tests.api.fakes import build_tiny_weights
-
-    return build_tiny_weights(tmp_path_factory.mktemp("tiny") / "weights")
-
-
 class Oracle:
     """Knows the true continuation of every history in the data; writes it the way the predictor's tokenizer
     decodes ("left, lamp on."), which must count as the world's "left , lamp on ."."""
@@ -51,7 +43,7 @@ class Oracle:
     def __init__(self, clips: list[Clip]) -> None:
         self.clips = clips
 
-    def predict(self, states: list[list[str]], k: int) -> list[list[str]]:
+    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
         out = []
         for h in states:
             clip = next(c for c in self.clips if c.states[: len(h)] == h)
@@ -149,7 +141,7 @@ def test_real_tiny_stages_end_to_end_through_the_cli(world_dir, tiny_weights, tm
     weights = tmp_path / "w"
     shutil.copytree(tiny_weights, weights)
     parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers())
+    add_world_parser(parser.add_subparsers())
     ns = parser.parse_args(
         [
             "world",

@@ -2,14 +2,27 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from pipeline import cli
-from pipeline.training.predictor import CHECKPOINT_DIR, TrainArgs, train_predictor
+from pipeline.training.args import TrainArgs
+from pipeline.training.predictor import CHECKPOINT_DIR, train_predictor
 from pipeline.utils import UserError
 
 ARGS = ["--preset", "tiny", "--batch-size", "8", "--val-fraction", "0.2", "--no-progress"]
+
+
+def _assert_curve(path, lines: int) -> None:
+    """The L_S(T) plot: a 660 x 440 image (6 x 4 in at 110 dpi) with `lines` coloured curves drawn on it."""
+    from PIL import Image
+
+    img = np.asarray(Image.open(path).convert("RGB")).astype(int)
+    assert img.shape == (440, 660, 3)
+    # matplotlib's default cycle: C0 blue (31, 119, 180), C1 orange (255, 127, 14); the uniform line is grey
+    for colour in [(31, 119, 180), (255, 127, 14)][:lines]:
+        assert (np.abs(img - np.array(colour)).sum(-1) < 30).sum() > 50, colour
 
 
 def _eval_json(capsys, weights, data, split="all"):
@@ -54,7 +67,7 @@ def test_two_epochs_write_weights_that_eval_scores_below_uniform(tmp_path, toy_j
     assert summary["stopped_by"] == "budget" and summary["epochs_run"] == 2
     assert summary["config"]["vocab_size"] == summary["vocab_size"]
     assert summary["config"]["end_ids"]  # set from the tokenizer's '.', '!', '?'
-    assert (out / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
+    _assert_curve(out / "loss_curve.png", lines=1)
 
     result = _eval_json(capsys, out, toy_jsonl, split="val")
     assert result["model"] == "four_tensor"
@@ -134,7 +147,7 @@ def test_both_models_on_the_same_windows(tmp_path, toy_jsonl, capsys):
         )
         == 0
     )
-    assert (out / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"
+    _assert_curve(out / "loss_curves.png", lines=2)
     s4 = json.loads((out / "four_tensor" / "training_summary.json").read_text())
     sb = json.loads((out / "baseline" / "training_summary.json").read_text())
     assert s4["data"] == sb["data"] and s4["data"]["train_windows"] == 24
@@ -153,3 +166,30 @@ def test_causal_slices_reach_the_model_config():
     flag = "causal_slices" if hasattr(plain, "causal_slices") else "slice_causal"
     assert getattr(plain, flag) is False and getattr(masked, flag) is True
     assert masked.vocab_size == tok.vocab_size and masked.end_ids == tok.end_ids
+
+
+def test_the_saved_weights_are_always_those_of_the_minimum_epoch(tmp_path, toy_jsonl):
+    """Section 8.2: weights are written only when an epoch is the minimum of the validation selection loss so far,
+    so after every epoch model.safetensors holds the best epoch's weights, not the latest (a run that saved every
+    epoch fails here: with this learning rate the loss rises after the first epochs)."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "rule"
+    seen: list[tuple[int, dict[str, torch.Tensor]]] = []
+
+    def after_epoch(kind: str, epoch: int) -> None:
+        last = torch.load(out / CHECKPOINT_DIR / "last.pt", weights_only=False)
+        seen.append((epoch, {k: v.clone() for k, v in last["model"].items()}))
+        history = last["history"]
+        losses = [h["val_selection_loss"] for h in history]
+        best = min(range(len(losses)), key=lambda i: (losses[i], i))
+        saved = load_file(str(out / "model.safetensors"))
+        best_state = dict(seen)[best + 1]
+        assert all(torch.equal(saved[k], best_state[k]) for k in saved), f"epoch {epoch}: not the minimum's weights"
+
+    args = TrainArgs(data=str(toy_jsonl), preset="tiny", out=str(out), epochs=3, batch_size=8, val_fraction=0.2,
+                     lr=0.2, dropout=0.0, patience=10, progress=False)  # fmt: skip
+    result = train_predictor(args, on_epoch_end=after_epoch)["four_tensor"]
+    losses = [h["val_selection_loss"] for h in result.history]
+    assert len(seen) == 3 and result.best_epoch < len(losses) - 1  # some epoch after the minimum was not saved
+    assert json.loads((out / "training_summary.json").read_text())["best_epoch"] == result.best_epoch + 1

@@ -3,8 +3,7 @@
 import os
 import subprocess
 import sys
-
-from pipeline.training.predictor import PARAM_HASH_ENV
+from pathlib import Path
 
 from ..conftest import toy_sequences, write_jsonl
 
@@ -13,17 +12,15 @@ def test_two_process_replicas_end_identical(tmp_path):
     data = write_jsonl(tmp_path / "toy.jsonl", toy_sequences(30))
     out = tmp_path / "ddp"
     hashes = tmp_path / "hash"
-    env = {**os.environ, PARAM_HASH_ENV: str(hashes), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--standalone",
         "--nproc_per_node=2",
-        "-m",
-        "pipeline.cli",
-        "train",
-        "predictor",
+        str(Path(__file__).with_name("ddp_worker.py")),
+        str(hashes),
         "--data",
         str(data),
         "--preset",

@@ -1,0 +1,85 @@
+"""The shipped renderer's quality table of weights/README.md: round trip, PSNR, SSIM and the layout/shape checks
+on distinct test-split world states, at several step counts, read back by the shipped captioner.
+
+SSIM is `pipeline.evaluation.metrics.ssim` (torchmetrics' Gaussian 11x11, sigma 1.5). The two SSIMs the code
+had before (the trainer's Gaussian over the valid region only, `semworld eval world`'s uniform 7x7) are printed
+beside it on the same frames, so the figures written with them can be restated.
+
+    python bench/renderer_quality.py --states 200 --seed 2000 --steps 2 4 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from pipeline.captioner import Captioner  # noqa: E402
+from pipeline.evaluation.metrics import evaluate_frames  # noqa: E402
+from pipeline.renderer import Renderer  # noqa: E402
+from pipeline.training.renderer import eval_states  # noqa: E402
+
+
+def ssim_gaussian_valid(a: np.ndarray, b: np.ndarray) -> float:
+    """The renderer trainer's former SSIM: 11x11 Gaussian (sigma 1.5), valid region only."""
+    x = torch.from_numpy(a).double().permute(2, 0, 1)[:, None]
+    y = torch.from_numpy(b).double().permute(2, 0, 1)[:, None]
+    g = torch.exp(-((torch.arange(11, dtype=torch.float64) - 5) ** 2) / (2 * 1.5**2))
+    w = ((g / g.sum())[:, None] * (g / g.sum())[None, :])[None, None]
+    mx, my = F.conv2d(x, w), F.conv2d(y, w)
+    vx, vy, cxy = F.conv2d(x * x, w) - mx**2, F.conv2d(y * y, w) - my**2, F.conv2d(x * y, w) - mx * my
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    return float((((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx**2 + my**2 + c1) * (vx + vy + c2))).mean())
+
+
+def ssim_uniform7(a: np.ndarray, b: np.ndarray) -> float:
+    """`semworld eval world`'s former SSIM: 7x7 uniform windows."""
+    x = torch.from_numpy(a).double().permute(2, 0, 1)[:, None]
+    y = torch.from_numpy(b).double().permute(2, 0, 1)[:, None]
+    mean = lambda t: F.avg_pool2d(t, 7, stride=1)  # noqa: E731
+    mx, my = mean(x), mean(y)
+    vx, vy, cxy = mean(x * x) - mx**2, mean(y * y) - my**2, mean(x * y) - mx * my
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    return float((((2 * mx * my + c1) * (2 * cxy + c2)) / ((mx**2 + my**2 + c1) * (vx + vy + c2))).mean())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--weights", type=Path, default=Path(__file__).resolve().parents[1] / "weights")
+    ap.add_argument("--states", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=2000, help="seed of the test-split states (eval_states)")
+    ap.add_argument("--steps", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    renderer = Renderer.from_pretrained(args.weights / "renderer", device="cpu")
+    captioner = Captioner.from_pretrained(args.weights / "captioner", device="cpu")
+    states = eval_states(args.seed, args.states)
+    rows = []
+    for steps in args.steps:
+        t = time.perf_counter()
+        frames: list[np.ndarray] = []
+        generator = torch.Generator("cpu").manual_seed(0)
+        for i in range(0, len(states), 16):
+            frames += renderer.render(states[i : i + 16], generator=generator, steps=steps)
+        seconds = (time.perf_counter() - t) / len(states)
+        m = evaluate_frames(states, frames, captioner)
+        import world
+
+        truth = [world.render_state(s, size=f.shape[0]) for s, f in zip(states, frames)]
+        m["ssim_former_trainer"] = float(np.mean([ssim_gaussian_valid(a, b) for a, b in zip(truth, frames)]))
+        m["ssim_former_eval_world"] = float(np.mean([ssim_uniform7(a, b) for a, b in zip(truth, frames)]))
+        rows.append({"steps": steps, "s_per_frame": round(seconds, 4), **{k: round(v, 4) for k, v in m.items()}})
+        print(json.dumps(rows[-1]), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""One helper that turns an arguments dataclass into argparse flags, and the parsed flags back into it.
+
+Every field `some_name` becomes `--some-name` with the field's type and default; a field without a default is a
+required flag; a bool becomes `--x / --no-x`; a `tuple[...]` takes one or more values; a nested dataclass field
+(a model config) adds its own fields as flags. Help text is the field's line in the class docstring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# "name: text", "name / other: text" or "name, other: text" at the start of a docstring line.
+_DOC_LINE = re.compile(r"^\s*((?:\w+)(?:\s*(?:/|,)\s*\w+)*)\s*:\s*(.+)$")
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """{field: the first line of its description} from a docstring written as 'name: text' lines."""
+    docs: dict[str, str] = {}
+    for line in (cls.__doc__ or "").splitlines():
+        match = _DOC_LINE.match(line)
+        if match:
+            for name in re.split(r"\s*[/,]\s*", match.group(1)):
+                docs.setdefault(name, match.group(2).strip())
+    return docs
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_dataclass_flags(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    *,
+    flags: Mapping[str, str] | None = None,
+    choices: Mapping[str, tuple[str, ...]] | None = None,
+    help: Mapping[str, str] | None = None,
+) -> None:
+    """Add one flag per field of the dataclass `cls` (and of any nested dataclass field) to `parser`.
+
+    flags: another spelling for a field's flag ({"data_format": "--format"}). choices: allowed values.
+    help: help text that replaces the docstring's line.
+    """
+    hints = typing.get_type_hints(cls)
+    docs = {**field_docs(cls), **(help or {})}
+    for f in dataclasses.fields(cls):
+        if f.name.startswith("_") or not f.init:
+            continue
+        tp = _unwrap_optional(hints[f.name])
+        if dataclasses.is_dataclass(tp):
+            add_dataclass_flags(parser, tp, flags=flags, choices=choices, help=help)  # type: ignore[arg-type]
+            continue
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        default = None if required else (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc,operator]
+        kwargs: dict[str, Any] = {"dest": f.name, "help": docs.get(f.name, "")}
+        if required:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = list(default) if isinstance(default, tuple) else default
+            kwargs["help"] += " (default: %(default)s)"
+        if tp is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(tp) is tuple:
+            kwargs["type"] = typing.get_args(tp)[0]
+            kwargs["nargs"] = "+"
+        else:
+            kwargs["type"] = tp
+        if choices and f.name in choices:
+            kwargs["choices"] = choices[f.name]
+        parser.add_argument((flags or {}).get(f.name, _flag(f.name)), **kwargs)
+
+
+def dataclass_from_namespace(cls: type[T], ns: argparse.Namespace) -> T:
+    """The `cls` instance that flags added by `add_dataclass_flags(parser, cls)` describe."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name.startswith("_") or not f.init:
+            continue
+        tp = _unwrap_optional(hints[f.name])
+        if dataclasses.is_dataclass(tp):
+            values[f.name] = dataclass_from_namespace(tp, ns)  # type: ignore[arg-type]
+        elif hasattr(ns, f.name):
+            value = getattr(ns, f.name)
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+    return cls(**values)

@@ -1,0 +1,124 @@
+"""The metrics of every stage, one copy each: PSNR and SSIM of frames, exact match of states (overall and by
+object count), the captioner-free layout and shape checks of a drawn world frame, and `evaluate_frames`, which
+combines them (with the round trip through a captioner) for the renderer's trainer and `semworld eval world`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    """Peak signal-to-noise ratio in dB of two uint8 images (or stacks) of the same shape."""
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10.0 * math.log10(255.0**2 / mse)
+
+
+def ssim(a: np.ndarray, b: np.ndarray) -> float:
+    """Structural similarity of two (H, W, 3) uint8 images: torchmetrics' Gaussian SSIM (11 x 11 window,
+    sigma 1.5, K1 = 0.01, K2 = 0.03, data range 255), the mean over pixels and channels. The one SSIM of semworld:
+    every figure in weights/README.md and docs/ is this function."""
+    from torchmetrics.functional.image import structural_similarity_index_measure
+
+    x = torch.tensor(np.asarray(a), dtype=torch.float64).permute(2, 0, 1)[None]  # (1, 3, H, W)
+    y = torch.tensor(np.asarray(b), dtype=torch.float64).permute(2, 0, 1)[None]
+    value = structural_similarity_index_measure(
+        x, y, gaussian_kernel=True, sigma=1.5, kernel_size=11, data_range=255.0, k1=0.01, k2=0.03
+    )
+    return float(value)  # type: ignore[arg-type]
+
+
+def layout_check(state: str, frame: np.ndarray, truth: np.ndarray | None = None) -> tuple[int, int, bool]:
+    """Placement check without a captioner, from `world.parse_state`: returns (objects drawn in their cell with
+    their colour, objects, whole frame right). An object's cell is right when the mean of its central patch is
+    nearer to the object's palette colour than to any other colour or the room; every other cell (and the screen)
+    must match the ground-truth frame's patch within 30 levels (which also checks the lamp's bulb)."""
+    import world
+    from world.render import BACKGROUND, BACKGROUND_LAMP_OFF, BACKGROUND_LAMP_ON, PALETTE
+
+    scene = world.parse_state(state)
+    size = frame.shape[0]
+    truth = world.render_state(state, size=size) if truth is None else truth
+    cell = size / world.GRID
+    background = {None: BACKGROUND, True: BACKGROUND_LAMP_ON, False: BACKGROUND_LAMP_OFF}[scene.lamp]
+    names = list(PALETTE) + ["background"]
+    colours = np.array([PALETTE[c] for c in PALETTE] + [background], dtype=np.float64)  # (6, 3)
+    wanted = {(o.row, o.col): o.colour for o in scene.objects}
+    good, all_right = 0, True
+    for r in range(world.GRID):
+        for c in range(world.GRID):
+            lo, hi = int((r + 0.35) * cell), int((r + 0.65) * cell) + 1
+            le, ri = int((c + 0.35) * cell), int((c + 0.65) * cell) + 1
+            mean = frame[lo:hi, le:ri].reshape(-1, 3).astype(np.float64).mean(0)
+            if (r, c) in wanted:
+                right = names[int(np.argmin(((colours - mean) ** 2).sum(1)))] == wanted[(r, c)]
+                good += right
+            else:
+                expected = truth[lo:hi, le:ri].reshape(-1, 3).astype(np.float64).mean(0)
+                right = bool(np.abs(mean - expected).mean() < 30)
+            all_right &= right
+    return good, len(scene.objects), bool(all_right)
+
+
+def shape_check(state: str, frame: np.ndarray) -> list[bool]:
+    """For each object of `state`: is the shape drawn in its cell nearer (mean absolute error over the cell) to
+    the world's sprite of the right shape than to the other shapes in the same colour and place?"""
+    import world
+    from world.render import draw_frame
+
+    scene = world.parse_state(state)
+    size = frame.shape[0]
+    edges = np.linspace(0, size, world.GRID + 1).round().astype(int)
+    right = []
+    for o in scene.objects:
+        ys, xs = slice(edges[o.row], edges[o.row + 1]), slice(edges[o.col], edges[o.col + 1])
+        patch = frame[ys, xs].astype(np.float64)
+        errors = {
+            shape: np.abs(draw_frame([(o.colour, shape, o.row, o.col)], scene.screen, scene.lamp, size)[ys, xs]
+                          - patch).mean()
+            for shape in world.SHAPES
+        }  # fmt: skip
+        right.append(min(errors, key=errors.__getitem__) == o.shape)
+    return right
+
+
+def evaluate_frames(states: Sequence[str], frames: Sequence[np.ndarray], captioner=None) -> dict[str, float]:
+    """PSNR/SSIM against the world's frames at the rendered size, the layout check and (with a captioner)
+    the round trip: the fraction of frames the captioner reads back as exactly the requested state."""
+    import world
+
+    size = frames[0].shape[0]
+    truth = [world.render_state(s, size=size) for s in states]
+    out: dict[str, float] = {
+        "psnr": psnr(np.stack(truth), np.stack(frames)),  # from the mean squared error over all frames
+        "ssim": float(np.mean([ssim(t, f) for t, f in zip(truth, frames)])),
+    }
+    checks = [layout_check(s, f, t) for s, f, t in zip(states, frames, truth)]
+    out["object_cell_acc"] = sum(c[0] for c in checks) / max(1, sum(c[1] for c in checks))
+    out["layout_acc"] = float(np.mean([c[2] for c in checks]))
+    shapes = [shape_check(s, f) for s, f in zip(states, frames)]
+    out["object_shape_acc"] = sum(sum(r) for r in shapes) / max(1, sum(len(r) for r in shapes))
+    # The captioner-free proxy of the round trip: every cell right in colour, every object in its shape.
+    out["frame_acc"] = float(np.mean([c[2] and all(r) for c, r in zip(checks, shapes)]))
+    if captioner is not None:
+        read = captioner.caption(list(frames))
+        out["roundtrip_acc"] = float(np.mean([r.strip() == s.strip() for r, s in zip(read, states)]))
+    return out
+
+
+def exact_match(predicted: Sequence[str], states: Sequence[str]) -> dict[str, float]:
+    """Overall exact match and exact match by number of objects in the true state (keys 'objects=K')."""
+    from world.grammar import parse_state
+
+    by_count: dict[int, list[bool]] = {}
+    for p, s in zip(predicted, states):
+        by_count.setdefault(len(parse_state(s).objects), []).append(p == s)
+    hits = [h for v in by_count.values() for h in v]
+    result = {"exact_match": sum(hits) / max(1, len(hits))}
+    for k in sorted(by_count):
+        result[f"objects={k}"] = sum(by_count[k]) / len(by_count[k])
+    return result

@@ -1,0 +1,35 @@
+"""The three stage interfaces of the world model: caption, predict, render. Any object with these methods can
+stand in for a stage (the shipped adapters are pipeline.captioner, pipeline.predictor and pipeline.renderer)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+import torch
+
+# callback(stage, done, total): called as each stage starts (done=0) and after each batch. It may raise
+# (e.g. to cancel a job or on a deadline); the exception propagates out of the call unchanged.
+ProgressCallback = Callable[[str, int, int], None]
+
+
+class Captioner(Protocol):
+    """Frames, each (H, W, 3) uint8 RGB -> one state text per frame."""
+
+    def caption(self, frames: list[np.ndarray]) -> list[str]: ...
+
+
+class Predictor(Protocol):
+    """Histories of states (B lists) -> the next `k` states of each. `truncate`: cut states longer than the
+    model reads instead of raising (captions of out-of-domain frames may run long)."""
+
+    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]: ...
+
+
+class Renderer(Protocol):
+    """States -> one (H, W, 3) uint8 frame per state; randomness only from `generator`; `steps`/`guidance`
+    override the renderer's own sampling defaults."""
+
+    def render(self, states: list[str], generator: torch.Generator | None = None, steps: int | None = None,
+               guidance: float | None = None) -> list[np.ndarray]: ...  # fmt: skip

@@ -1,0 +1,426 @@
+"""The arguments of every trainer, one documented dataclass each (each field is a flag of its `semworld train`
+command, derived by pipeline.cli.flags), and `args_from_recipe`, which turns a registered recipe of
+models.presets into the arguments that make it."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from models.captioner import CaptionerConfig
+from models.presets import STAGES, Recipe
+from models.renderer import RendererConfig
+from pipeline.utils import UserError
+
+MODEL_KINDS = ("four_tensor", "baseline")
+
+
+# ---- the predictor (`semworld train predictor`) ----------------------------------------------------------
+@dataclass
+class TrainArgs:
+    """Everything one predictor training run depends on (each field is a flag of `semworld train predictor`).
+
+    data: a .jsonl state-sequence file ({"states": [...]} per line) or a ROCStories .csv.
+    preset: a shape of models.presets (d_x, d_t, H, L, N, T); vocab_size and end_ids come from the tokenizer.
+    out: output directory: best-epoch weights, tokenizer.json, training_summary.json, train_log.jsonl, loss_curve.png, checkpoint/last.pt.
+    model: four_tensor, baseline, or both (into out/four_tensor and out/baseline, on the same windows).
+    epochs: the epoch budget.
+    batch_size: windows per optimizer step on each process.
+    seed: seeds the split, the window cap, the initial weights, the shuffling and dropout.
+    causal_slices: 4-tensor only, beyond the paper: slice t may not attend to later slices t' > t.
+    val_fraction: share of the sequences (whole stories) held out for validation.
+    max_windows: cap on training windows, a seeded choice (validation is capped in proportion).
+    lr: AdamW learning rate (paper: 3e-4).
+    weight_decay: AdamW weight decay (paper: 0.01).
+    dropout: the single residual-branch rate (paper: 0.1).
+    patience: stopping rule: stop once this many epochs have passed since the minimum validation selection loss...
+    tolerance: ...and the current one is above tolerance x that minimum (section 8.2).
+    min_frequency: words seen fewer times become [UNK].
+    data_format: override the format the file extension implies (jsonl or rocstories).
+    device: auto (cuda if available), cpu, cuda, cuda:1, ...
+    threads: torch CPU threads per process (None: torch's default; small models on a busy machine run fastest on 1).
+    progress: draw a progress bar.
+    memory: 4-tensor only, beyond the paper: a tensor memory for what has left the window (docs/tensor-memory.md).
+    mem_channels: memory channels C per cell.
+    mem_shape: the memory grid D H W.
+    chunk_size: tokens per memory step (16 = N: one step per state and layer).
+    sigma_scale: multiplier on the write's softplus spread.
+    memory_every_n_layers: layers l with l % n == 0 touch the memory.
+    bptt_windows: a memory run trains batch_size // bptt_windows whole clips in order, back-propagating bptt_windows windows at a time.
+    forget_bias: initial forget-gate bias of the memory (beyond the seed, whose bias is 0).
+    memory_lr_scale: the memory's parameters train at lr x this.
+    init_from: start from the weights of this saved predictor (a memory model may start from one without memory).
+    """
+
+    # what is trained, on what, into where
+    data: str
+    preset: str
+    out: str
+    model: str = "four_tensor"
+    causal_slices: bool = False
+    # the optimisation
+    epochs: int = 30  # a budget: the stopping rule usually ends the run first
+    batch_size: int = 32
+    seed: int = 0
+    lr: float = 3e-4  # the paper's AdamW settings and dropout (section 8.2)
+    weight_decay: float = 0.01  # paper: 0.01
+    dropout: float = 0.1  # paper: 0.1
+    # the data: split, cap, vocabulary
+    val_fraction: float = 0.05
+    max_windows: int | None = None
+    min_frequency: int = 1
+    data_format: str | None = None
+    # the stopping rule (section 8.2)
+    patience: int = 5
+    tolerance: float = 1.01
+    # the machine
+    device: str = "auto"
+    threads: int | None = None
+    progress: bool = True
+    # tensor memory (4-tensor only)
+    memory: bool = False
+    mem_channels: int = 16
+    mem_shape: tuple[int, int, int] = (4, 4, 4)
+    chunk_size: int = 16
+    sigma_scale: float = 1.0
+    memory_every_n_layers: int = 1
+    bptt_windows: int = 8
+    forget_bias: float = 0.0
+    memory_lr_scale: float = 1.0
+    init_from: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.model not in (*MODEL_KINDS, "both"):
+            raise UserError(f"--model {self.model!r}: expected four_tensor, baseline or both")
+        for name in ("epochs", "batch_size", "patience", "min_frequency"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.threads is not None and self.threads < 1:
+            raise UserError(f"--threads must be a positive integer, got {self.threads}")
+        if self.max_windows is not None and self.max_windows < 1:
+            raise UserError(f"--max-windows must be a positive integer, got {self.max_windows}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise UserError(f"--val-fraction must be in (0, 1), got {self.val_fraction}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise UserError(f"--dropout must be in [0, 1), got {self.dropout}")
+        if self.lr <= 0 or self.weight_decay < 0 or self.tolerance < 1.0:
+            raise UserError(
+                f"need lr > 0, weight_decay >= 0, tolerance >= 1; got {self.lr}, "
+                f"{self.weight_decay}, {self.tolerance}"
+            )
+        if self.causal_slices and self.model == "baseline":
+            raise UserError(
+                "--causal-slices applies to the 4-tensor model only (the baseline is causal already)"
+            )
+        if self.memory:
+            if self.model != "four_tensor":
+                raise UserError(f"--memory applies to the 4-tensor model only, got --model {self.model}")
+            if isinstance(self.bptt_windows, bool) or not isinstance(self.bptt_windows, int) or self.bptt_windows < 1:
+                raise UserError(f"--bptt-windows must be a positive integer, got {self.bptt_windows!r}")
+            try:
+                self.memory_config(8)
+            except ValueError as err:
+                knob = str(err).split(".", 1)[-1].split(" ", 1)[0]
+                raise UserError(f"--{knob.replace('_', '-')}: {err}") from None
+
+    def memory_config(self, d: int) -> Any:
+        """The TensorMemoryConfig of these knobs for tokens of width d, or None without --memory."""
+        if not self.memory:
+            return None
+        from models.tensor_memory import TensorMemoryConfig
+
+        shape = tuple(self.mem_shape)
+        if len(shape) != 3:
+            raise ValueError(f"TensorMemoryConfig.mem_shape must be three positive integers (D, H, W), got {shape}")
+        return TensorMemoryConfig(
+            d_emb=d, mem_channels=self.mem_channels, mem_shape=(shape[0], shape[1], shape[2]),
+            chunk_size=self.chunk_size, sigma_scale=self.sigma_scale,
+            memory_every_n_layers=self.memory_every_n_layers, forget_bias=self.forget_bias,
+        )
+
+    @property
+    def clips_per_batch(self) -> int:
+        """Clips stepped side by side by a memory run: batch_size windows per optimizer step in all."""
+        return max(1, self.batch_size // self.bptt_windows)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The fields a resumed run must share with the checkpoint it resumes (not epochs, device, progress)."""
+        d = asdict(self)
+        for key in ("epochs", "device", "threads", "progress", "out"):
+            d.pop(key)
+        if self.init_from is None:
+            d.pop("init_from")
+        if not self.memory:  # runs without memory keep the fingerprint they had before the memory knobs
+            for key in ("memory", "mem_channels", "mem_shape", "chunk_size", "sigma_scale",
+                        "memory_every_n_layers", "bptt_windows", "forget_bias", "memory_lr_scale"):
+                d.pop(key)
+        else:
+            d["mem_shape"] = list(self.mem_shape)
+        d["data"] = str(Path(self.data).resolve())
+        return d
+
+
+# ---- the captioner (`semworld train captioner`) ----------------------------------------------------------
+@dataclass
+class TrainCaptionerArgs:
+    """Arguments of `semworld train captioner` (every field is a flag: --out, --epochs, --steps-per-epoch, ...).
+
+    out: directory for the final model in the Hugging Face layout (config.json, model.safetensors, processor
+        and tokenizer files); it is written when the run ends, holding the best evaluated weights.
+    run_dir: checkpoints (checkpoint.pt, written atomically each epoch) and the JSON-lines log (log.jsonl);
+        a run started again with the same run_dir resumes from its checkpoint.
+    seed: seeds the model initialisation, every epoch's frames (seed, epoch) and the held-out set.
+    epochs / steps_per_epoch / batch_size: fresh random frames every step, so an epoch is just a unit of
+        evaluation and checkpointing; epochs * steps_per_epoch * batch_size frames are seen in all.
+    lr / min_lr_ratio / warmup_steps / weight_decay / grad_clip: AdamW with linear warmup and cosine decay to
+        lr * min_lr_ratio.
+    count_weights: relative frequency of scenes with 0, 1, 2, 3 objects (the most crowded are the hardest).
+    degrade_prob: fraction of training frames sent through a JPEG round trip (robustness to decoded video).
+    jitter_prob / resize_prob: fractions of training frames whose objects sit up to 0.15 cell off their cell's
+        centre / that are drawn natively at 56-192 px and resized to 128 (see make_examples); from augment_from.
+    init_from: a saved captioner folder (this layout) to start from instead of a random initialisation: the
+        fine-tuning phase of the shipped recipe (RECIPES["captioner"] in models.presets).
+    rescale_prob / noise_prob: fractions of training frames drawn small and scaled back up (soft, as the
+        renderer's low-resolution frames) / given Gaussian pixel noise; both only from epoch `augment_from`
+        on (a curriculum: clean frames first, then the harder ones).
+    eval_frames: size of the seeded held-out set, balanced over object counts; evaluated by exact match.
+    attn_weight: weight of the attention-supervision loss: while it writes an object's words, the decoder's
+        cross-attention (mean over layers and heads) is pulled onto that object's cell (-log of its share).
+        Without it the decoder reads colours and shapes from the whole image but learns *where* only after a
+        long plateau. Used when the ViT grid equals the world's (image_size / patch_size == 5); 0 turns it off.
+    target: stop early once held-out exact match reaches this; None (the default) trains the whole schedule,
+        whose low-learning-rate end makes the model steadier on degraded frames than stopping at the first
+        perfect evaluation.
+    test_clips: at the end, the saved model is reloaded through `Captioner` and scored on the frames of this
+        many clips of the world's test split (0: skip).
+    threads: torch CPU threads (1 leaves the other core of a shared machine free).
+    model: the BLIP shape (see CaptionerConfig).
+    """
+
+    out: str
+    run_dir: str = "runs/captioner"
+    seed: int = 0
+    # the schedule: fresh frames every step, an epoch is a unit of evaluation
+    epochs: int = 36
+    steps_per_epoch: int = 250
+    batch_size: int = 32
+    # AdamW: linear warmup, then cosine decay to lr * min_lr_ratio
+    lr: float = 1.5e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 200
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    # the frames: scene mix and augmentations
+    count_weights: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4)
+    degrade_prob: float = 0.2  # every epoch
+    rescale_prob: float = 0.25  # these four from epoch augment_from on
+    noise_prob: float = 0.15
+    jitter_prob: float = 0.0
+    resize_prob: float = 0.0
+    augment_from: int = 12
+    # where it starts, how it is judged
+    init_from: str | None = None
+    eval_frames: int = 800
+    attn_weight: float = 1.0
+    target: float | None = None
+    test_clips: int = 200
+    # the machine
+    threads: int = 1
+    device: str = "cpu"
+    model: CaptionerConfig = field(default_factory=CaptionerConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model, dict):
+            self.model = CaptionerConfig(**self.model)
+        self.count_weights = tuple(float(w) for w in self.count_weights)
+        for name in ("epochs", "steps_per_epoch", "batch_size", "eval_frames", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.target is not None and not 0 < self.target <= 1:
+            raise ValueError(f"target must be in (0, 1] or None, got {self.target}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        for name in ("degrade_prob", "rescale_prob", "noise_prob", "jitter_prob", "resize_prob"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if len(self.count_weights) < 1 or min(self.count_weights) < 0 or sum(self.count_weights) <= 0:
+            raise ValueError(f"count_weights must be non-negative with a positive sum, got {self.count_weights}")
+
+    @property
+    def total_steps(self) -> int:
+        return self.epochs * self.steps_per_epoch
+
+
+# ---- the renderer (`semworld train renderer`) ------------------------------------------------------------
+@dataclass
+class TrainRendererArgs:
+    """Arguments of `semworld train renderer` (each field is a flag: --out, --vae-steps, ...).
+
+    out: run directory: checkpoint.pt (atomic, resumable), log.jsonl, strips/*.png (truth | render) and, when
+        the run ends, pipeline/ (the diffusers checkpoint, save_pretrained with safetensors).
+    image_size: side of the frames the model draws (the world renders them at this size). 80 with a VAE that
+        downsamples 16x gives a 5 x 5 latent: one latent pixel per cell of the world's 5 x 5 grid, which makes
+        the UNet ~6x cheaper per sample than 16 x 16 latents (the shipped captioner reads frames at 64 anyway).
+    output_size: side of the frames the Renderer adapter hands out (resized from image_size; 128 = the world's).
+    render_size: the world draws the training frames at this size, then they are resized to image_size. 128 keeps the sprites' exact sub-pixel geometry of the world's 128-pixel frames, which
+        the shipped captioner depends on (it reads 80-pixel world frames resized to 128 with ~6% exact match).
+    seed: seeds the data stream, initialisation and sampling.
+    count_weights: relative frequency of scenes with 0, 1, 2, 3 objects in the training stream.
+    vae_channels / vae_latent_channels: AutoencoderKL widths per level (len - 1 = number of 2x downsamplings)
+        and latent channels.
+    vae_steps, vae_batch, vae_lr, kl_weight: stage 1 optimisation (L1 + MSE reconstruction + kl_weight * KL).
+    vae_sample: decode a draw from the posterior (the textbook VAE) instead of its mean; the draw's unit noise
+        at initialisation drowns the sprites' colour and shape for hundreds of steps, so the mean is the default.
+    object_weight: reconstruction weight of pixels that differ from the room's colour (objects, screen, lamp).
+    unet_channels: UNet2DConditionModel widths per level; every level but the first has cross-attention.
+    text_width, text_layers, max_length: the CLIP text encoder (trained from scratch with the UNet).
+    unet_steps, unet_batch, unet_lr: stage 2 optimisation.
+    prediction_type: what the UNet predicts: "sample" (x0), "epsilon" or "v_prediction".
+    cond_dropout: probability of training with the empty prompt (enables classifier-free guidance > 1).
+    timestep_power: training timesteps are (1 - u**power) * (T - 1), u uniform: 1 is uniform, 2 puts more weight
+        on the noisy end, where few-step sampling decides what goes where.
+    decoder_every: in stage 2, also train the VAE decoder (on the cached latents of the frozen encoder) every
+        this many UNet steps, with vae_batch frames (0 = never): the decoder keeps sharpening while the UNet learns.
+    pixel_weight: with prediction_type "sample", on those same steps the decoder learns from the UNet's clean-latent
+        estimates instead, with this weight on the pixel loss through the decoder, which also reaches the UNet.
+    sample_steps, guidance: how evaluation samples (and the defaults written to renderer.json).
+    pool: number of distinct training scenes whose latents are cached (drawn once, seeded).
+    eval_every, eval_states: evaluation period (steps) and size (test-split world states).
+    checkpoint_every: steps between atomic checkpoints.
+    vae_minutes / unet_minutes: optional wall-clock caps per stage (0 = none; steps are the reproducible stop).
+    threads: torch intra-op threads (1 leaves the other core to everyone else).
+    captioner: optional captioner directory for the round-trip metric at evaluation.
+    """
+
+    out: str
+    image_size: int = 80
+    output_size: int = 128
+    render_size: int = 128
+    seed: int = 0
+    count_weights: tuple[float, ...] = (0.05, 0.25, 0.35, 0.35)
+    vae_channels: tuple[int, ...] = (8, 16, 32, 64, 64)
+    vae_latent_channels: int = 8
+    vae_steps: int = 2200
+    vae_batch: int = 16
+    vae_lr: float = 1.5e-3
+    kl_weight: float = 1e-6
+    object_weight: float = 10.0
+    vae_sample: bool = False
+    unet_channels: tuple[int, ...] = (64, 128, 128)
+    text_width: int = 128
+    text_layers: int = 2
+    max_length: int = 16
+    unet_steps: int = 2600
+    unet_batch: int = 32
+    unet_lr: float = 8e-4
+    prediction_type: str = "sample"
+    cond_dropout: float = 0.0
+    timestep_power: float = 2.0
+    decoder_every: int = 2
+    pixel_weight: float = 0.0
+    sample_steps: int = 4
+    guidance: float = 1.0
+    pool: int = 8000
+    eval_every: int = 250
+    eval_states: int = 64
+    checkpoint_every: int = 200
+    vae_minutes: float = 0.0
+    unet_minutes: float = 0.0
+    threads: int = 1
+    captioner: str | None = None
+
+    def __post_init__(self) -> None:
+        self.model_config()  # validates the network's shape (models.renderer.RendererConfig)
+        if self.render_size < 32:
+            raise ValueError(
+                f"render_size must be >= 32 (the world's smallest frame), got {self.render_size}"
+            )
+        if self.output_size < 8 or self.output_size % 8:
+            raise ValueError(f"output_size must be a multiple of 8, got {self.output_size}")
+        if self.pixel_weight < 0 or (self.pixel_weight > 0 and self.prediction_type != "sample"):
+            raise ValueError(
+                f"pixel_weight must be >= 0, and 0 unless prediction_type is 'sample', got {self.pixel_weight}"
+            )
+        if self.object_weight < 1:
+            raise ValueError(f"object_weight must be >= 1, got {self.object_weight}")
+        if self.timestep_power <= 0:
+            raise ValueError(f"timestep_power must be > 0, got {self.timestep_power}")
+        if not 0 <= self.cond_dropout < 1:
+            raise ValueError(f"cond_dropout must be in [0, 1), got {self.cond_dropout}")
+        if len(self.count_weights) < 1 or len(self.count_weights) > 4 or min(self.count_weights) < 0:
+            raise ValueError(
+                f"count_weights needs 1-4 non-negative weights (0..3 objects), got {self.count_weights}"
+            )
+        for name in ("vae_steps", "unet_steps", "decoder_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in (
+            "vae_batch",
+            "unet_batch",
+            "sample_steps",
+            "eval_every",
+            "eval_states",
+            "checkpoint_every",
+            "threads",
+            "pool",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def model_config(self) -> RendererConfig:
+        """The network's shape among these arguments."""
+        return RendererConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RendererConfig)})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---- every stage (`semworld train all`, `make weights`) -------------------------------------------------
+@dataclass
+class TrainAllArgs:
+    """What `semworld train all` (and `make weights`) rebuilds.
+
+    out: the weights folder (captioner/, renderer/, predictor/, model_index.json).
+    run_dir: checkpoints and logs of each stage (run_dir/<stage>/), from which a rerun resumes.
+    seed: every stage's seed.
+    stages: which stages to (re)build, of captioner, renderer, predictor; the others are left as they are.
+    threads: torch CPU threads per stage.
+    device: the predictor's device (auto, cpu, cuda).
+    quick: tiny budgets, the "quick-*" recipes: a smoke test of the whole path, not shippable weights.
+    progress: draw progress bars.
+    """
+
+    out: str = "weights"
+    run_dir: str = "runs/weights"
+    seed: int = 0
+    stages: tuple[str, ...] = STAGES
+    threads: int = 1
+    device: str = "auto"
+    quick: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.stages = tuple(s.strip() for part in self.stages for s in part.split(",") if s.strip())
+        unknown = [s for s in self.stages if s not in STAGES]
+        if unknown or not self.stages:
+            raise UserError(f"--stages: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(STAGES)}")
+        if self.threads < 1 or self.seed < 0:
+            raise UserError(f"--threads must be >= 1 and --seed >= 0, got {self.threads}, {self.seed}")
+
+
+TrainStageArgs = TrainCaptionerArgs | TrainRendererArgs | TrainArgs
+
+
+def args_from_recipe(recipe: Recipe, **run: Any) -> TrainStageArgs:
+    """The training arguments that make `recipe`; `run` adds the fields that depend on where and how it runs
+    (out, run_dir, seed, threads, device, data, captioner, init_from, ...)."""
+    if recipe.stage == "captioner":
+        assert isinstance(recipe.model, CaptionerConfig)
+        return TrainCaptionerArgs(model=recipe.model, **{**recipe.train, **run})
+    if recipe.stage == "renderer":
+        assert isinstance(recipe.model, RendererConfig)
+        return TrainRendererArgs(**{**recipe.model.to_dict(), **recipe.train, **run})
+    return TrainArgs(preset=str(recipe.model), **{**recipe.train, **run})

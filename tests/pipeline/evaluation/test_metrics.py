@@ -1,0 +1,58 @@
+"""The one copy of each metric: PSNR, SSIM, the layout and shape checks and exact match tell right from wrong."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.evaluation.metrics import evaluate_frames, exact_match, layout_check, psnr, shape_check, ssim
+
+
+def test_metrics_tell_right_frames_from_wrong_ones():
+    import world
+
+    states = ["red ball top left , blue box bottom right .", "green diamond middle center , lamp on .",
+              "orange triangle upper midleft , screen , lamp off ."]  # fmt: skip
+    truth = [world.render_state(s, size=64) for s in states]
+    assert psnr(truth[0], truth[0]) == float("inf") and ssim(truth[0], truth[0]) == pytest.approx(1.0)
+    assert layout_check(states[0], truth[0]) == (2, 2, True)
+    assert shape_check(states[0], truth[0]) == [True, True]
+    right = evaluate_frames(states, truth)
+    assert right["layout_acc"] == 1.0 and right["object_cell_acc"] == 1.0
+    moved = [world.render_state(s, size=64) for s in
+             ["red ball top midleft , blue box bottom right .", "green diamond middle center , lamp off .",
+              "orange triangle upper midleft , screen , lamp off ."]]  # fmt: skip
+    wrong = evaluate_frames(states, moved)
+    assert wrong["layout_acc"] == pytest.approx(1 / 3)  # a moved ball and an unlit lamp are caught
+    assert wrong["object_cell_acc"] == pytest.approx(3 / 4)
+    assert wrong["psnr"] < 30 and wrong["ssim"] < 1.0
+    assert right["object_shape_acc"] == 1.0 and right["frame_acc"] == 1.0
+    reshaped = [world.render_state(s, size=64) for s in
+                ["red box top left , blue box bottom right .", states[1], states[2]]]  # fmt: skip
+    shapes = evaluate_frames(states, reshaped)
+    assert shapes["layout_acc"] == 1.0  # colours and cells are right...
+    assert shapes["object_shape_acc"] == pytest.approx(3 / 4) and shapes["frame_acc"] == pytest.approx(2 / 3)
+
+
+def test_ssim_is_the_gaussian_one():
+    """torchmetrics' Gaussian SSIM: 1 for equal images, below 1 for noise, below 0 for an inverted image, and it
+    weighs a pixel's neighbours by distance (a uniform window would score these two edits alike)."""
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (32, 32, 3)).astype(np.uint8)
+    assert ssim(a, a) == pytest.approx(1.0)
+    noisy = np.clip(a.astype(int) + rng.normal(0, 20, a.shape), 0, 255).astype(np.uint8)
+    assert 0.0 < ssim(a, noisy) < 1.0
+    assert ssim(a, 255 - a) < 0.0
+    flat = np.full((32, 32, 3), 128, np.uint8)
+    dot = flat.copy()
+    dot[16, 16] = 255
+    ring = flat.copy()
+    ring[13, 13:20] = ring[19, 13:20] = 255
+    assert ssim(flat, dot) > ssim(flat, ring)
+
+
+def test_exact_match_counts_by_number_of_objects():
+    truth = ["red ball top left .", "empty .", "red ball top left , blue box bottom right ."]
+    got = ["red ball top left .", "lamp on .", "red ball top left , blue box bottom right ."]
+    assert exact_match(got, truth) == {"exact_match": pytest.approx(2 / 3), "objects=0": 0.0, "objects=1": 1.0,
+                                       "objects=2": 1.0}  # fmt: skip

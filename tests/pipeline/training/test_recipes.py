@@ -1,0 +1,55 @@
+"""Every registered recipe of models.presets builds its training arguments and its network."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.captioner import build_blip
+from models.four_tensor import FourTensorModel
+from models.presets import RECIPES, STAGES, Recipe, four_tensor_config, get_recipe
+from models.renderer import RendererConfig, build_pipeline
+from pipeline.training.args import TrainArgs, TrainCaptionerArgs, TrainRendererArgs, args_from_recipe
+from pipeline.training.captioner import build_tokenizer, world_sentences
+from pipeline.training.renderer import build_tokenizer as renderer_tokenizer
+
+RUN = {
+    "captioner": {"out": "o", "run_dir": "r"},
+    "renderer": {"out": "r"},
+    "predictor": {"data": "d.jsonl", "out": "o"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_recipe_builds_its_arguments_and_network(name):
+    recipe = get_recipe(name)
+    args = args_from_recipe(recipe, **RUN[recipe.stage])
+    for key, value in recipe.train.items():  # the recipe's departures from the defaults reach the arguments
+        assert getattr(args, key) == value, key
+    torch.manual_seed(0)
+    if recipe.stage == "captioner":
+        assert isinstance(args, TrainCaptionerArgs) and args.model == recipe.model
+        model = build_blip(args.model, build_tokenizer(world_sentences()))
+        n = sum(p.numel() for p in model.parameters())
+    elif recipe.stage == "renderer":
+        assert isinstance(args, TrainRendererArgs) and args.model_config() == recipe.model
+        pipe = build_pipeline(args.model_config(), renderer_tokenizer(args.max_length))
+        n = sum(p.numel() for m in (pipe.vae, pipe.unet, pipe.text_encoder) for p in m.parameters())
+        assert pipe.unet.config.sample_size == args.model_config().latent_size
+    else:
+        assert isinstance(args, TrainArgs) and args.preset == recipe.model
+        with torch.device("meta"):
+            model = FourTensorModel(four_tensor_config(args.preset))
+        n = sum(p.numel() for p in model.parameters())
+    assert 1_000 < n < 40_000_000  # every shipped network fits the 40 MB weights budget in float16
+
+
+def test_the_shipped_recipes_cover_every_stage_and_the_finetune_names_its_base():
+    assert {RECIPES[s].stage for s in STAGES} == set(STAGES)
+    assert {RECIPES[f"quick-{s}"].stage for s in STAGES} == set(STAGES)
+    assert get_recipe("captioner").init_from == "captioner-base"
+    assert get_recipe("renderer").model == RendererConfig()  # the shipped renderer is the config's defaults
+    with pytest.raises(ValueError, match="unknown recipe 'nope'"):
+        get_recipe("nope")
+    with pytest.raises(ValueError, match="a renderer recipe's model is a RendererConfig"):
+        Recipe("bad", "renderer", "", "small")
