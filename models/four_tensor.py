@@ -23,6 +23,13 @@ from einops import einsum, rearrange
 from torch import Tensor, nn
 
 from models.shape import PredictorConfig
+from models.tensor_memory import (
+    MemoryState,
+    MemoryTap,
+    TensorMemoryConfig,
+    TensorMemoryInterface,
+    uses_memory,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +50,15 @@ class FourTensorConfig(PredictorConfig):
     cut). slice_causal: beyond the paper; when True a query at sentence t may not attend to keys at t' > t, so
     every slice is a forecast rather than a copy of the next input sentence. attention: "four_tensor" (the
     paper's rank-4 QKV attention) or "attentime" (models/attentime.py: symmetric Query-Key, Time over the
-    sentence axis as a causal diode, separable Dynamic Value; the dense path serves every call).
+    sentence axis as a causal diode, separable Dynamic Value; the dense path serves every call). memory: beyond
+    the paper, a tensor memory (models/tensor_memory.py, d_emb = d_x * d_t) for what has left the window; None:
+    no memory.
     """
 
     end_ids: tuple[int, ...] = ()
     slice_causal: bool = False
     attention: str = "four_tensor"
+    memory: TensorMemoryConfig | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -63,6 +73,15 @@ class FourTensorConfig(PredictorConfig):
         from models.attentime import check_attention_name  # lazy: it imports the baseline (transformers)
 
         self.attention = check_attention_name(self.attention)
+        if isinstance(self.memory, dict):
+            self.memory = TensorMemoryConfig.from_dict({"d_emb": self.d_x * self.d_t, **self.memory})
+        if self.memory is not None:
+            if not isinstance(self.memory, TensorMemoryConfig):
+                raise ValueError(f"FourTensorConfig.memory must be a TensorMemoryConfig or None, got {self.memory!r}")
+            if self.memory.d_emb != self.d_x * self.d_t:
+                raise ValueError(
+                    f"FourTensorConfig.memory.d_emb must be d_x * d_t = {self.d_x * self.d_t}, got {self.memory.d_emb}"
+                )
 
     @property
     def d(self) -> int:
@@ -72,6 +91,7 @@ class FourTensorConfig(PredictorConfig):
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["end_ids"] = list(self.end_ids)
+        out["memory"] = None if self.memory is None else self.memory.to_dict()
         return out
 
     @classmethod
@@ -322,8 +342,12 @@ class FourTensorLayer(nn.Module):
         v = self.ln_mlp(X.flatten(-2))  # (..., d)
         return self.fc2(F.gelu(self.fc1(v))).view_as(X)
 
+    def attend(self, X: Tensor, key_mask: Tensor, future_mask: Tensor | None = None) -> Tensor:
+        """The attention half: X' = X + drop(Attn(LN_attn(X))), (B, N, T, d_x, d_t) -> same."""
+        return X + self.dropout(self.attention(fiber_norm(self.ln_attn, X), key_mask, future_mask))
+
     def forward(self, X: Tensor, key_mask: Tensor, future_mask: Tensor | None = None) -> Tensor:
-        X = X + self.dropout(self.attention(fiber_norm(self.ln_attn, X), key_mask, future_mask))
+        X = self.attend(X, key_mask, future_mask)
         return X + self.dropout(self.mlp(X))
 
     def packed(self, X: Tensor, step: LayerStep) -> Tensor:
@@ -399,6 +423,15 @@ class FourTensorModel(nn.Module):
         s = torch.arange(c.N * c.T)
         t_of = s % c.T  # flat slot s = x * T + t
         self.register_buffer("future_mask", t_of[None, :] > t_of[:, None], persistent=False)  # (NT, NT)
+        # Tensor memory (beyond the paper): one interface shared by the stack, a tap (LayerNorm + gate) per layer.
+        self.memory: TensorMemoryInterface | None = None
+        self.memory_taps = nn.ModuleDict()
+        self.memory_read_off = False  # ablation: True drops every memory read (writes still run); not saved
+        if c.memory is not None:
+            self.memory = TensorMemoryInterface(c.memory)
+            for layer in range(c.n_layers):
+                if uses_memory(layer, c.memory.memory_every_n_layers):
+                    self.memory_taps[str(layer)] = MemoryTap(c.d, c.memory.gate_init)
 
     # --- input checks ---------------------------------------------------------------------------------------------
     def _check_ids(self, token_ids: Tensor, n_sentences: int, what: str) -> None:
@@ -487,9 +520,102 @@ class FourTensorModel(nn.Module):
         X = layers[-1].packed(X, step(w_rows, w_flat, w_at))  # (n_w, d_x, d_t)
         return fiber_norm(self.final_norm, X)
 
+    # --- tensor memory (beyond the paper) -----------------------------------------------------------------------
+    # The window is still embedded at positions 0..T-1. The memory holds what has left it: each window writes its
+    # slice t = 0 (the sentence that leaves when the window slides), once per memory layer, and every slot of every
+    # memory layer reads the state as it stands. A clip streamed window by window therefore writes each of its
+    # states exactly once per memory layer, and the (h, c) handed from window to window is all it carries.
+
+    def init_memory(self, batch_size: int, device: torch.device | str | None = None) -> MemoryState:
+        """Zero (h, c), each (B, C, D, H, W); ValueError if the model was built without memory."""
+        if self.memory is None:
+            raise ValueError("this FourTensorModel has no memory (config.memory is None)")
+        return self.memory.init_state(batch_size, device)
+
+    def _memory_tap(self, tap: MemoryTap, X: Tensor, state: MemoryState, writes: Tensor | None) -> tuple[
+            Tensor, MemoryState]:
+        """Between attention and MLP: X (B, N, T, d_x, d_t) + sigmoid(gate) * read, and slice 0 written.
+
+        writes (B,) bool or None (all): rows whose slice 0 is a real sentence; other rows keep their state, so a
+        window of front padding writes nothing.
+        """
+        assert self.memory is not None
+        B, N, T, d_x, d_t = X.shape
+        u = tap.norm(X.flatten(-2))  # (B, N, T, d) the tap's LayerNorm on its input
+        if not self.memory_read_off:
+            reads = self.memory.read(state.h, rearrange(u, "b x t d -> b (x t) d"))  # (B, N*T, d): every slot
+            X = X + torch.sigmoid(tap.gate) * reads.view(B, N, T, d_x, d_t)
+        _, new = self.memory(u[:, :, 0], state)  # (B, N, d) tokens of the leaving sentence, chunks of chunk_size
+        if writes is not None:
+            keep = ~writes[:, None, None, None, None]  # (B, 1, 1, 1, 1)
+            new = MemoryState(torch.where(keep, state.h, new.h), torch.where(keep, state.c, new.c))
+        return X, new
+
+    def memory_hidden_states(self, token_ids: Tensor, state: MemoryState | None) -> tuple[Tensor, MemoryState]:
+        """token_ids (B, T, N), state (h, c) or None (zeros) -> X_norm (B, N, T, d_x, d_t) and the state after
+        this window's writes. The dense path: every slot, memory taps between attention and MLP."""
+        c = self.config
+        if self.memory is None:
+            raise ValueError("this FourTensorModel has no memory (config.memory is None)")
+        B = token_ids.shape[0]
+        if state is None:
+            state = self.init_memory(B, token_ids.device)
+        key_mask = build_pad_mask(token_ids, c.padding_idx)  # (B, N, T), local to this call
+        writes = (token_ids[:, 0] != c.padding_idx).any(dim=-1)  # (B,) slice 0 holds a sentence
+        future = self.future_mask if c.slice_causal else None
+        X = self.input_construction(token_ids)  # (B, N, T, d_x, d_t)
+        for i, layer in enumerate(cast(list[FourTensorLayer], list(self.layers))):
+            X = layer.attend(X, key_mask, future)
+            if str(i) in self.memory_taps:
+                X, state = self._memory_tap(cast(MemoryTap, self.memory_taps[str(i)]), X, state, writes)
+            X = X + layer.dropout(layer.mlp(X))
+        return fiber_norm(self.final_norm, X), state
+
+    @torch.no_grad()
+    def stream_memory(self, token_ids: Tensor, state: MemoryState | None = None) -> MemoryState:
+        """A history (B, L, N), L >= T -> the memory after the windows starting at 0..L-T-1 have each written
+        their slice 0, i.e. the state predict_next wants with the last window token_ids[:, L-T:]. O(L) windows.
+
+        Front padding (all-padding states, e.g. histories of different lengths aligned at the end) writes nothing.
+        """
+        c = self.config
+        if token_ids.dim() != 3 or token_ids.shape[1] < c.T or token_ids.shape[2] != c.N:
+            raise ValueError(f"token_ids: expected (B, L >= T={c.T}, N={c.N}), got {tuple(token_ids.shape)}")
+        state = state if state is not None else self.init_memory(token_ids.shape[0], token_ids.device)
+        for j in range(token_ids.shape[1] - c.T):
+            _, state = self.memory_hidden_states(token_ids[:, j : j + c.T], state)
+        return state
+
+    def window_loss(self, token_ids_full: Tensor, state: MemoryState | None) -> tuple[Tensor, Tensor, MemoryState]:
+        """(B, T+1, N) window and the memory before it -> summed CE over S(1..T) (padding ignored), the number
+        of targets, and the state after the window (still attached to the graph: truncation is the caller's)."""
+        token_ids, Y = self.split_window(token_ids_full)
+        X_norm, state = self.memory_hidden_states(token_ids, state)
+        tgt = rearrange(Y, "b t x -> b x t")  # (B, N, T)
+        wanted = tgt != self.config.padding_idx
+        logits = X_norm[wanted].flatten(-2) @ self.readout_matrix()  # (n, V)
+        return F.cross_entropy(logits, tgt[wanted], reduction="sum"), wanted.sum(), state
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """nn.Module.load_state_dict, refusing by name memory weights for a model built without memory (and the
+        reverse), instead of a list of unexpected keys."""
+        has_memory = any(k.startswith(("memory.", "memory_taps.")) for k in state_dict)
+        if has_memory and self.memory is None:
+            raise ValueError(
+                "the weights hold a tensor memory (memory.*, memory_taps.*) but this model was built without "
+                "memory (config.memory is None); build it with the memory config that was saved beside them"
+            )
+        if strict and not has_memory and self.memory is not None:
+            raise ValueError("this model has a tensor memory (config.memory) but the weights hold none (memory.*)")
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
     def forward(self, token_ids: Tensor) -> Tensor:
         """token_ids (B, T, N) -> logits (B, N, T, V); slice t predicts sentence t + 1 of the window."""
         self._check_ids(token_ids, self.config.T, "T")
+        if self.memory is not None:  # a window alone: the memory starts empty
+            X_norm, _ = self.memory_hidden_states(token_ids, None)
+            B, N, T, d_x, d_t = X_norm.shape
+            return (X_norm.reshape(B * N * T, d_x * d_t) @ self.readout_matrix()).view(B, N, T, -1)
         X_norm = self.hidden_states(token_ids)
         B, N, T, d_x, d_t = X_norm.shape
         logits = X_norm.reshape(B * N * T, d_x * d_t) @ self.readout_matrix()  # (BNT, V)
@@ -507,6 +633,9 @@ class FourTensorModel(nn.Module):
         Equal to window_cross_entropy(self(prefix), Y): slots whose target is padding are ignored by that loss,
         so their logits are never formed (packed_hidden_states keeps every slot they could influence).
         """
+        if self.memory is not None:  # a window alone: the memory starts empty
+            loss_sum, count, _ = self.window_loss(token_ids_full, None)
+            return loss_sum / count.clamp(min=1)
         token_ids, Y = self.split_window(token_ids_full)
         tgt = rearrange(Y, "b t x -> b x t")  # (B, N, T), the target of slot (x, t)
         wanted = tgt != self.config.padding_idx
@@ -517,6 +646,12 @@ class FourTensorModel(nn.Module):
     # --- evaluation -----------------------------------------------------------------------------------------------
     @torch.no_grad()
     def score(self, token_ids_full: Tensor) -> dict[str, float]:
+        """score_memory with no memory carried in (a memory model sees each window alone)."""
+        return self.score_memory(token_ids_full, None)[0]
+
+    @torch.no_grad()
+    def score_memory(self, token_ids_full: Tensor, state: MemoryState | None) -> tuple[dict[str, float],
+                                                                                        MemoryState | None]:
         """Batch sums for evaluation; the caller adds them up over batches and divides.
 
         selection_loss_sum / selection_count: window CE over S(1..T). last_ce_sum / last_tokens: L_S(T) on the
@@ -529,7 +664,11 @@ class FourTensorModel(nn.Module):
         live_tgt = tgt != c.padding_idx
         wanted = live_tgt.clone()
         wanted[:, :, -1] = True  # every slot of the last slice is decoded
-        X_norm = self.packed_hidden_states(token_ids, wanted)  # (n, d_x, d_t)
+        if self.memory is not None:
+            X_dense, state = self.memory_hidden_states(token_ids, state)
+            X_norm = X_dense[wanted]  # (n, d_x, d_t) in the packed path's (b, x, t) order
+        else:
+            X_norm = self.packed_hidden_states(token_ids, wanted)  # (n, d_x, d_t)
         logits = X_norm.flatten(-2) @ self.readout_matrix()  # (n, V)
         row = torch.full(wanted.shape, -1, dtype=torch.long, device=wanted.device)
         row[wanted] = torch.arange(logits.shape[0], device=wanted.device)  # (B, N, T): slot -> packed row
@@ -553,7 +692,7 @@ class FourTensorModel(nn.Module):
             "last_correct": float(correct),
             "exact_sentences": float(exact),
             "sentences": float(gold.shape[0]),
-        }
+        }, state
 
     def _decode(self, last_logits: Tensor) -> Tensor:
         """(B, N, V) -> ids (B, N): argmax over non-padding ids, then the sentence cut at the first end id."""
@@ -567,11 +706,16 @@ class FourTensorModel(nn.Module):
 
         Only the last slice of the logits is formed, on the slots that can reach it (packed_hidden_states); the
         ids equal those decoded from self(token_ids)[:, :, -1]. The window is embedded at positions 0..T-1 on
-        every call (section 2.3), so a rollout slides it and calls again. `state` is carried unchanged (None
-        here); a later recurrent memory hands its state through it.
+        every call (section 2.3), so a rollout slides it and calls again. Without memory `state` is carried
+        unchanged; with memory it is the (h, c) before this window (None: empty) and the one returned has this
+        window's slice 0 written, ready for the slid window.
         """
         self._check_ids(token_ids, self.config.T, "T")
         B, T, N = token_ids.shape
+        if self.memory is not None:
+            X_dense, new_state = self.memory_hidden_states(token_ids, cast(MemoryState | None, state))
+            logits = X_dense[:, :, -1].flatten(-2) @ self.readout_matrix()  # (B, N, V)
+            return self._decode(logits), new_state
         with torch.inference_mode():
             wanted = torch.zeros(B, N, T, dtype=torch.bool, device=token_ids.device)
             wanted[:, :, -1] = True

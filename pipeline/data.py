@@ -260,3 +260,39 @@ def uniform_cross_entropy(vocab_size: int) -> float:
 def val_window_cap(max_windows: int, val_fraction: float) -> int:
     """Validation windows kept when training windows are capped at max_windows (the same proportion)."""
     return max(1, math.ceil(max_windows * val_fraction / (1.0 - val_fraction)))
+
+
+# ---- whole clips (the tensor memory trains and scores a clip's windows in order) -------------------------
+def clip_windows(windows: WindowSet) -> list[torch.Tensor]:
+    """The windows of each sequence, in order: a list of (n_windows, T+1, N), one per sequence with windows."""
+    by_seq: dict[int, list[tuple[int, int]]] = {}
+    for row, (seq, start) in enumerate(zip(windows.sequence_index.tolist(), windows.start.tolist())):
+        by_seq.setdefault(seq, []).append((start, row))
+    return [windows.ids[[r for _, r in sorted(rows)]] for _, rows in sorted(by_seq.items())]
+
+
+def cap_clips(windows: WindowSet, limit: int | None, seed: int) -> WindowSet:
+    """At most about `limit` windows made of whole sequences, chosen with a seeded generator (order kept)."""
+    if limit is None or len(windows) <= limit:
+        return windows
+    g = torch.Generator().manual_seed(seed)
+    seqs = torch.unique(windows.sequence_index)
+    keep_seqs: list[int] = []
+    total = 0
+    for k in torch.randperm(len(seqs), generator=g).tolist():
+        if total >= limit:
+            break
+        keep_seqs.append(int(seqs[k]))
+        total += int((windows.sequence_index == seqs[k]).sum())
+    keep = torch.isin(windows.sequence_index, torch.tensor(keep_seqs)).nonzero().squeeze(1)
+    return windows.subset(keep)
+
+
+def stack_clips(group: list[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
+    """Clips (n_i, T+1, N), longest first -> (B, max n_i, T+1, N) zero-padded at the end, and the n_i."""
+    group = sorted(group, key=lambda w: -w.shape[0])
+    lengths = [w.shape[0] for w in group]
+    out = group[0].new_zeros(len(group), lengths[0], *group[0].shape[1:])
+    for b, w in enumerate(group):
+        out[b, : w.shape[0]] = w
+    return out, lengths

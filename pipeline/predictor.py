@@ -54,13 +54,20 @@ class Predictor:
     def N(self) -> int:
         return int(self.model.config.N)
 
-    def encode_histories(self, states: list[list[str]], truncate: bool = False) -> torch.Tensor:
-        """Histories -> the first window (B, T, N): the last T states, front-padded with empty states."""
+    @property
+    def has_memory(self) -> bool:
+        """The model carries a tensor memory: predict streams whole histories through it."""
+        return getattr(self.model, "memory", None) is not None
+
+    def encode_histories(self, states: list[list[str]], truncate: bool = False, keep: int | None = None
+                         ) -> torch.Tensor:
+        """Histories -> the first window (B, T, N): the last T states (keep: the last `keep` states instead,
+        (B, keep, N)), front-padded with empty states."""
         if not isinstance(states, list) or not states:
             raise ValueError(
                 "states: expected a non-empty list of histories (each a non-empty list of strings)"
             )
-        T, N = self.T, self.N
+        T, N = keep or self.T, self.N
         window = torch.full((len(states), T, N), PAD_ID, dtype=torch.long)  # (B, T, N)
         for b, history in enumerate(states):
             if isinstance(history, str) or not isinstance(history, list) or not history:
@@ -100,6 +107,14 @@ class Predictor:
         (tokens separated by single spaces, as the captioner writes them)."""
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
-        window = self.encode_histories(states, truncate=truncate)
-        ids, _ = self.predict_ids(window, k)
+        if self.has_memory:
+            # The whole history goes through the memory (O(length)); histories are aligned at their ends and the
+            # front padding writes nothing, so each row gets the state its own history gives.
+            longest = max((len(h) for h in states if isinstance(h, list)), default=0) if isinstance(states, list) else 0
+            history = self.encode_histories(states, truncate=truncate, keep=max(self.T, longest)).to(self.device)
+            state = self.model.stream_memory(history)
+            ids, _ = self.predict_ids(history[:, -self.T :], k, state)
+        else:
+            window = self.encode_histories(states, truncate=truncate)
+            ids, _ = self.predict_ids(window, k)
         return [[self.tokenizer.spell(ids[b, j]) for j in range(k)] for b in range(ids.shape[0])]

@@ -47,6 +47,39 @@ def evaluate(
     }
 
 
+@torch.no_grad()
+def evaluate_clips(
+    model: Any, clips: list[torch.Tensor], batch_size: int = 64, device: torch.device | str = "cpu"
+) -> dict[str, float]:
+    """evaluate() for a memory model: the windows of each clip (n_i, T+1, N) scored in order, (h, c) carried."""
+    from models.tensor_memory import MemoryState
+
+    was_training = model.training
+    model.eval()
+    sums = dict.fromkeys(SCORE_KEYS, 0.0)
+    for i in range(0, len(clips), batch_size):
+        windows, lengths = seqdata.stack_clips(clips[i : i + batch_size])
+        windows = windows.to(device)
+        state = None
+        for j in range(windows.shape[1]):
+            n = sum(1 for L in lengths if L > j)
+            st = None if state is None else MemoryState(state.h[:n], state.c[:n])
+            part, st = model.score_memory(windows[:n, j], st)
+            for key in SCORE_KEYS:
+                sums[key] += float(part[key])
+            state = st if state is None or n == state.h.shape[0] else MemoryState(
+                torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
+    model.train(was_training)
+    return {
+        "selection_loss": sums["selection_loss_sum"] / max(sums["selection_count"], 1.0),
+        "last_ce": sums["last_ce_sum"] / max(sums["last_tokens"], 1.0),
+        "token_acc": sums["last_correct"] / max(sums["last_tokens"], 1.0),
+        "exact_acc": sums["exact_sentences"] / max(sums["sentences"], 1.0),
+        "last_tokens": int(sums["last_tokens"]),
+        "sentences": int(sums["sentences"]),
+    }
+
+
 def evaluate_predictor(
     weights: str | Path,
     data: str | Path,
@@ -80,11 +113,16 @@ def evaluate_predictor(
         if recorded.get("max_windows") is not None:
             max_windows = seqdata.val_window_cap(recorded["max_windows"], recorded["val_fraction"])
     windows = seqdata.make_windows(sequences, tokenizer, cfg.T, cfg.N)
+    memory = getattr(model, "memory", None) is not None
     if split == "val" and max_windows is not None:
-        windows = seqdata.cap_windows(windows, max_windows, recorded["seed"] + 1)
+        cap = seqdata.cap_clips if memory else seqdata.cap_windows  # a memory run validated on whole clips
+        windows = cap(windows, max_windows, recorded["seed"] + 1)
     if len(windows) == 0:
         raise UserError(f"{data}: no windows (every sequence needs at least T+1={cfg.T + 1} states)")
-    metrics = evaluate(model, windows.ids, batch_size, dev)
+    if memory:  # each clip's windows in order, (h, c) carried, as the trainer validates
+        metrics = evaluate_clips(model, seqdata.clip_windows(windows), batch_size, dev)
+    else:
+        metrics = evaluate(model, windows.ids, batch_size, dev)
     kind = json.loads((weights / "config.json").read_text()).get("semworld_model")
     return {
         "model": kind,

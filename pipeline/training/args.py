@@ -44,6 +44,16 @@ class TrainArgs:
     device: auto (cuda if available), cpu, cuda, cuda:1, ...
     threads: torch CPU threads per process (None: torch's default; small models on a busy machine run fastest on 1).
     progress: draw a progress bar.
+    memory: 4-tensor only, beyond the paper: a tensor memory for what has left the window (docs/tensor-memory.md).
+    mem_channels: memory channels C per cell.
+    mem_shape: the memory grid D H W.
+    chunk_size: tokens per memory step (16 = N: one step per state and layer).
+    sigma_scale: multiplier on the write's softplus spread.
+    memory_every_n_layers: layers l with l % n == 0 touch the memory.
+    bptt_windows: a memory run trains batch_size // bptt_windows whole clips in order, back-propagating bptt_windows windows at a time.
+    forget_bias: initial forget-gate bias of the memory (beyond the seed, whose bias is 0).
+    memory_lr_scale: the memory's parameters train at lr x this.
+    init_from: start from the weights of this saved predictor (a memory model may start from one without memory).
     """
 
     # what is trained, on what, into where
@@ -72,6 +82,17 @@ class TrainArgs:
     device: str = "auto"
     threads: int | None = None
     progress: bool = True
+    # tensor memory (4-tensor only)
+    memory: bool = False
+    mem_channels: int = 16
+    mem_shape: tuple[int, int, int] = (4, 4, 4)
+    chunk_size: int = 16
+    sigma_scale: float = 1.0
+    memory_every_n_layers: int = 1
+    bptt_windows: int = 8
+    forget_bias: float = 0.0
+    memory_lr_scale: float = 1.0
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.model not in (*MODEL_KINDS, "both"):
@@ -101,6 +122,36 @@ class TrainArgs:
             raise UserError(
                 "--causal-slices applies to the 4-tensor model only (the baseline is causal already)"
             )
+        if self.memory:
+            if self.model != "four_tensor":
+                raise UserError(f"--memory applies to the 4-tensor model only, got --model {self.model}")
+            if isinstance(self.bptt_windows, bool) or not isinstance(self.bptt_windows, int) or self.bptt_windows < 1:
+                raise UserError(f"--bptt-windows must be a positive integer, got {self.bptt_windows!r}")
+            try:
+                self.memory_config(8)
+            except ValueError as err:
+                knob = str(err).split(".", 1)[-1].split(" ", 1)[0]
+                raise UserError(f"--{knob.replace('_', '-')}: {err}") from None
+
+    def memory_config(self, d: int) -> Any:
+        """The TensorMemoryConfig of these knobs for tokens of width d, or None without --memory."""
+        if not self.memory:
+            return None
+        from models.tensor_memory import TensorMemoryConfig
+
+        shape = tuple(self.mem_shape)
+        if len(shape) != 3:
+            raise ValueError(f"TensorMemoryConfig.mem_shape must be three positive integers (D, H, W), got {shape}")
+        return TensorMemoryConfig(
+            d_emb=d, mem_channels=self.mem_channels, mem_shape=(shape[0], shape[1], shape[2]),
+            chunk_size=self.chunk_size, sigma_scale=self.sigma_scale,
+            memory_every_n_layers=self.memory_every_n_layers, forget_bias=self.forget_bias,
+        )
+
+    @property
+    def clips_per_batch(self) -> int:
+        """Clips stepped side by side by a memory run: batch_size windows per optimizer step in all."""
+        return max(1, self.batch_size // self.bptt_windows)
 
     def fingerprint(self) -> dict[str, Any]:
         """The fields a resumed run must share with the checkpoint it resumes (not epochs, device, progress)."""
@@ -109,6 +160,14 @@ class TrainArgs:
             d.pop(key)
         if self.attention == "four_tensor":  # the default: checkpoints from before the field still resume
             d.pop("attention")
+        if self.init_from is None:
+            d.pop("init_from")
+        if not self.memory:  # runs without memory keep the fingerprint they had before the memory knobs
+            for key in ("memory", "mem_channels", "mem_shape", "chunk_size", "sigma_scale",
+                        "memory_every_n_layers", "bptt_windows", "forget_bias", "memory_lr_scale"):
+                d.pop(key)
+        else:
+            d["mem_shape"] = list(self.mem_shape)
         d["data"] = str(Path(self.data).resolve())
         return d
 

@@ -28,14 +28,17 @@ from models.presets import four_tensor_config, get_preset
 from pipeline.data import (
     SUMMARY_FILE,
     WindowSet,
+    cap_clips,
     cap_windows,
+    clip_windows,
     make_windows,
     read_sequences,
     split_sequences,
+    stack_clips,
     uniform_cross_entropy,
     val_window_cap,
 )
-from pipeline.evaluation.predictor import evaluate
+from pipeline.evaluation.predictor import evaluate, evaluate_clips
 from pipeline.tokenizer import StateTokenizer
 from pipeline.training.args import BOTH, MODEL_KINDS, TrainArgs
 from pipeline.utils import UserError, atomic_torch_save, atomic_write_json, atomic_write_text, resolve_device
@@ -167,7 +170,10 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
     train = make_windows(split.train, tokenizer, T, N)
     val = make_windows(split.val, tokenizer, T, N)
     full_train, full_val = len(train), len(val)
-    if args.max_windows is not None:
+    if args.max_windows is not None and args.memory:  # whole clips, for the memory's in-order training
+        train = cap_clips(train, args.max_windows, args.seed)
+        val = cap_clips(val, val_window_cap(args.max_windows, args.val_fraction), args.seed + 1)
+    elif args.max_windows is not None:
         train = cap_windows(train, args.max_windows, args.seed)
         val = cap_windows(val, val_window_cap(args.max_windows, args.val_fraction), args.seed + 1)
     if len(train) == 0 or len(val) == 0:
@@ -214,6 +220,7 @@ def build_model(
     dropout: float = 0.1,
     causal_slices: bool = False,
     attention: str = "four_tensor",
+    memory: Any = None,
 ) -> Any:
     """A fresh predictor of `kind` shaped by `preset`, with vocab_size and end_ids from the tokenizer."""
     cfg = four_tensor_config(
@@ -223,6 +230,7 @@ def build_model(
         dropout=dropout,
         slice_causal=causal_slices,
         attention=attention,
+        **({"memory": memory} if memory is not None else {}),
     )
     if kind == "four_tensor":
         return FourTensorModel(cfg)
@@ -247,6 +255,87 @@ class _StepModule(nn.Module):
 
 
 # ---- files ---------------------------------------------------------------------------------------------
+class _SegmentModule(nn.Module):
+    """forward = a memory model's loss over consecutive windows of a batch of clips, state carried (one DDP
+    forward per backward)."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, windows: torch.Tensor, lengths: list[int], state: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """windows (B, K, T+1, N) of B clips sorted by lengths (windows left in each, descending), state (h, c)
+        for the B rows or None -> summed CE, target count, and the state after the last window of each row."""
+        from models.tensor_memory import MemoryState
+
+        loss_sum = windows.new_zeros((), dtype=torch.float32)
+        count = windows.new_zeros(())
+        for j in range(windows.shape[1]):
+            n = sum(1 for L in lengths if L > j)  # rows still running: a prefix, the rows are sorted
+            if n == 0:
+                break
+            st = None if state is None else MemoryState(state.h[:n], state.c[:n])
+            ls, cnt, st = self.model.window_loss(windows[:n, j], st)
+            loss_sum, count = loss_sum + ls, count + cnt
+            state = st if state is None or n == state.h.shape[0] else MemoryState(
+                torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
+        return loss_sum, count, state
+
+
+def train_clip_batch(
+    step_module: nn.Module, optimizer: torch.optim.Optimizer, group: list[torch.Tensor], bptt_windows: int,
+    device: torch.device | str,
+) -> tuple[float, int]:
+    """Train a memory model on a batch of whole clips, in order, with truncated back-propagation: (h, c) is
+    carried from window to window; every bptt_windows windows the summed loss is back-propagated (mean over
+    the targets), the optimizer steps and the state is detached. Returns (sum of segment losses x windows,
+    windows)."""
+    windows, lengths = stack_clips(group)
+    windows = windows.to(device)
+    state = None
+    loss_total, seen = 0.0, 0
+    for j in range(0, windows.shape[1], bptt_windows):
+        part = [max(0, min(L - j, bptt_windows)) for L in lengths]
+        loss_sum, count, state = step_module(windows[:, j : j + bptt_windows], part, state)
+        loss = loss_sum / count.clamp(min=1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        state = state.detach()  # truncation: no gradient into earlier segments, the state itself carries on
+        loss_total += float(loss.detach()) * sum(part)
+        seen += sum(part)
+    return loss_total, seen
+
+
+def init_weights(model: Any, directory: str | Path) -> None:
+    """Copy the weights of a saved predictor into model; the memory's own weights may be absent (fresh)."""
+    from safetensors.torch import load_file
+
+    path = Path(directory) / "model.safetensors"
+    if not path.is_file():
+        raise UserError(f"--init-from {directory}: no model.safetensors there")
+    saved = load_file(str(path))
+    own = model.state_dict()
+    missing = sorted(k for k in own if k not in saved and not k.startswith(("memory.", "memory_taps.")))
+    extra = sorted(k for k in saved if k not in own)
+    bad = sorted(k for k in saved if k in own and saved[k].shape != own[k].shape)
+    if missing or extra or bad:
+        raise UserError(f"--init-from {directory}: weights do not fit this model (missing {missing[:3]}, "
+                        f"unexpected {extra[:3]}, other shapes {bad[:3]})")
+    nn.Module.load_state_dict(model, {**own, **saved})
+
+
+def parameter_groups(model: nn.Module, args: TrainArgs) -> list[dict[str, Any]]:
+    """One AdamW group, or with --memory-lr-scale != 1 a second group for the memory (interface and taps) at
+    lr * memory_lr_scale."""
+    params = list(model.named_parameters())
+    if not args.memory or args.memory_lr_scale == 1.0:
+        return [{"params": [p for _, p in params]}]
+    is_mem = lambda name: name.startswith(("memory.", "memory_taps."))  # noqa: E731
+    return [{"params": [p for n, p in params if not is_mem(n)]},
+            {"params": [p for n, p in params if is_mem(n)], "lr": args.lr * args.memory_lr_scale}]
+
+
 def _save_weights_atomically(model: Any, out: Path) -> None:
     """save_pretrained into a scratch folder, then move each file over the old one."""
     scratch = out / ".saving"
@@ -331,6 +420,8 @@ class PredictorRun:
     fingerprint: dict[str, Any]
     history: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
+    train_clips: list[torch.Tensor] = field(default_factory=list)  # memory runs: each clip's windows in order
+    val_clips: list[torch.Tensor] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -378,6 +469,7 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
     torchrun, the sharded sampler, and on rank 0 the tokenizer and the log as of the checkpoint."""
     fingerprint = {**args.fingerprint(), "model": kind, "world_size": ctx.world_size}
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+    shape = preset_shape(args.preset)
     model: Any = build_model(
         kind,
         args.preset,
@@ -385,8 +477,11 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
         args.dropout,
         args.causal_slices and kind == "four_tensor",
         args.attention if kind == "four_tensor" else "four_tensor",
+        args.memory_config(shape["d_x"] * shape["d_t"]),
     ).to(ctx.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    if args.init_from is not None:
+        init_weights(model, args.init_from)
+    optimizer = torch.optim.AdamW(parameter_groups(model, args), lr=args.lr, weight_decay=args.weight_decay)
     history: list[dict[str, Any]] = []
     ckpt_path = out / CHECKPOINT_DIR / CHECKPOINT_FILE
     if ckpt_path.is_file():
@@ -403,13 +498,14 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
         history = ckpt["history"]
         logger.info("%s: resuming %s after epoch %d", LABELS[kind], out, len(history))
 
-    step_module: nn.Module = _StepModule(model)
+    step_module: nn.Module = _SegmentModule(model) if args.memory else _StepModule(model)
     if ctx.distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         step_module = DDP(step_module, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-    # The sampler only needs len(); it yields window indices (the same shards as torchrun's data loaders).
-    indices: Any = range(len(data.train.ids))
+    train_clips = clip_windows(data.train) if args.memory else []
+    # The sampler only needs len(); it yields window (memory: clip) indices, the same shards as torchrun's loaders.
+    indices: Any = range(len(train_clips) if args.memory else len(data.train.ids))
     sampler: DistributedSampler[int] = DistributedSampler(
         indices, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=args.seed
     )
@@ -418,7 +514,10 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
         ckpt_path.parent.mkdir(exist_ok=True)
         data.tokenizer.save(out)
         _write_log(out / LOG_FILE, history)  # drops lines of an epoch that ran after the last checkpoint
-    return PredictorRun(kind, args, data, out, ctx, model, optimizer, step_module, sampler, fingerprint, history)
+    run = PredictorRun(kind, args, data, out, ctx, model, optimizer, step_module, sampler, fingerprint, history)
+    if args.memory:
+        run.train_clips, run.val_clips = train_clips, clip_windows(data.val)
+    return run
 
 
 def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
@@ -432,14 +531,23 @@ def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
     order = torch.tensor(list(run.sampler), dtype=torch.long)
     model.train()
     loss_sum, n_seen = 0.0, 0
+    per_batch = args.clips_per_batch if args.memory else args.batch_size
     bar = tqdm(
-        range(0, len(order), args.batch_size),
+        range(0, len(order), per_batch),
         desc=f"{run.label} epoch {epoch + 1}/{args.epochs}",
         leave=False,
         disable=not (args.progress and ctx.is_main),
         unit="batch",
     )
     for i in bar:
+        if args.memory:
+            group = [run.train_clips[int(k)] for k in order[i : i + per_batch]]
+            seg_loss, seg_windows = train_clip_batch(run.step_module, run.optimizer, group, args.bptt_windows,
+                                                     ctx.device)
+            loss_sum += seg_loss
+            n_seen += seg_windows
+            bar.set_postfix(loss=f"{loss_sum / max(n_seen, 1):.3f}")
+            continue
         batch = run.data.train.ids[order[i : i + args.batch_size]].to(ctx.device)  # (B, T+1, N)
         loss = run.step_module(batch)
         run.optimizer.zero_grad(set_to_none=True)
@@ -454,7 +562,12 @@ def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
         dist.all_reduce(t)
         train_loss = float(t[0] / t[1])
     # Validation on rank 0 only; the others receive its numbers, so every rank takes the same decision.
-    metrics = [evaluate(model, run.data.val.ids, max(args.batch_size, 64), ctx.device) if ctx.is_main else None]
+    def validate() -> dict[str, float]:
+        if args.memory:
+            return evaluate_clips(model, run.val_clips, max(args.batch_size, 64), ctx.device)
+        return evaluate(model, run.data.val.ids, max(args.batch_size, 64), ctx.device)
+
+    metrics = [validate() if ctx.is_main else None]
     if ctx.distributed:
         dist.broadcast_object_list(metrics, src=0)
     m = metrics[0]
