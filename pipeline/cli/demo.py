@@ -11,6 +11,10 @@ import json
 import logging
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.tokenizer import StateTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +66,12 @@ def demo_sequences(scenarios: str, n: int, seed: int, length: int, split: str) -
     import world
 
     return world.sequences(scenarios, n, seed, length, split=split)
+
+
+def as_predicted(tokenizer: StateTokenizer, state: str, N: int) -> str:
+    """A true state as the rollout would write it (its N token slots, canonical spelling), so that the two
+    compare as strings."""
+    return tokenizer.spell(tokenizer.encode_states([state], N).ids[0])
 
 
 def run_demo(ns: argparse.Namespace) -> int:
@@ -124,9 +134,7 @@ def run_demo(ns: argparse.Namespace) -> int:
         table.add_column("true")
         table.add_column("", justify="center")
         for j in range(k):
-            true = predictor.tokenizer.decode(
-                predictor.tokenizer.encode_states([rec["states"][T + j]], predictor.N).ids[0]
-            )
+            true = as_predicted(predictor.tokenizer, rec["states"][T + j], predictor.N)
             same = pred[j] == true
             hits, total = hits + same, total + 1
             table.add_row(f"+{j + 1}", pred[j], true, "[green]=[/]" if same else "[red]x[/]")

@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = wsub.add_parser("generate", help="write MP4 clips, PNG frames at the state instants and states.jsonl",
                         description=f"Write seeded clips of the built-in world: {what}.")  # fmt: skip
     g.add_argument(
-        "--scenario", required=True, help="scenario names, comma-separated (or a family, or 'all')"
+        "--scenario", default="all",
+        help="scenario names, comma-separated (or a family, or 'all', the default)"
     )
     g.add_argument("--clips", type=int, required=True, help="number of clips")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
