@@ -31,6 +31,10 @@ class VideoError(UserError):
     """The clip cannot be read, or it is outside the configured limits."""
 
 
+class TooManyStatesError(VideoError):
+    """The clip gives more states than `VideoLimits.max_frames` at the asked sampling."""
+
+
 @dataclass(frozen=True)
 class VideoLimits:
     """What a clip may be before any work is spent on it.
@@ -165,7 +169,7 @@ def read_video(
                     continue
                 if len(frames) >= limits.max_frames:
                     how = f"state rate {state_rate:g} Hz" if state_rate else f"stride {step}"
-                    raise VideoError(
+                    raise TooManyStatesError(
                         f"clip gives more than {limits.max_frames} states at {how}; "
                         "raise the stride, lower the state rate, or cut the clip"
                     )

@@ -17,7 +17,15 @@ import numpy as np
 import torch
 
 from pipeline.interfaces import Captioner, Predictor, ProgressCallback, Renderer
-from pipeline.utils import MODEL_INDEX, STAGES, UserError, read_model_index, stage_folder
+from pipeline.utils import (
+    MODEL_INDEX,
+    STAGES,
+    UserError,
+    default_weights_dir,
+    read_model_index,
+    resolve_device,
+    stage_folder,
+)
 from pipeline.video import SampledClip, VideoLimits, VideoSource, check_sampling, encode_mp4, read_video
 
 logger = logging.getLogger(__name__)
@@ -48,6 +56,40 @@ def _stage_folder(weights_dir: Path, index: dict[str, Any], stage: str) -> Path:
     if not folder.is_dir():
         raise UserError(f"{folder}: missing folder for the {stage} named in {MODEL_INDEX}")
     return folder
+
+
+def index_state_rate(index: dict[str, Any], where: str | Path = MODEL_INDEX) -> float | None:
+    """The states per second the predictor was trained on, as `model_index.json` records it (`"state_rate"`),
+    or None when the index does not say (then a clip is read frame by frame unless the caller says otherwise)."""
+    rate = index.get("state_rate")
+    if rate is None:
+        return None
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
+        raise UserError(f"{where}: state_rate must be a positive number of states per second, got {rate!r}")
+    return float(rate)
+
+
+def stage_folders(
+    weights_dir: str | Path, overrides: dict[str, str | Path | None] | None = None
+) -> tuple[dict[str, Path], dict[str, Any]]:
+    """Each stage's folder: the one `weights_dir/model_index.json` names, unless `overrides` gives that stage its
+    own folder (then the index's entry for it is not needed). Returns (folders by stage, the index)."""
+    weights_dir = Path(weights_dir)
+    index = read_model_index(weights_dir)
+    overrides = overrides or {}
+    unknown = sorted(set(overrides) - set(STAGES))
+    if unknown:
+        raise ValueError(f"unknown stage {unknown[0]!r} (expected one of {', '.join(STAGES)})")
+    folders: dict[str, Path] = {}
+    for stage in STAGES:
+        own = overrides.get(stage)
+        if own is None:
+            folders[stage] = _stage_folder(weights_dir, index, stage)
+        elif not Path(own).is_dir():
+            raise UserError(f"--{stage} {own}: no such directory")
+        else:
+            folders[stage] = Path(own)
+    return folders, index
 
 
 def check_call(
@@ -88,6 +130,20 @@ def check_call(
                 raise ValueError(f"states[{i}] must be a non-empty string")
 
 
+def sample_clip(
+    video: VideoSource,
+    stride: int | None,
+    state_rate: float | None,
+    limits: VideoLimits,
+    default_state_rate: float | None = None,
+) -> SampledClip:
+    """`read_video` at `stride` or `state_rate`, or (neither) at `default_state_rate`; it needs no model, so a
+    clip past the limits is refused before any is loaded."""
+    if stride is None and state_rate is None:
+        state_rate = default_state_rate
+    return read_video(video, stride=stride, state_rate=state_rate, limits=limits)
+
+
 class WorldModelPipeline:
     """Caption a clip into states, forecast the next ones, and draw them.
 
@@ -97,6 +153,9 @@ class WorldModelPipeline:
         renderer: states -> one frame per state.
         limits: what an input clip may be (frames, resolution, duration).
         caption_batch_size / render_batch_size: frames per forward pass of those stages.
+        default_state_rate: states per second to read a clip at when a call gives neither stride nor state_rate
+            (from_pretrained takes it from model_index.json: the rate the predictor was trained for); None reads
+            every frame.
     """
 
     def __init__(
@@ -109,7 +168,10 @@ class WorldModelPipeline:
         caption_batch_size: int = 16,
         render_batch_size: int = 8,
         max_horizon: int = MAX_HORIZON,
+        default_state_rate: float | None = None,
     ) -> None:
+        if default_state_rate is not None and not default_state_rate > 0:
+            raise ValueError(f"default_state_rate must be > 0 states per second, got {default_state_rate}")
         if caption_batch_size < 1 or render_batch_size < 1:
             raise ValueError(
                 f"batch sizes must be >= 1, got caption={caption_batch_size} render={render_batch_size}"
@@ -121,19 +183,31 @@ class WorldModelPipeline:
         self.caption_batch_size = caption_batch_size
         self.render_batch_size = render_batch_size
         self.max_horizon = max_horizon
+        self.default_state_rate = default_state_rate
 
     @classmethod
     def from_pretrained(
         cls,
-        weights_dir: str | Path,
+        weights_dir: str | Path | None = None,
         *,
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
+        captioner: str | Path | None = None,
+        predictor: str | Path | None = None,
+        renderer: str | Path | None = None,
         **kwargs: Any,
     ) -> WorldModelPipeline:
-        """Load the three stages named by `weights_dir/model_index.json` (offline, local files only)."""
-        weights_dir = Path(weights_dir)
-        index = read_model_index(weights_dir)
+        """Load the three stages named by `weights_dir/model_index.json` (offline, local files only).
+
+        `weights_dir` defaults to `$SEMWORLD_WEIGHTS_DIR`, else the shipped weights. `captioner`, `predictor`
+        or `renderer` load that stage from its own folder instead. `device` (None: CUDA when present) holds
+        for every stage. The index's `state_rate` becomes `default_state_rate` unless kwargs give one.
+        """
+        weights_dir = Path(weights_dir) if weights_dir is not None else default_weights_dir()
+        overrides = {"captioner": captioner, "predictor": predictor, "renderer": renderer}
+        folders, index = stage_folders(weights_dir, overrides)
+        kwargs.setdefault("default_state_rate", index_state_rate(index, weights_dir / MODEL_INDEX))
+        device = resolve_device(device)  # one check for all stages (a device this machine lacks: one line)
 
         # The stage modules are imported here so that the pipeline itself stays cheap to import.
         from pipeline.captioner import Captioner as HFCaptioner
@@ -141,15 +215,13 @@ class WorldModelPipeline:
         from pipeline.renderer import Renderer as HFRenderer
 
         t0 = time.perf_counter()
-        captioner = HFCaptioner.from_pretrained(
-            _stage_folder(weights_dir, index, "captioner"), device=device, dtype=dtype
-        )
-        predictor = TensorPredictor.from_pretrained(_stage_folder(weights_dir, index, "predictor"))
-        renderer = HFRenderer.from_pretrained(
-            _stage_folder(weights_dir, index, "renderer"), device=device, dtype=dtype
+        stages = (
+            HFCaptioner.from_pretrained(folders["captioner"], device=device, dtype=dtype),
+            TensorPredictor.from_pretrained(folders["predictor"], device=device),
+            HFRenderer.from_pretrained(folders["renderer"], device=device, dtype=dtype),
         )
         logger.info("loaded pipeline from %s in %.1f s", weights_dir, time.perf_counter() - t0)
-        return cls(captioner, predictor, renderer, **kwargs)
+        return cls(*stages, **kwargs)
 
     # ---- step 1 ---------------------------------------------------------------------------------------------
     def check_inputs(
@@ -169,7 +241,7 @@ class WorldModelPipeline:
 
     def __call__(
         self,
-        video: VideoSource | None = None,
+        video: VideoSource | SampledClip | None = None,
         *,
         states: Sequence[str] | None = None,
         horizon: int = 8,
@@ -184,7 +256,8 @@ class WorldModelPipeline:
         encode_video: bool = False,
         callback: ProgressCallback | None = None,
     ) -> WorldModelOutput:
-        """Forecast `horizon` states after a clip (`video`: path, bytes or file) or after given `states`.
+        """Forecast `horizon` states after a clip (`video`: path, bytes or file, or a clip `sample_clip` read)
+        or after given `states`. With neither `stride` nor `state_rate`, a clip is read at `default_state_rate`.
 
         `context` keeps only the first N sampled frames of the clip as the observed past (the rest can be held out
         as ground truth). `seed` (or a `generator`) makes rendering reproducible; `steps`/`guidance` override
@@ -202,7 +275,10 @@ class WorldModelPipeline:
         if video is not None:
             notify("decode", 0, 1)
             t = time.perf_counter()
-            clip = read_video(video, stride=stride, state_rate=state_rate, limits=self.limits)
+            if isinstance(video, SampledClip):  # read already (the CLI reads a clip before it loads models)
+                clip = video
+            else:
+                clip = self.read(video, stride, state_rate)
             if context is not None:
                 clip.frames, clip.indices, clip.times = (
                     clip.frames[:context],
@@ -263,6 +339,13 @@ class WorldModelPipeline:
         )
 
     # ---- the stages, each usable on its own -----------------------------------------------------------------
+    def read(
+        self, video: VideoSource, stride: int | None = None, state_rate: float | None = None
+    ) -> SampledClip:
+        """Decode and sample a clip within this pipeline's limits; with neither stride nor state_rate, at
+        `default_state_rate` (else every frame)."""
+        return sample_clip(video, stride, state_rate, self.limits, self.default_state_rate)
+
     def caption(self, frames: Sequence[np.ndarray], notify: ProgressCallback | None = None) -> list[str]:
         """One state per frame, in batches of `caption_batch_size`."""
         notify = notify or (lambda stage, done, total: None)

@@ -81,10 +81,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--horizon", "-k", type=_positive_int, default=8, help="states to predict (default 8)")
     p.add_argument("--out", type=Path, required=True, help="output directory (created if missing)")
     rate = p.add_mutually_exclusive_group()
-    rate.add_argument("--stride", type=_positive_int, help="take every K-th frame of the clip (default 1)")
-    rate.add_argument("--state-rate", type=_positive_float, metavar="HZ", help="take frames HZ per second")
-    p.add_argument("--weights", type=Path, default=None, help="weights directory (default: shipped weights/)")
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    rate.add_argument(
+        "--stride", type=_positive_int,
+        help="take every K-th frame of the clip (default: the weights' state rate, else every frame)",
+    )  # fmt: skip
+    rate.add_argument(
+        "--state-rate", type=_positive_float, metavar="HZ",
+        help="take HZ frames per second (default: the state_rate in the weights' model_index.json; "
+        "the shipped models: 2)",
+    )  # fmt: skip
+    p.add_argument(
+        "--weights", type=Path, default=None,
+        help="weights directory (default: $SEMWORLD_WEIGHTS_DIR, else the shipped weights/)",
+    )  # fmt: skip
+    for stage in ("captioner", "predictor", "renderer"):
+        p.add_argument(
+            f"--{stage}", type=Path, default=None, metavar="DIR",
+            help=f"load the {stage} from DIR instead of the one the weights' model_index.json names",
+        )  # fmt: skip
+    p.add_argument(
+        "--device", default=None, help="torch device for every stage (default: cuda if available, else cpu)"
+    )
     p.add_argument("--seed", type=int, default=0, help="renderer seed (default 0)")
     p.add_argument(
         "--steps", type=_positive_int, default=None, help="denoising steps (default: the renderer's)"
@@ -126,8 +143,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_predict(args: argparse.Namespace) -> int:
     from pipeline.outputs import write_outputs
-    from pipeline.video import VideoLimits
-    from pipeline.world_model import WorldModelPipeline
+    from pipeline.utils import MODEL_INDEX, resolve_device
+    from pipeline.video import TooManyStatesError, VideoLimits
+    from pipeline.world_model import WorldModelPipeline, index_state_rate, sample_clip, stage_folders
 
     if (args.clip is None) == (args.states is None):
         raise UserError("give either a CLIP or --states FILE (not both)")
@@ -137,13 +155,29 @@ def run_predict(args: argparse.Namespace) -> int:
     if states is not None and (args.stride or args.state_rate):
         logger.info("--stride/--state-rate ignored: starting from states")
 
+    # Everything that needs no model is checked before any loads: the device, the folders, the clip.
+    device = resolve_device(args.device)
+    weights = args.weights or default_weights_dir()
+    overrides = {stage: getattr(args, stage) for stage in ("captioner", "predictor", "renderer")}
+    folders, index = stage_folders(weights, overrides)
+    default_rate = index_state_rate(index, weights / MODEL_INDEX)
+    limits = VideoLimits(max_frames=args.max_frames)
+    clip = None
+    if args.clip is not None:
+        try:
+            clip = sample_clip(args.clip, args.stride, args.state_rate, limits, default_rate)
+        except TooManyStatesError as err:
+            raise UserError(f"{args.clip}: {err} (or raise --max-frames); no model was loaded") from None
+        if args.stride is None and args.state_rate is None and default_rate is not None:
+            logger.info("reading %s at %g states per second (the weights' state_rate)", args.clip,
+                        default_rate)  # fmt: skip
+
     pipe = WorldModelPipeline.from_pretrained(
-        args.weights or default_weights_dir(),
-        device=args.device,
-        limits=VideoLimits(max_frames=args.max_frames),
-    )
+        weights, device=device, limits=limits, default_state_rate=default_rate,
+        **{stage: folder for stage, folder in folders.items() if overrides[stage] is not None},
+    )  # fmt: skip
     output = pipe(
-        args.clip,
+        clip,
         states=states,
         horizon=args.horizon,
         stride=args.stride if states is None else None,

@@ -123,7 +123,11 @@ def write_model_index(out: str | Path) -> dict[str, Any]:
     """out/model_index.json: every stage as [library, class], its folder being the stage's name (as in a
     diffusers pipeline); `WorldModelPipeline.from_pretrained` reads it. Classes come from the saved files."""
     out = Path(out)
+    from world.scenarios import FPS, STRIDE
+
     index: dict[str, Any] = {"_class_name": "WorldModelPipeline", "_semworld_layout": 1}
+    # The rate of the states every stage was trained on: clips are read at it unless a caller says otherwise.
+    index["state_rate"] = FPS / STRIDE
     for stage in ("captioner", "predictor", "renderer"):
         index[stage] = stage_class(out / stage, stage)
     atomic_write_json(out / MODEL_INDEX, index)

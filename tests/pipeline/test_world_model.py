@@ -186,8 +186,14 @@ def test_from_pretrained_errors_name_the_directory(tmp_path):
 
 # ---- `semworld predict` -------------------------------------------------------------------------------------
 @pytest.fixture
-def fake_weights(monkeypatch, pipe):
+def fake_weights(monkeypatch, pipe, tmp_path):
+    """Stand-in stages for `semworld predict`; tmp_path is a weights folder whose stage folders are empty (the
+    CLI checks the folders before it loads anything)."""
     seen = {}
+    for stage in ("captioner", "predictor", "renderer"):
+        (tmp_path / stage).mkdir()
+    (tmp_path / "model_index.json").write_text('{"captioner": "captioner", "predictor": "predictor", '
+                                               '"renderer": "renderer"}')  # fmt: skip
 
     def load(weights_dir, **kwargs):
         seen["dir"], seen["kwargs"] = weights_dir, kwargs
