@@ -53,6 +53,14 @@ class PredictResponse(BaseModel):
     timings: dict[str, float] = Field(
         default_factory=dict, description="seconds per stage", examples=[{"caption": 0.12, "total": 0.4}]
     )
+    observed_confidence: list[float | None] = Field(
+        default_factory=list, description="per observed state: the captioner's mean token log-probability (0 is sure)"
+    )
+    observed_parses: list[bool | None] = Field(
+        default_factory=list, description="per observed state: whether it parses under the weights' grammar"
+    )
+    confidence_threshold: float | None = Field(None, description="below it a read state is unsure")
+    warnings: list[str] = Field(default_factory=list, description="e.g. that the clip is outside what the models know")
 
 
 class RolloutRequest(BaseModel):
@@ -146,4 +154,8 @@ def predict_payload(output: WorldModelOutput) -> dict[str, Any]:
         state_rate=output.state_rate,
         source_indices=output.source_indices,
         timings={k: round(v, 4) for k, v in output.timings.items()},
+        observed_confidence=output.observed_confidence,
+        observed_parses=output.observed_parses,
+        confidence_threshold=output.confidence_threshold,
+        warnings=output.warnings,
     ).model_dump()

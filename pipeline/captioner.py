@@ -122,8 +122,10 @@ class Captioner:
         return cls(model, processor, **kwargs)
 
     @torch.inference_mode()
-    def caption(self, frames: Sequence[np.ndarray] | np.ndarray) -> list[str]:
-        """Caption frames, each (H, W, 3) uint8 (or one (B, H, W, 3) array), into lowercase state texts."""
+    def caption_scored(self, frames: Sequence[np.ndarray] | np.ndarray) -> list[tuple[str, float]]:
+        """Caption frames, each (H, W, 3) uint8 (or one (B, H, W, 3) array), into (state text, confidence):
+        the confidence is the mean log-probability per generated token (the end token included; 0 is certain),
+        from the same greedy pass that writes the text."""
         images = _as_frame_list(frames)
         inputs = self.processor(images=images, return_tensors="pt")  # type: ignore[operator]
         pixel_values = inputs["pixel_values"].to(self.device, self.dtype)  # (B, 3, S, S)
@@ -132,9 +134,25 @@ class Captioner:
             max_new_tokens=self.max_new_tokens,
             do_sample=False,
             num_beams=1,
-        )  # (B, L) token ids
-        decoded = self.processor.batch_decode(out, skip_special_tokens=True)  # type: ignore[attr-defined]
-        return [canonical_state(t) for t in decoded]
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
+        sequences = out.sequences  # (B, L) token ids, the prompt's first
+        logp = self.model.compute_transition_scores(sequences, out.scores, normalize_logits=True)  # (B, G)
+        generated = sequences[:, -logp.shape[1] :]  # (B, G): the token each score is for
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = torch.tensor(eos if isinstance(eos, list) else [eos], device=generated.device)
+        is_end = torch.isin(generated, eos_ids)  # (B, G)
+        # Tokens up to and including the first end token count; the padding after it does not.
+        before_end = (is_end.long().cumsum(dim=1) - is_end.long()) == 0  # (B, G)
+        counted = before_end.float()
+        mean = (logp.float().masked_fill(~before_end, 0.0).sum(dim=1) / counted.sum(dim=1).clamp(min=1)).tolist()
+        decoded = self.processor.batch_decode(sequences, skip_special_tokens=True)  # type: ignore[attr-defined]
+        return [(canonical_state(t), float(c)) for t, c in zip(decoded, mean, strict=True)]
+
+    def caption(self, frames: Sequence[np.ndarray] | np.ndarray) -> list[str]:
+        """Caption frames, each (H, W, 3) uint8 (or one (B, H, W, 3) array), into lowercase state texts."""
+        return [text for text, _ in self.caption_scored(frames)]
 
 
 def _as_frame_list(frames: Sequence[np.ndarray] | np.ndarray) -> list[np.ndarray]:

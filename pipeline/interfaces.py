@@ -4,7 +4,7 @@ stand in for a stage (the shipped adapters are pipeline.captioner, pipeline.pred
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -18,6 +18,14 @@ class Captioner(Protocol):
     """Frames, each (H, W, 3) uint8 RGB -> one state text per frame."""
 
     def caption(self, frames: list[np.ndarray]) -> list[str]: ...
+
+
+@runtime_checkable
+class ScoringCaptioner(Protocol):
+    """A captioner that also says how sure it is: (state, mean log-probability per generated token) per frame.
+    The pipeline uses it when a captioner has it (the shipped adapter does), else `caption` alone."""
+
+    def caption_scored(self, frames: list[np.ndarray]) -> list[tuple[str, float]]: ...
 
 
 class Predictor(Protocol):

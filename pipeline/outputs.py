@@ -49,9 +49,11 @@ def states_document(output: WorldModelOutput) -> dict[str, Any]:
     """The states JSON: both lists, and one entry per step saying whether it was observed or predicted."""
     n_obs = len(output.observed_states)
     indices: list[int | None] = list(output.source_indices) or [None] * n_obs
+    confidence = list(output.observed_confidence) or [None] * n_obs
+    parses = list(output.observed_parses) or [None] * n_obs
     steps: list[dict[str, Any]] = [
-        {"step": i, "kind": "observed", "state": s, "frame_index": idx}
-        for i, (s, idx) in enumerate(zip(output.observed_states, indices, strict=True))
+        {"step": i, "kind": "observed", "state": s, "frame_index": idx, "confidence": c, "parses": ok}
+        for i, (s, idx, c, ok) in enumerate(zip(output.observed_states, indices, confidence, parses, strict=True))
     ]
     steps += [
         {"step": n_obs + j, "kind": "predicted", "state": s} for j, s in enumerate(output.predicted_states)
@@ -60,6 +62,8 @@ def states_document(output: WorldModelOutput) -> dict[str, Any]:
         "observed_states": output.observed_states,
         "predicted_states": output.predicted_states,
         "state_rate": output.state_rate,
+        "confidence_threshold": output.confidence_threshold,
+        "warnings": output.warnings,
         "steps": steps,
     }
 

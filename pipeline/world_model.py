@@ -16,13 +16,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline.interfaces import Captioner, Predictor, ProgressCallback, Renderer
+from pipeline.confidence import (
+    DEFAULT_CONFIDENCE_THRESHOLD,
+    check_grammar,
+    check_written_states,
+    clip_warning,
+    state_parses,
+)
+from pipeline.interfaces import Captioner, Predictor, ProgressCallback, Renderer, ScoringCaptioner
 from pipeline.utils import (
     MODEL_INDEX,
     STAGES,
     UserError,
     default_weights_dir,
     read_model_index,
+    read_user_json,
     resolve_device,
     stage_folder,
 )
@@ -45,6 +53,12 @@ class WorldModelOutput:
     source_indices: list[int] = field(default_factory=list)  # frame index in the clip of each observed state
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage, and "total"
     video: bytes | None = None  # H.264 MP4 of the predicted frames, when asked for
+    # Per observed state: the captioner's mean token log-probability (None: given in words, or a captioner that
+    # does not score), and whether it parses under the weights' grammar (None: no grammar, or given in words).
+    observed_confidence: list[float | None] = field(default_factory=list)
+    observed_parses: list[bool | None] = field(default_factory=list)
+    confidence_threshold: float | None = None  # below it a read state is unsure
+    warnings: list[str] = field(default_factory=list)  # said once per call (also logged)
 
 
 def _stage_folder(weights_dir: Path, index: dict[str, Any], stage: str) -> Path:
@@ -144,6 +158,29 @@ def sample_clip(
     return read_video(video, stride=stride, state_rate=state_rate, limits=limits)
 
 
+def check_written_states_for(
+    states: Sequence[str], folders: dict[str, Path], index: dict[str, Any], label: str = "states"
+) -> None:
+    """Check states a user wrote against the weights before any model is loaded: under the world grammar when
+    the index says `"grammar": "world"`, else against the predictor's vocabulary (tokenizer.json) and its
+    token slots per state (config.json's N). A UserError names the state and the word."""
+    grammar = check_grammar(index.get("grammar"))
+    if grammar is not None:
+        check_written_states(states, grammar=grammar, label=label)
+        return
+    from pipeline.tokenizer import StateTokenizer  # tokenizers only: no model
+
+    folder = folders["predictor"]
+    try:
+        vocabulary = set(StateTokenizer.from_file(folder).backend.get_vocab())
+    except (FileNotFoundError, ValueError) as err:
+        raise UserError(f"predictor weights {err}") from None
+    config = read_user_json(folder, "config.json", "a saved semworld predictor", "predictor weights")
+    n = config.get("N") if isinstance(config, dict) else None
+    check_written_states(states, grammar=None, vocabulary=vocabulary, max_tokens=n if isinstance(n, int) else None,
+                         label=label)  # fmt: skip
+
+
 class WorldModelPipeline:
     """Caption a clip into states, forecast the next ones, and draw them.
 
@@ -156,6 +193,10 @@ class WorldModelPipeline:
         default_state_rate: states per second to read a clip at when a call gives neither stride nor state_rate
             (from_pretrained takes it from model_index.json: the rate the predictor was trained for); None reads
             every frame.
+        grammar: "world" when the stages speak the built-in world's language: read states are checked against
+            its grammar, and so are states given in words (from_pretrained: model_index.json's "grammar").
+        confidence_threshold: mean token log-probability below which a read state is unsure; when most states of
+            a clip are, the output carries one plain warning (model_index.json's "confidence_threshold").
     """
 
     def __init__(
@@ -169,6 +210,8 @@ class WorldModelPipeline:
         render_batch_size: int = 8,
         max_horizon: int = MAX_HORIZON,
         default_state_rate: float | None = None,
+        grammar: str | None = None,
+        confidence_threshold: float = DEFAULT_CONFIDENCE_THRESHOLD,
     ) -> None:
         if default_state_rate is not None and not default_state_rate > 0:
             raise ValueError(f"default_state_rate must be > 0 states per second, got {default_state_rate}")
@@ -184,6 +227,8 @@ class WorldModelPipeline:
         self.render_batch_size = render_batch_size
         self.max_horizon = max_horizon
         self.default_state_rate = default_state_rate
+        self.grammar = check_grammar(grammar, "grammar")
+        self.confidence_threshold = float(confidence_threshold)
 
     @classmethod
     def from_pretrained(
@@ -207,6 +252,9 @@ class WorldModelPipeline:
         overrides = {"captioner": captioner, "predictor": predictor, "renderer": renderer}
         folders, index = stage_folders(weights_dir, overrides)
         kwargs.setdefault("default_state_rate", index_state_rate(index, weights_dir / MODEL_INDEX))
+        kwargs.setdefault("grammar", check_grammar(index.get("grammar"), weights_dir / MODEL_INDEX))
+        if isinstance(index.get("confidence_threshold"), int | float):
+            kwargs.setdefault("confidence_threshold", float(index["confidence_threshold"]))
         device = resolve_device(device)  # one check for all stages (a device this machine lacks: one line)
 
         # The stage modules are imported here so that the pipeline itself stays cheap to import.
@@ -289,12 +337,25 @@ class WorldModelPipeline:
             notify("decode", 1, 1)
 
         # 3. caption, batched
+        confidence: list[float | None] = []
+        parses: list[bool | None] = []
+        warnings: list[str] = []
         if clip is not None:
             t = time.perf_counter()
-            observed = self.caption(clip.frames, notify)
+            scored = self.caption_scored(clip.frames, notify)
+            observed = [text for text, _ in scored]
+            confidence = [c for _, c in scored]
+            parses = [state_parses(s, self.grammar) if self.grammar else None for s in observed]
             timings["caption"] = time.perf_counter() - t
+            warning = clip_warning(confidence, parses, self.confidence_threshold)
+            if warning:
+                logger.warning("%s", warning)
+                warnings.append(warning)
         else:
             observed = [s.strip() for s in states or ()]
+            if self.grammar:
+                check_written_states(observed, grammar=self.grammar)
+            confidence, parses = [None] * len(observed), [None] * len(observed)
 
         # 4. predict
         notify("predict", 0, 1)
@@ -336,6 +397,10 @@ class WorldModelPipeline:
             source_indices=clip.indices if clip is not None else [],
             timings=timings,
             video=mp4,
+            observed_confidence=confidence,
+            observed_parses=parses,
+            confidence_threshold=self.confidence_threshold,
+            warnings=warnings,
         )
 
     # ---- the stages, each usable on its own -----------------------------------------------------------------
@@ -348,15 +413,25 @@ class WorldModelPipeline:
 
     def caption(self, frames: Sequence[np.ndarray], notify: ProgressCallback | None = None) -> list[str]:
         """One state per frame, in batches of `caption_batch_size`."""
+        return [text for text, _ in self.caption_scored(frames, notify)]
+
+    def caption_scored(
+        self, frames: Sequence[np.ndarray], notify: ProgressCallback | None = None
+    ) -> list[tuple[str, float | None]]:
+        """(state, confidence) per frame, in batches; the confidence is None for a captioner that does not score."""
         notify = notify or (lambda stage, done, total: None)
-        out: list[str] = []
+        out: list[tuple[str, float | None]] = []
         notify("caption", 0, len(frames))
         for i in range(0, len(frames), self.caption_batch_size):
             batch = list(frames[i : i + self.caption_batch_size])
-            states = self.captioner.caption(batch)
-            if len(states) != len(batch):
-                raise RuntimeError(f"captioner returned {len(states)} states for {len(batch)} frames")
-            out.extend(states)
+            scored: list[tuple[str, float | None]]
+            if isinstance(self.captioner, ScoringCaptioner):
+                scored = list(self.captioner.caption_scored(batch))
+            else:
+                scored = [(text, None) for text in self.captioner.caption(batch)]
+            if len(scored) != len(batch):
+                raise RuntimeError(f"captioner returned {len(scored)} states for {len(batch)} frames")
+            out.extend(scored)
             notify("caption", len(out), len(frames))
         return out
 

@@ -7,8 +7,12 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.utils import UserError, default_weights_dir, read_model_index
+
+if TYPE_CHECKING:
+    from pipeline.world_model import WorldModelOutput
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +57,18 @@ def compare(label: str, got: list[str], truth: list[str], offset: int) -> tuple[
         if true is not None and s != true:
             print(f"        truth {true}")
     return hits, n
+
+
+def _sureness(output: WorldModelOutput, i: int) -> str:
+    """"[-0.001]  " before a read state (with "?" when it is unsure), or "" for states given in words."""
+    from pipeline.confidence import unsure
+
+    c = output.observed_confidence[i] if i < len(output.observed_confidence) else None
+    ok = output.observed_parses[i] if i < len(output.observed_parses) else None
+    if c is None and ok is None:
+        return ""
+    mark = "?" if unsure(c, ok, output.confidence_threshold or 0.0) else " "
+    return f"[{'  n/a ' if c is None else f'{c:+.3f}'}]{mark} "
 
 
 def _positive_int(text: str) -> int:
@@ -145,7 +161,13 @@ def run_predict(args: argparse.Namespace) -> int:
     from pipeline.outputs import write_outputs
     from pipeline.utils import MODEL_INDEX, resolve_device
     from pipeline.video import TooManyStatesError, VideoLimits
-    from pipeline.world_model import WorldModelPipeline, index_state_rate, sample_clip, stage_folders
+    from pipeline.world_model import (
+        WorldModelPipeline,
+        check_written_states_for,
+        index_state_rate,
+        sample_clip,
+        stage_folders,
+    )
 
     if (args.clip is None) == (args.states is None):
         raise UserError("give either a CLIP or --states FILE (not both)")
@@ -161,6 +183,8 @@ def run_predict(args: argparse.Namespace) -> int:
     overrides = {stage: getattr(args, stage) for stage in ("captioner", "predictor", "renderer")}
     folders, index = stage_folders(weights, overrides)
     default_rate = index_state_rate(index, weights / MODEL_INDEX)
+    if states is not None:
+        check_written_states_for(states, folders, index, label=f"--states {args.states}: state")
     limits = VideoLimits(max_frames=args.max_frames)
     clip = None
     if args.clip is not None:
@@ -195,6 +219,10 @@ def run_predict(args: argparse.Namespace) -> int:
             json.dumps(
                 {
                     "observed_states": output.observed_states,
+                    "observed_confidence": output.observed_confidence,
+                    "observed_parses": output.observed_parses,
+                    "confidence_threshold": output.confidence_threshold,
+                    "warnings": output.warnings,
                     "predicted_states": output.predicted_states,
                     "frames": [str(p) for p in files.predicted_frames],
                     "video": str(files.video) if files.video else None,
@@ -210,9 +238,10 @@ def run_predict(args: argparse.Namespace) -> int:
     source = f"{args.clip}" if args.clip else f"{args.states} (states in words)"
     n = len(output.observed_states)
     if truth is None:
-        print(f"read {n} states from {source}:")
+        print(f"read {n} states from {source}" + (" (confidence: mean token log-prob, 0 is sure):"
+                                                 if any(c is not None for c in output.observed_confidence) else ":"))
         for i, s in enumerate(output.observed_states):
-            print(f"  t={i:<3d} {s}")
+            print(f"  t={i:<3d} {_sureness(output, i)}{s}")
         print(f"predicted {len(output.predicted_states)} states:")
         for j, s in enumerate(output.predicted_states):
             print(f"  t={n + j:<3d} {s}")

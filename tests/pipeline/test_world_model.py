@@ -160,6 +160,8 @@ def test_zip_has_everything(pipe):
         "kind": "observed",
         "state": "a.",
         "frame_index": None,
+        "confidence": None,  # given in words: nothing was read
+        "parses": None,
     }
 
 
@@ -221,14 +223,15 @@ def test_cli_predict_clip_json(fake_weights, tmp_path, capsys):
 def test_cli_predict_from_states_file(fake_weights, tmp_path, capsys):
     from pipeline import cli
 
+    # The shipped weights' index names the world grammar: states in words are world sentences.
     states = tmp_path / "states.txt"
-    states.write_text("# what if the ball went left?\na red ball at the left.\n\na red ball in the middle.\n")
+    states.write_text("# what if the ball went left?\nred ball top left .\n\nRed ball middle left.\n")
     assert cli.main(["predict", "--states", str(states), "-k", "2", "--out", str(tmp_path / "o")]) == 0
     text = capsys.readouterr().out
-    assert "read 2 states from" in text and "t=3   next 1 after a red ball in the middle." in text
+    assert "read 2 states from" in text and "t=3   next 1 after Red ball middle left." in text
     assert (
         json.loads((tmp_path / "o" / "states.json").read_text())["observed_states"][0]
-        == "a red ball at the left."
+        == "red ball top left ."
     )
 
 
