@@ -16,7 +16,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.utils import UserError, canonical_state, default_dtype, read_user_json, resolve_device
+from pipeline.utils import (
+    UserError,
+    canonical_state,
+    default_dtype,
+    quiet_loading,
+    read_user_json,
+    resolve_device,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,20 +106,22 @@ class Captioner:
         Only files already in `directory` are read (`local_files_only`, whatever HF_HUB_OFFLINE says) and no
         code from the checkpoint is ever run (no `trust_remote_code`).
         """
-        from transformers import AutoModelForImageTextToText, AutoProcessor
-
         path = Path(directory).expanduser()
         _check_checkpoint_dir(path)
         dev = resolve_device(device)
         dtype = dtype or default_dtype(dev)
         try:
-            # The PIL image processor: portable, needs no torchvision, and the one the embedded model trained with.
-            processor = AutoProcessor.from_pretrained(
-                str(path), local_files_only=True, trust_remote_code=False, backend="pil"
-            )
-            model = AutoModelForImageTextToText.from_pretrained(
-                str(path), local_files_only=True, trust_remote_code=False, dtype=dtype
-            )
+            with quiet_loading():
+                from transformers import AutoModelForImageTextToText, AutoProcessor
+
+                # The PIL image processor: portable, needs no torchvision, and the one the embedded model trained
+                # with.
+                processor = AutoProcessor.from_pretrained(
+                    str(path), local_files_only=True, trust_remote_code=False, backend="pil"
+                )
+                model = AutoModelForImageTextToText.from_pretrained(
+                    str(path), local_files_only=True, trust_remote_code=False, dtype=dtype
+                )
         except Exception as err:  # noqa: BLE001 - any failure inside a checkpoint is the user's file, reported in one line
             first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UserError(f"captioner weights directory {path} could not be loaded: {first_line}") from err

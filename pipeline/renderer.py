@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.utils import UserError, default_dtype, read_user_json, resolve_device
+from pipeline.utils import UserError, default_dtype, quiet_loading, read_user_json, resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,13 @@ class RenderSettings:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 8 or value % 8):
                 raise ValueError(f"{name} must be a multiple of 8 (>= 8) or None, got {value!r}")
+
+    def describe(self) -> str:
+        """In words, for the log: "4 steps, no guidance, native size, frames resized to 128 px"."""
+        guidance = "no guidance" if self.guidance <= 1 else f"guidance {self.guidance:g}"
+        size = f"{self.width}x{self.height}" if self.height and self.width else "native size"
+        out = f", frames resized to {self.output_size} px" if self.output_size else ""
+        return f"{self.steps} steps, {guidance}, {size}{out}"
 
     @classmethod
     def from_directory(cls, directory: Path) -> RenderSettings:
@@ -105,14 +112,15 @@ class Renderer:
         device: None picks CUDA when present, else CPU. dtype: None gives `pipeline.utils.default_dtype`.
         A missing or malformed directory raises one `UserError` naming it and what was expected.
         """
-        from diffusers import AutoPipelineForText2Image
-
         path = Path(directory).expanduser()
         _check_directory(path)
         device = resolve_device(device)
         dtype = dtype or default_dtype(device)
         try:
-            pipe = AutoPipelineForText2Image.from_pretrained(str(path), dtype=dtype, local_files_only=True)
+            with quiet_loading(diffusers=True):  # the import too: it is what makes transformers note torchvision
+                from diffusers import AutoPipelineForText2Image
+
+                pipe = AutoPipelineForText2Image.from_pretrained(str(path), dtype=dtype, local_files_only=True)
         except Exception as err:  # diffusers raises OSError, ValueError, KeyError... for broken checkpoints
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UserError(
@@ -120,7 +128,7 @@ class Renderer:
             ) from err
         pipe = pipe.to(device)
         settings = RenderSettings.from_directory(path)
-        logger.info("renderer %s loaded on %s (%s), %s", path, device, dtype, settings)
+        logger.info("renderer %s loaded on %s (%s): %s", path, device, dtype, settings.describe())
         return cls(pipe, settings, path)
 
     @property

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -79,6 +80,41 @@ def atomic_dir(directory: str | Path) -> Iterator[Path]:
         os.replace(directory, old)
     os.replace(tmp, directory)
     shutil.rmtree(old, ignore_errors=True)
+
+
+# ---- the libraries' own output ----------------------------------------------------------------------------
+# Loggers of the Hugging Face libraries whose import-time notes do not concern a user: transformers says once
+# that an image processor falls back to PIL without torchvision (semworld uses the PIL processors on purpose).
+_CHATTY_LOGGERS = ("transformers.utils.import_utils",)
+
+
+@contextmanager
+def quiet_loading(diffusers: bool = False) -> Iterator[None]:
+    """Load Hugging Face models without the libraries' loading bars ("Loading weights", and with `diffusers`
+    "Loading pipeline components") and import-time notes; errors still raise, and warnings about the model
+    itself still log. The bars' settings are restored afterwards."""
+    import transformers.utils.logging as hf_logging
+
+    libraries: list[Any] = [hf_logging]
+    if diffusers:
+        import diffusers.utils.logging as diffusers_logging
+
+        libraries.append(diffusers_logging)
+    loggers = [logging.getLogger(name) for name in _CHATTY_LOGGERS]
+    levels = [lg.level for lg in loggers]
+    bars = [lib.is_progress_bar_enabled() for lib in libraries]
+    for lib in libraries:
+        lib.disable_progress_bar()
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+        for lib, enabled in zip(libraries, bars, strict=True):
+            if enabled:
+                lib.enable_progress_bar()
 
 
 # ---- devices ---------------------------------------------------------------------------------------------

@@ -144,5 +144,5 @@ def generate(
                     fh.write(json.dumps(rec) + "\n")
                     bar.update()
     bar.close()
-    log.info("wrote %d clips of %s to %s", clips, ",".join(dict.fromkeys(names)), root)
+    log.debug("wrote %d clips of %s to %s", clips, ",".join(dict.fromkeys(names)), root)
     return path

@@ -21,9 +21,25 @@ COMMAND_MODULES = (
 )
 
 
+class UserFormatter(logging.Formatter):
+    """What a user reads: the message alone, "warning: ..." / "error: ..." before the ones that need a look."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        if record.levelno >= logging.WARNING:
+            return f"{record.levelname.lower()}: {message}"
+        return message
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="semworld", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    loud = parser.add_mutually_exclusive_group()
+    loud.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level, with times and sources")
+    loud.add_argument(
+        "-q", "--quiet", action="store_true", help="only warnings and errors (and the command's own result)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -33,9 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s") if args.verbose else UserFormatter()
+    )
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
+        handlers=[handler],
     )
     if not hasattr(args, "func"):
         parser.print_help()

@@ -47,8 +47,8 @@ def _generate(args: argparse.Namespace) -> int:
     from world.video import generate  # imported here so `semworld --help` stays quick
 
     options = {name: getattr(args, name) for name in ("clips", "seed", "split", "length", "size", "workers")}
-    path = generate(args.out, args.scenario, **options, progress=not args.no_progress)
-    print(f"wrote {args.clips} clips, states in {path}")
+    path = generate(args.out, args.scenario, **options, progress=not (args.no_progress or args.quiet))
+    print(f"wrote {args.clips} clips of {args.scenario} to {args.out}, states in {path}")
     return 0
 
 
