@@ -18,12 +18,15 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from pipeline.timeline import timeline
 from pipeline.utils import atomic_write_bytes
 from pipeline.video import encode_mp4
 from pipeline.world_model import WorldModelOutput
 
 STATES_FILE = "states.json"
 VIDEO_FILE = "predicted.mp4"
+STORY_FILE = "context_forecast.mp4"  # context then forecast, a marker where the forecast begins
+TRUTH_FILE = "forecast_vs_truth.mp4"  # with truth frames: forecast and truth side by side
 STRIP_FILE = "strip.png"
 
 
@@ -37,6 +40,8 @@ class OutputFiles:
     states: Path
     video: Path | None
     strip: Path
+    story: Path | None = None  # context then forecast
+    versus: Path | None = None  # forecast beside truth
 
 
 def png_bytes(frame: np.ndarray) -> bytes:
@@ -46,7 +51,8 @@ def png_bytes(frame: np.ndarray) -> bytes:
 
 
 def states_document(output: WorldModelOutput) -> dict[str, Any]:
-    """The states JSON: both lists, and one entry per step saying whether it was observed or predicted."""
+    """The states JSON: both lists, and one entry per step: observed or predicted, its confidence when read, and
+    what changed since the step before (pipeline.timeline)."""
     n_obs = len(output.observed_states)
     indices: list[int | None] = list(output.source_indices) or [None] * n_obs
     confidence = list(output.observed_confidence) or [None] * n_obs
@@ -58,6 +64,8 @@ def states_document(output: WorldModelOutput) -> dict[str, Any]:
     steps += [
         {"step": n_obs + j, "kind": "predicted", "state": s} for j, s in enumerate(output.predicted_states)
     ]
+    for step, changed in zip(steps, timeline([*output.observed_states, *output.predicted_states]), strict=True):
+        step["changes"] = changed  # what changed since the step before, in words
     return {
         "observed_states": output.observed_states,
         "predicted_states": output.predicted_states,
@@ -72,69 +80,143 @@ def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     return ImageFont.load_default(size=size)
 
 
-def _tile(frame: np.ndarray | None, state: str, label: str, height: int, width: int) -> Image.Image:
-    """One column of the strip: the frame scaled to `height`, a label, and the state wrapped below it."""
+OBSERVED_COLOUR = (70, 90, 170)
+PREDICTED_COLOUR = (200, 60, 60)
+STRIP_MAX_WIDTH = 1600  # px: longer runs wrap onto more rows
+
+
+def fit(frame: np.ndarray, width: int, height: int, background: tuple[int, int, int] = (255, 255, 255)) -> Image.Image:
+    """`frame` scaled to fit a width x height box, aspect kept (a square frame in a wide box gets side bands)."""
+    img = Image.fromarray(frame)
+    scale = min(width / img.width, height / img.height)
+    size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
+    box = Image.new("RGB", (width, height), background)
+    box.paste(img.resize(size, Image.Resampling.LANCZOS), ((width - size[0]) // 2, (height - size[1]) // 2))
+    return box
+
+
+def _tile(frame: np.ndarray | None, state: str, label: str, height: int, width: int, colour: tuple[int, int, int],
+          changes: Sequence[str] = ()) -> Image.Image:  # fmt: skip
+    """One cell of the strip: the frame fitted into width x height, a label, the whole state wrapped below it,
+    then what changed since the step before (grey)."""
     font = _font(11)
-    lines = [label] + textwrap.wrap(state, width=max(8, width // 7))[:6]
-    text_h = 14 * len(lines) + 6
-    tile = Image.new("RGB", (width, height + text_h), "white")
+    chars = max(8, width // 6)
+    state_lines = textwrap.wrap(state, width=chars) or [""]
+    change_lines = [line for c in changes for line in textwrap.wrap(c, width=chars, subsequent_indent="  ")]
+    lines = [(label, colour), *[(t, (20, 20, 20)) for t in state_lines], *[(t, (120, 120, 120)) for t in change_lines]]
+    tile = Image.new("RGB", (width, height + 14 * len(lines) + 8), "white")
     if frame is not None:
-        img = Image.fromarray(frame)
-        img = img.resize((width, height), Image.Resampling.LANCZOS)
-        tile.paste(img, (0, 0))
+        tile.paste(fit(frame, width, height), (0, 0))
+    else:
+        ImageDraw.Draw(tile).text((4, height // 2 - 7), "(no frame)", fill=(150, 150, 150), font=font)
     draw = ImageDraw.Draw(tile)
-    for k, line in enumerate(lines):
-        draw.text((3, height + 3 + 14 * k), line, fill=(20, 20, 20) if k else (90, 90, 160), font=font)
+    draw.rectangle([0, height, width - 1, height + 2], fill=colour)
+    for k, (line, fill) in enumerate(lines):
+        draw.text((3, height + 5 + 14 * k), line, fill=fill, font=font)
     return tile
 
 
 def make_strip(
-    observed_frames: Sequence[np.ndarray],
+    observed_frames: Sequence[np.ndarray | None],
     observed_states: Sequence[str],
     predicted_frames: Sequence[np.ndarray],
     predicted_states: Sequence[str],
-    height: int = 96,
+    height: int = 112,
+    max_width: int = STRIP_MAX_WIDTH,
+    changes: Sequence[Sequence[str]] | None = None,
 ) -> np.ndarray:
-    """Observed frames with their states, a gap, then predicted frames with theirs, left to right."""
+    """Observed frames with their states, then predicted frames with theirs (a red bar where the forecast
+    begins), in rows at most `max_width` px wide. Frames keep their aspect; every state is shown in full;
+    `changes` (one list per step, see pipeline.timeline) goes under each state."""
     if not observed_states and not predicted_states:
         raise ValueError("nothing to draw: no observed and no predicted states")
-    ref = next(iter([*observed_frames, *predicted_frames]), None)
+    ref = next((f for f in [*observed_frames, *predicted_frames] if f is not None), None)
     aspect = ref.shape[1] / ref.shape[0] if ref is not None else 1.0
-    width = max(64, round(height * aspect))
-    obs = [
-        _tile(observed_frames[i] if i < len(observed_frames) else None, s, f"observed t={i}", height, width)
-        for i, s in enumerate(observed_states)
-    ]
+    width = max(128, round(height * aspect))
     n = len(observed_states)
-    pred = [
-        _tile(
-            predicted_frames[j] if j < len(predicted_frames) else None,
-            s,
-            f"predicted t={n + j}",
-            height,
-            width,
-        )
-        for j, s in enumerate(predicted_states)
+    steps = [*observed_states, *predicted_states]
+    frames = [*(observed_frames[i] if i < len(observed_frames) else None for i in range(n)),
+              *(predicted_frames[j] if j < len(predicted_frames) else None for j in range(len(predicted_states)))]  # fmt: skip
+    tiles = [
+        _tile(frames[t], state, f"{'observed' if t < n else 'predicted'} t={t}", height, width,
+              OBSERVED_COLOUR if t < n else PREDICTED_COLOUR, changes[t] if changes else ())  # fmt: skip
+        for t, state in enumerate(steps)
     ]
-    gap = 12 if obs and pred else 0
-    tiles = obs + pred
-    total_w = sum(t.width for t in tiles) + 2 * (len(tiles) - 1) + gap
-    total_h = max(t.height for t in tiles)
-    strip = Image.new("RGB", (total_w, total_h), (235, 235, 235))
-    x = 0
-    for i, t in enumerate(tiles):
-        if i == len(obs) and gap:
-            ImageDraw.Draw(strip).rectangle([x, 0, x + gap - 4, total_h], fill=(200, 60, 60))
-            x += gap
-        strip.paste(t, (x, 0))
-        x += t.width + 2
+    gap, bar = 2, 6
+    per_row = max(1, (max_width + gap) // (width + gap + (bar if n and predicted_states else 0)))
+    rows = [tiles[i : i + per_row] for i in range(0, len(tiles), per_row)]
+    row_h = [max(t.height for t in row) for row in rows]
+    total_w = max(len(row) for row in rows) * (width + gap) + (bar if n and predicted_states else 0)
+    strip = Image.new("RGB", (total_w, sum(row_h) + gap * (len(rows) - 1)), (235, 235, 235))
+    draw = ImageDraw.Draw(strip)
+    y = 0
+    for r, row in enumerate(rows):
+        x = 0
+        for k, t in enumerate(row):
+            index = r * per_row + k
+            if index == n and n and predicted_states:  # the forecast begins here
+                draw.rectangle([x, y, x + bar - 2, y + row_h[r]], fill=PREDICTED_COLOUR)
+                x += bar
+            strip.paste(t, (x, y))
+            x += t.width + gap
+        y += row_h[r] + gap
     return np.asarray(strip)
 
 
+def _labelled(frame: np.ndarray, label: str, colour: tuple[int, int, int], size: tuple[int, int],
+              border: bool) -> np.ndarray:  # fmt: skip
+    """A video frame: `frame` fitted into size (w, h) with a label band below; a coloured border marks the
+    forecast."""
+    w, h = size
+    band = 20
+    canvas = Image.new("RGB", (w, h + band), (255, 255, 255))
+    canvas.paste(fit(frame, w, h, (0, 0, 0)), (0, 0))
+    draw = ImageDraw.Draw(canvas)
+    draw.rectangle([0, h, w, h + band], fill=colour)
+    draw.text((4, h + 4), label, fill=(255, 255, 255), font=_font(12))
+    if border:
+        draw.rectangle([0, 0, w - 1, h + band - 1], outline=colour, width=3)
+    return np.asarray(canvas)
+
+
+def story_frames(output: WorldModelOutput, side: int = 256) -> list[np.ndarray]:
+    """Context then forecast, one frame per state: the observed frames (or the drawn context of states given in
+    words), labelled in blue, then the predicted ones labelled "forecast" with a red border from the first."""
+    n = len(output.observed_states)
+    context = list(output.observed_frames) or list(output.context_frames)
+    first = n - len(context)  # the step of the first context frame
+    ref = next(iter([*context, *output.predicted_frames]), None)
+    if ref is None:
+        return []
+    aspect = ref.shape[1] / ref.shape[0]
+    size = (side, max(16, round(side / aspect))) if aspect >= 1 else (max(16, round(side * aspect)), side)
+    size = (size[0] + size[0] % 2, size[1] + size[1] % 2)
+    out = [_labelled(f, f"observed t={first + i}", OBSERVED_COLOUR, size, False) for i, f in enumerate(context)]
+    out += [_labelled(f, f"forecast t={n + j}", PREDICTED_COLOUR, size, True)
+            for j, f in enumerate(output.predicted_frames)]  # fmt: skip
+    return out
+
+
+def side_by_side(predicted: Sequence[np.ndarray], truth: Sequence[np.ndarray], first_step: int,
+                 side: int = 256) -> list[np.ndarray]:  # fmt: skip
+    """Forecast (left) and truth (right) per step, as many steps as both have."""
+    size = (side, side)
+    return [
+        np.concatenate([_labelled(p, f"forecast t={first_step + j}", PREDICTED_COLOUR, size, True),
+                        _labelled(t, f"truth t={first_step + j}", (60, 140, 60), size, False)], axis=1)  # fmt: skip
+        for j, (p, t) in enumerate(zip(predicted, truth))
+    ]
+
+
 def write_outputs(
-    output: WorldModelOutput, out_dir: str | Path, *, write_observed: bool = True
+    output: WorldModelOutput,
+    out_dir: str | Path,
+    *,
+    write_observed: bool = True,
+    truth_frames: Sequence[np.ndarray] = (),
 ) -> OutputFiles:
-    """Write PNG frames, the MP4, states.json and strip.png into `out_dir` (created if missing)."""
+    """Write PNG frames, predicted.mp4, context_forecast.mp4, states.json and strip.png into `out_dir` (created
+    if missing); with `truth_frames` (the true frames of the predicted steps) also forecast_vs_truth.mp4."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     predicted = []
@@ -155,11 +237,30 @@ def write_outputs(
     states = out / STATES_FILE
     atomic_write_bytes(states, (json.dumps(states_document(output), indent=2) + "\n").encode())
     strip = out / STRIP_FILE
-    image = make_strip(
-        output.observed_frames, output.observed_states, output.predicted_frames, output.predicted_states
-    )
-    atomic_write_bytes(strip, png_bytes(image))
-    return OutputFiles(out, predicted, observed, states, video, strip)
+    atomic_write_bytes(strip, png_bytes(strip_of(output)))
+    story = None
+    frames = story_frames(output)
+    if output.predicted_frames and frames:
+        story = out / STORY_FILE
+        atomic_write_bytes(story, encode_mp4(frames, output.state_rate))
+    versus = None
+    if truth_frames and output.predicted_frames:
+        versus = out / TRUTH_FILE
+        pairs = side_by_side(output.predicted_frames, truth_frames, len(output.observed_states))
+        atomic_write_bytes(versus, encode_mp4(pairs, output.state_rate))
+    return OutputFiles(out, predicted, observed, states, video, strip, story, versus)
+
+
+def strip_of(output: WorldModelOutput) -> np.ndarray:
+    """strip.png of an output: observed frames (or the drawn context of states given in words), the forecast,
+    and the timeline of changes under each state."""
+    n = len(output.observed_states)
+    observed: list[np.ndarray | None] = list(output.observed_frames)
+    if not observed and output.context_frames:
+        observed = [None] * (n - len(output.context_frames)) + list(output.context_frames)
+    steps = [*output.observed_states, *output.predicted_states]
+    return make_strip(observed, output.observed_states, output.predicted_frames, output.predicted_states,
+                      changes=timeline(steps))  # fmt: skip
 
 
 def zip_outputs(output: WorldModelOutput) -> bytes:
@@ -173,8 +274,8 @@ def zip_outputs(output: WorldModelOutput) -> bytes:
         if output.predicted_frames:
             zf.writestr(VIDEO_FILE, output.video or encode_mp4(output.predicted_frames, output.state_rate))
         zf.writestr(STATES_FILE, json.dumps(states_document(output), indent=2) + "\n")
-        image = make_strip(
-            output.observed_frames, output.observed_states, output.predicted_frames, output.predicted_states
-        )
-        zf.writestr(STRIP_FILE, png_bytes(image))
+        zf.writestr(STRIP_FILE, png_bytes(strip_of(output)))
+        frames = story_frames(output)
+        if output.predicted_frames and frames:
+            zf.writestr(STORY_FILE, encode_mp4(frames, output.state_rate))
     return buf.getvalue()

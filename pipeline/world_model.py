@@ -59,6 +59,7 @@ class WorldModelOutput:
     observed_parses: list[bool | None] = field(default_factory=list)
     confidence_threshold: float | None = None  # below it a read state is unsure
     warnings: list[str] = field(default_factory=list)  # said once per call (also logged)
+    context_frames: list[np.ndarray] = field(default_factory=list)  # drawn for the last N observed states
 
 
 def _stage_folder(weights_dir: Path, index: dict[str, Any], stage: str) -> Path:
@@ -301,6 +302,7 @@ class WorldModelPipeline:
         guidance: float | None = None,
         context: int | None = None,
         render: bool = True,
+        render_context: int = 0,
         encode_video: bool = False,
         callback: ProgressCallback | None = None,
     ) -> WorldModelOutput:
@@ -309,7 +311,8 @@ class WorldModelPipeline:
 
         `context` keeps only the first N sampled frames of the clip as the observed past (the rest can be held out
         as ground truth). `seed` (or a `generator`) makes rendering reproducible; `steps`/`guidance` override
-        the renderer's defaults. With `encode_video`, the predicted frames also come back as MP4 bytes in `output.video`.
+        the renderer's defaults. `render_context` also draws the last N observed states (e.g. states given in
+        words, which have no frames) into `output.context_frames`. With `encode_video`, the predicted frames also come back as MP4 bytes in `output.video`.
         """
         notify = callback or (lambda stage, done, total: None)
         timings: dict[str, float] = {}
@@ -317,6 +320,8 @@ class WorldModelPipeline:
 
         # 1. check inputs
         self.check_inputs(video, states, horizon, stride, state_rate, steps, guidance, context)
+        if isinstance(render_context, bool) or not isinstance(render_context, int) or render_context < 0:
+            raise ValueError(f"render_context must be a non-negative integer, got {render_context!r}")
 
         # 2. decode and sample
         clip: SampledClip | None = None
@@ -368,6 +373,7 @@ class WorldModelPipeline:
 
         # 5. render, batched
         frames: list[np.ndarray] = []
+        context_frames: list[np.ndarray] = []
         if render:
             if generator is None and seed is not None:
                 generator = torch.Generator("cpu").manual_seed(seed)
@@ -375,6 +381,9 @@ class WorldModelPipeline:
             frames = self.render(
                 predicted, generator=generator, steps=steps, guidance=guidance, notify=notify
             )
+            if render_context:
+                context_frames = self.render(observed[-render_context:], generator=generator, steps=steps,
+                                             guidance=guidance, notify=notify)  # fmt: skip
             timings["render"] = time.perf_counter() - t
 
         # 6. encode
@@ -401,6 +410,7 @@ class WorldModelPipeline:
             observed_parses=parses,
             confidence_threshold=self.confidence_threshold,
             warnings=warnings,
+            context_frames=context_frames,
         )
 
     # ---- the stages, each usable on its own -----------------------------------------------------------------

@@ -59,6 +59,22 @@ def compare(label: str, got: list[str], truth: list[str], offset: int) -> tuple[
     return hits, n
 
 
+def _truth_frames(truth: list[str] | None, output: WorldModelOutput, index: dict) -> list:
+    """The true frames of the predicted steps, drawn by the built-in world's renderer (world weights only;
+    [] when there is no truth, the weights speak another language, or a true state does not parse)."""
+    if truth is None or index.get("grammar") != "world":
+        return []
+    import world
+
+    n = len(output.observed_states)
+    wanted = truth[n : n + len(output.predicted_states)]
+    try:
+        return [world.render_state(s, size=128) for s in wanted]
+    except ValueError as err:
+        logger.warning("--truth: no side-by-side video (%s)", err)
+        return []
+
+
 def _sureness(output: WorldModelOutput, i: int) -> str:
     """"[-0.001]  " before a read state (with "?" when it is unsure), or "" for states given in words."""
     from pipeline.confidence import unsure
@@ -137,6 +153,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="ground-truth states of the whole clip (states.jsonl of `semworld world generate`, or one "
         "state per line) to compare what was read and predicted against",
     )
+    p.add_argument(
+        "--render-context", type=int, default=None, metavar="N",
+        help="also draw the last N observed states (default: every state given with --states, none for a clip, "
+        "whose frames are shown)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     p.set_defaults(func=run_predict)
 
@@ -196,6 +217,12 @@ def run_predict(args: argparse.Namespace) -> int:
             logger.info("reading %s at %g states per second (the weights' state_rate)", args.clip,
                         default_rate)  # fmt: skip
 
+    render_context = args.render_context
+    if render_context is None:
+        render_context = len(states) if states is not None else 0
+    if not 0 <= render_context <= (len(states) if states is not None else args.max_frames):
+        raise UserError(f"--render-context: expected 0..{len(states) if states else args.max_frames}, got "
+                        f"{render_context}")  # fmt: skip
     pipe = WorldModelPipeline.from_pretrained(
         weights, device=device, limits=limits, default_state_rate=default_rate,
         **{stage: folder for stage, folder in folders.items() if overrides[stage] is not None},
@@ -210,10 +237,11 @@ def run_predict(args: argparse.Namespace) -> int:
         steps=args.steps,
         guidance=args.guidance,
         context=args.context if states is None else None,
+        render_context=render_context,
         encode_video=True,
     )
-    files = write_outputs(output, args.out)
     truth = read_truth(args.truth, args.clip) if args.truth is not None else None
+    files = write_outputs(output, args.out, truth_frames=_truth_frames(truth, output, index))
     if args.json:
         print(
             json.dumps(
@@ -228,6 +256,8 @@ def run_predict(args: argparse.Namespace) -> int:
                     "video": str(files.video) if files.video else None,
                     "states_file": str(files.states),
                     "strip": str(files.strip),
+                    "context_forecast_video": str(files.story) if files.story else None,
+                    "forecast_vs_truth_video": str(files.versus) if files.versus else None,
                     "timings": {k: round(v, 4) for k, v in output.timings.items()},
                     **({"truth": truth} if truth is not None else {}),
                 },
@@ -255,7 +285,8 @@ def run_predict(args: argparse.Namespace) -> int:
             f"read correctly: {read_hits}/{read_n}; predicted correctly: {pred_hits}/{pred_n}"
             + ("" if pred_n == len(output.predicted_states) else " (the rest is past the end of the truth)")
         )
-    print(f"wrote {len(files.predicted_frames)} frames, {files.video}, {files.states} and {files.strip}")
+    videos = ", ".join(str(v) for v in (files.video, files.story, files.versus) if v)
+    print(f"wrote {len(files.predicted_frames)} frames, {videos}, {files.states} and {files.strip}")
     print(f"took {output.timings['total']:.2f} s")
     return 0
 

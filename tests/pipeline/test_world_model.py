@@ -138,7 +138,7 @@ def test_write_outputs_files(pipe, tmp_path):
     decoded = read_video(files.video)
     assert len(decoded.frames) == 3 and decoded.size == (32, 24)
     strip = np.asarray(Image.open(files.strip))
-    assert strip.shape[1] > 7 * 96 and strip.shape[0] > 96
+    assert strip.shape[1] > 7 * 128 and strip.shape[0] > 112
     assert not list(tmp_path.glob("o/.*.tmp"))  # no temporary files left behind
 
 
@@ -152,6 +152,7 @@ def test_zip_has_everything(pipe):
         "predicted_000.png",
         "predicted_001.png",
         "predicted.mp4",
+        "context_forecast.mp4",
         "states.json",
         "strip.png",
     }
@@ -162,16 +163,18 @@ def test_zip_has_everything(pipe):
         "frame_index": None,
         "confidence": None,  # given in words: nothing was read
         "parses": None,
+        "changes": [],
     }
 
 
 def test_strip_without_observed_frames():
     img = make_strip([], ["a."], [np.zeros((10, 20, 3), np.uint8)], ["b."], height=40)
-    # two 80-px tiles (height 40 x the frame's 2:1 aspect), 2 px apart, with the 12-px gap between past and future
-    assert img.shape[1] == 80 + 2 + 12 + 80 and img.shape[0] > 40
-    assert img[20, 10].tolist() == [255, 255, 255]  # the observed state has no frame: a blank tile
-    assert img[20, 82:94].tolist().count([200, 60, 60]) >= 8  # the red bar between observed and predicted
-    assert img[20, 100].tolist() == [0, 0, 0]  # the predicted (black) frame, resized into its tile
+    # two tiles at least 128 px wide, each followed by 2 px, with the 6-px bar where the forecast begins
+    assert img.shape[1] == 2 * (128 + 2) + 6 and img.shape[0] > 40
+    assert img[5, 100].tolist() == [255, 255, 255]  # the observed state has no frame: a blank tile
+    assert img[20, 130:134].tolist().count([200, 60, 60]) == 4  # the red bar between observed and predicted
+    # The predicted (black, 2:1) frame fitted into its 128x40 tile, aspect kept: 80 px wide, white beside it.
+    assert img[20, 136 + 64].tolist() == [0, 0, 0] and img[20, 136 + 10].tolist() == [255, 255, 255]
     with pytest.raises(ValueError, match="nothing to draw"):
         make_strip([], [], [], [])
 
