@@ -4,15 +4,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo demo-train serve test test-slow lint typecheck bench clean weights
+.PHONY: constraints install demo demo-train serve test test-slow lint typecheck bench clean weights
 
 install: $(STAMP)
 
-# torch first, pinned to the CPU wheel on local disk; any other spec would pull a multi-GB CUDA build.
+# torch first, from an explicit source. TORCH_INDEX_URL empty: pip's own configuration decides (here and in CI
+# it finds the CPU wheel on local disk; on a fresh Linux box with plain PyPI that is the multi-GB CUDA build).
+# CPU only:  make demo TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# CUDA:      make demo TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130   (or cu128, cu126)
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX_URL ?=
+TORCH_SOURCE := $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL),)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet torch==$(TORCH_VERSION) $(TORCH_SOURCE)
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -55,3 +61,8 @@ bench: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+
+# docker/constraints.txt: the image's Python pins, from this working environment (torch comes from TORCH_FLAVOUR).
+constraints: install
+	{ sed -n '1,3p' docker/constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v -i '^semworld\|^torch==\|^nvidia-\|^triton==\| @ '; } > docker/constraints.txt.new
+	mv docker/constraints.txt.new docker/constraints.txt

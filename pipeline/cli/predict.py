@@ -175,6 +175,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--data-dir", type=Path, default=None, help="jobs database and results (SEMWORLD_DATA_DIR)"
     )
     s.add_argument("--log-level", default="info")
+    s.add_argument(
+        "--serve-without-key", action="store_true", default=_env_flag(WITHOUT_KEY_ENV),
+        help=f"listen on a non-loopback address without SEMWORLD_API_KEY: anyone who reaches the port may use "
+        f"the service ({WITHOUT_KEY_ENV}=1)",
+    )  # fmt: skip
     s.set_defaults(func=run_serve)
 
 
@@ -291,6 +296,35 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+WITHOUT_KEY_ENV = "SEMWORLD_SERVE_WITHOUT_KEY"
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is reachable from this machine only (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to any address
+
+
+def check_bind(host: str, has_key: bool, without_key: bool) -> None:
+    """Refuse to listen beyond this machine without an API key, unless the operator said so explicitly."""
+    if is_loopback(host) or has_key or without_key:
+        return
+    raise UserError(
+        f"--host {host}: refusing to serve on a non-loopback address without an API key; set SEMWORLD_API_KEY, "
+        f"or pass --serve-without-key ({WITHOUT_KEY_ENV}=1) to let anyone who reaches the port use it"
+    )
+
+
 def run_serve(args: argparse.Namespace) -> int:
     # The CLI is the outermost layer: it may start the API (api never imports the CLI).
     import uvicorn
@@ -301,6 +335,8 @@ def run_serve(args: argparse.Namespace) -> int:
     # SEMWORLD_* variables (and .env) first; the flags override them, passed in, not through the environment.
     flags = {"weights_dir": args.weights, "device": args.device, "data_dir": args.data_dir}
     settings = Settings(**{k: v for k, v in flags.items() if v is not None})
+    key = settings.api_key.get_secret_value() if settings.api_key is not None else ""
+    check_bind(args.host, bool(key), args.serve_without_key)
     if not settings.pipeline_factory:
         read_model_index(settings.weights_dir)  # a missing folder or index: one line and exit 2, before serving
     # One worker: one process owns the models (and the GPU); requests share it.
