@@ -15,3 +15,9 @@ router = APIRouter(include_in_schema=False)
 @router.get("/")
 def index() -> FileResponse:
     return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+
+@router.get("/favicon.ico")
+def favicon() -> FileResponse:
+    """The page's icon (browsers ask for /favicon.ico whatever the page says)."""
+    return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")

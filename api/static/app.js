@@ -59,9 +59,9 @@ function showProgress(job) {
   }
 }
 
-function frameCard(src, state, label, editable, index) {
+function frameCard(src, state, label, editable, index, extra = {}) {
   const card = document.createElement("figure");
-  card.className = "frame";
+  card.className = "frame" + (extra.edited ? " edited" : "") + (extra.unsure ? " unsure" : "");
   const img = document.createElement("img");
   img.alt = state;
   if (src) img.src = `data:image/png;base64,${src}`;
@@ -69,13 +69,20 @@ function frameCard(src, state, label, editable, index) {
   const cap = document.createElement("figcaption");
   const t = document.createElement("span");
   t.className = "t";
-  t.textContent = label;
+  t.textContent = label + (extra.edited ? " · edited" : "");
   cap.appendChild(t);
+  if (extra.confidence !== undefined && extra.confidence !== null) {
+    const c = document.createElement("span");
+    c.className = "confidence";
+    c.title = "the captioner's mean token log-probability (0 is sure)";
+    c.textContent = ` ${extra.unsure ? "unsure" : "sure"} (${extra.confidence.toFixed(3)})`;
+    cap.appendChild(c);
+  }
   if (editable) {
     const area = document.createElement("textarea");
     area.className = "state";
     area.value = state;
-    area.rows = 3;
+    area.rows = Math.max(2, Math.ceil(state.length / 18));  // the whole state, without scrolling
     cap.appendChild(area);
     const btn = document.createElement("button");
     btn.type = "button";
@@ -94,6 +101,10 @@ function frameCard(src, state, label, editable, index) {
 }
 
 function showResult(result) {
+  current.confidence = result.observed_confidence || [];
+  current.parses = result.observed_parses || [];
+  current.threshold = result.confidence_threshold;
+  current.edited = null;
   current.observed = result.observed_states;
   current.predicted = result.predicted_states;
   current.predictedFrames = result.frames;
@@ -105,12 +116,17 @@ function render() {
   $("#results").hidden = false;
   const obs = $("#observed");
   obs.innerHTML = "";
-  current.observed.forEach((s, i) => obs.appendChild(frameCard(current.observedFrames[i], s, `t=${i}`, false)));
+  current.observed.forEach((s, i) => {
+    const c = current.confidence[i];
+    const unsure = (c !== undefined && c !== null && current.threshold !== null && c < current.threshold) ||
+      current.parses[i] === false;
+    obs.appendChild(frameCard(current.observedFrames[i], s, `t=${i}`, false, i, { confidence: c, unsure }));
+  });
   const pred = $("#predicted");
   pred.innerHTML = "";
   const n = current.observed.length;
   current.predicted.forEach((s, j) =>
-    pred.appendChild(frameCard(current.predictedFrames[j], s, `t=${n + j}`, true, j)));
+    pred.appendChild(frameCard(current.predictedFrames[j], s, `t=${n + j}`, true, j, { edited: j === current.edited })));
 }
 
 async function reroll(index, edited) {
@@ -130,10 +146,32 @@ async function reroll(index, edited) {
     })).json();
     current.predicted = [...current.predicted.slice(0, index), edited, ...res.predicted_states];
     current.predictedFrames = [...current.predictedFrames.slice(0, index), res.context_frames[0], ...res.frames];
+    current.edited = index;
     render();
     setStatus(`re-rolled from t=${current.observed.length + index} in ${res.timings.total.toFixed(2)} s`);
   } catch (err) {
     setStatus(`re-roll failed: ${err.message}`, true);
+  }
+}
+
+async function blobUrl(path) {
+  // Through fetch, so that the API key goes along (a <video src> or <a href> could not send it).
+  return URL.createObjectURL(await (await api(path)).blob());
+}
+
+async function showDownloads(jobId) {
+  const box = $("#downloads");
+  box.hidden = false;
+  try {
+    $("#video").src = await blobUrl(`/v1/jobs/${jobId}/result?format=mp4`);
+    for (const [id, fmt, name] of [["#dl-mp4", "mp4", "predicted.mp4"], ["#dl-zip", "zip", "semworld.zip"],
+                                    ["#dl-json", "json", "result.json"]]) {
+      const a = $(id);
+      a.href = await blobUrl(`/v1/jobs/${jobId}/result?format=${fmt}`);
+      a.download = `${jobId.slice(0, 8)}-${name}`;
+    }
+  } catch (err) {
+    setStatus(`could not fetch the outputs (${err.message})`, true);
   }
 }
 
@@ -146,13 +184,26 @@ async function clipBlob() {
   return { blob: new Blob([blob], { type: "video/mp4" }), name: url.split("/").pop() };
 }
 
+function stageSummary(job) {
+  // "running: caption 3/11" from the stage in progress (or the last one started).
+  const started = STAGES.filter((s) => (job.progress[s] || {}).total);
+  const stage = started.find((s) => job.progress[s].done < job.progress[s].total) || started[started.length - 1];
+  return stage ? `${stage} ${job.progress[stage].done}/${job.progress[stage].total}` : "";
+}
+
 async function poll(jobId) {
   const job = await (await api(`/v1/jobs/${jobId}`)).json();
   showProgress(job);
+  if (job.state === "queued" || job.state === "running") {
+    setStatus(`job ${jobId.slice(0, 8)} ${job.state}${job.state === "running" ? ": " + stageSummary(job) : ""}`);
+  }
   if (job.state === "succeeded") {
     const result = await (await api(`/v1/jobs/${jobId}/result?format=json`)).json();
     showResult(result);
-    setStatus(`predicted ${result.predicted_states.length} states in ${result.timings.total.toFixed(2)} s`);
+    showDownloads(jobId);
+    const warn = (result.warnings || []).join(" ");
+    setStatus(`predicted ${result.predicted_states.length} states in ${result.timings.total.toFixed(2)} s` +
+      (warn ? ` · warning: ${warn}` : ""), Boolean(warn));
     return true;
   }
   if (job.state === "failed" || job.state === "canceled") {
@@ -172,6 +223,7 @@ async function submit(event) {
     form.append("file", blob, name);
     form.append("horizon", $("#horizon").value || "8");
     if ($("#stride").value) form.append("stride", $("#stride").value);
+    else if ($("#state-rate").value) form.append("state_rate", $("#state-rate").value);
     form.append("seed", $("#seed").value || "0");
     if ($("#steps").value) form.append("steps", $("#steps").value);
     setStatus(`uploading ${name}…`);
@@ -179,9 +231,11 @@ async function submit(event) {
     current.jobId = job.id;
     setStatus(`job ${job.id.slice(0, 8)} queued`);
     $("#cancel-btn").hidden = false;
-    for (;;) {
+    // Poll with back-off: 250 ms, then 1.5x longer each time, at most 2 s (a short job answers at once, a
+    // long one does not flood the access log).
+    for (let wait = 250; ; wait = Math.min(2000, wait * 1.5)) {
       if (await poll(job.id)) break;
-      await new Promise((r) => setTimeout(r, 300));
+      await new Promise((r) => setTimeout(r, wait));
     }
   } catch (err) {
     setStatus(err.message, true);
@@ -200,9 +254,5 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#api-key").value = localStorage.getItem("semworld-key") || "";
   $("#predict-form").addEventListener("submit", submit);
   $("#cancel-btn").addEventListener("click", cancel);
-  // World clips hold one state every 5 frames; pick that stride for them.
-  $("#sample").addEventListener("change", () => {
-    if ($("#sample").value.includes("world-") && !$("#stride").value) $("#stride").value = "5";
-  });
   loadSamples();
 });

@@ -48,6 +48,10 @@ def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tm
 
     page.goto(server.url + "/")
     assert page.title().startswith("semworld")
+    # Every status line the page shows, in order (to see "running" while the job runs).
+    page.evaluate("""() => { window.statuses = [];
+      new MutationObserver(() => window.statuses.push(document.querySelector('#status').textContent))
+        .observe(document.querySelector('#status'), {childList: true, characterData: true, subtree: true}); }""")
     page.wait_for_selector(f"#sample option[value='/v1/samples/{REAL_CLIP.name}']", state="attached")
 
     page.set_input_files("#file", str(REAL_CLIP))
@@ -72,6 +76,19 @@ def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tm
     predicted = page.locator("#predicted textarea.state").evaluate_all("els => els.map(e => e.value)")
     assert predicted == [f"next {i} after {observed[-1]}" for i in range(3)]
     assert "predicted 3 states" in page.inner_text("#status")
+    statuses = page.evaluate("window.statuses")
+    assert any(" running: " in t for t in statuses), statuses  # not "queued" while it runs
+    # Cards wrap into rows (no horizontal scrolling); whole states show in the edit boxes.
+    assert page.locator("#observed").evaluate("e => e.scrollWidth <= e.clientWidth")
+    assert page.locator("#predicted textarea.state").evaluate_all(
+        "els => els.every(e => e.scrollHeight <= e.clientHeight + 2)"
+    )
+    # The forecast plays in a video player, and the outputs download.
+    page.wait_for_function("document.querySelector('#video').readyState >= 1")
+    assert page.locator("#dl-zip").get_attribute("href").startswith("blob:")
+    assert page.locator("#dl-mp4").get_attribute("download").endswith("predicted.mp4")
+    icon = page.evaluate("async () => { const r = await fetch('/favicon.ico'); return [r.status, r.headers.get('content-type')]; }")
+    assert icon == [200, "image/svg+xml"]
 
     # What if: edit the second predicted state and re-roll the future from it.
     page.locator("#predicted textarea.state").nth(1).fill("a red ball at the left.")
@@ -84,9 +101,14 @@ def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tm
         "next 0 after a red ball at the left.",
     ]
     assert page.locator("#predicted .frame img").count() == 3
+    assert page.locator("#predicted .frame.edited").count() == 1  # the edited state is marked
+    assert "edited" in page.locator("#predicted .frame").nth(1).inner_text()
 
     shots = Path(os.environ.get("SEMWORLD_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(shots / "web-page.png"), full_page=True)
     assert (shots / "web-page.png").stat().st_size > 10_000
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone
+    assert page.locator("#predicted").evaluate("e => e.scrollWidth <= e.clientWidth")
+    page.screenshot(path=str(shots / "web-page-phone.png"), full_page=True)
     assert errors == []
