@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -147,9 +148,10 @@ class Captioner:
             return_dict_in_generate=True,
         )
         sequences = out.sequences  # (B, L) token ids, the prompt's first
-        logp = self.model.compute_transition_scores(sequences, out.scores, normalize_logits=True)  # (B, G)
+        model: Any = self.model  # a transformers generation model (its mixin's methods confuse type checkers)
+        logp = model.compute_transition_scores(sequences, out.scores, normalize_logits=True)  # (B, G)
         generated = sequences[:, -logp.shape[1] :]  # (B, G): the token each score is for
-        eos = self.model.generation_config.eos_token_id
+        eos = model.generation_config.eos_token_id
         eos_ids = torch.tensor(eos if isinstance(eos, list) else [eos], device=generated.device)
         is_end = torch.isin(generated, eos_ids)  # (B, G)
         # Tokens up to and including the first end token count; the padding after it does not.

@@ -275,7 +275,7 @@ class WorldModelPipeline:
     # ---- step 1 ---------------------------------------------------------------------------------------------
     def check_inputs(
         self,
-        video: VideoSource | None,
+        video: VideoSource | SampledClip | None,
         states: Sequence[str] | None,
         horizon: int,
         stride: int | None,

@@ -228,9 +228,10 @@ def run_predict(args: argparse.Namespace) -> int:
     if not 0 <= render_context <= (len(states) if states is not None else args.max_frames):
         raise UserError(f"--render-context: expected 0..{len(states) if states else args.max_frames}, got "
                         f"{render_context}")  # fmt: skip
+    own = {stage: folder if overrides[stage] is not None else None for stage, folder in folders.items()}
     pipe = WorldModelPipeline.from_pretrained(
         weights, device=device, limits=limits, default_state_rate=default_rate,
-        **{stage: folder for stage, folder in folders.items() if overrides[stage] is not None},
+        captioner=own["captioner"], predictor=own["predictor"], renderer=own["renderer"],
     )  # fmt: skip
     output = pipe(
         clip,

@@ -84,6 +84,6 @@ def test_predict_loads_single_stages_from_their_own_folders(tiny_weights, tmp_pa
     with pytest.raises(SystemExit):
         cli.main(["predict", str(ASSET), "--weights", str(weights), "--predictor", str(mine), "--stride", "8",
                   "--out", str(tmp_path / "o")])  # fmt: skip
-    assert seen["weights"] == weights and seen["predictor"] == mine and "renderer" not in seen
+    assert seen["weights"] == weights and seen["predictor"] == mine and seen["renderer"] is None
     err = _error(capsys, ["predict", str(ASSET), "--weights", str(weights), "--out", str(tmp_path / "o")])
     assert "missing folder for the predictor" in err  # without --predictor the index's folder is needed
