@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,18 +85,21 @@ def index_state_rate(index: dict[str, Any], where: str | Path = MODEL_INDEX) -> 
 
 
 def stage_folders(
-    weights_dir: str | Path, overrides: dict[str, str | Path | None] | None = None
+    weights_dir: str | Path,
+    overrides: dict[str, str | Path | None] | None = None,
+    stages: Collection[str] = STAGES,
 ) -> tuple[dict[str, Path], dict[str, Any]]:
     """Each stage's folder: the one `weights_dir/model_index.json` names, unless `overrides` gives that stage its
-    own folder (then the index's entry for it is not needed). Returns (folders by stage, the index)."""
+    own folder (then the index's entry for it is not needed). Only `stages` are looked up. Returns (folders by
+    stage, the index)."""
     weights_dir = Path(weights_dir)
     index = read_model_index(weights_dir)
     overrides = overrides or {}
-    unknown = sorted(set(overrides) - set(STAGES))
+    unknown = sorted((set(overrides) | set(stages)) - set(STAGES))
     if unknown:
-        raise ValueError(f"unknown stage {unknown[0]!r} (expected one of {', '.join(STAGES)})")
+        raise ValueError(f"stages: unknown {unknown} (expected some of {', '.join(STAGES)})")
     folders: dict[str, Path] = {}
-    for stage in STAGES:
+    for stage in (s for s in STAGES if s in stages):
         own = overrides.get(stage)
         if own is None:
             folders[stage] = _stage_folder(weights_dir, index, stage)
@@ -182,6 +185,18 @@ def check_written_states_for(
                          label=label)  # fmt: skip
 
 
+class NotLoaded:
+    """Stands in for a stage `from_pretrained` was told not to load; using it is a bug of the caller."""
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"the {self.stage} stage was not loaded (from_pretrained(stages=...))")
+
+    caption = predict = render = _fail
+
+
 class WorldModelPipeline:
     """Caption a clip into states, forecast the next ones, and draw them.
 
@@ -241,6 +256,7 @@ class WorldModelPipeline:
         captioner: str | Path | None = None,
         predictor: str | Path | None = None,
         renderer: str | Path | None = None,
+        stages: Collection[str] = STAGES,
         **kwargs: Any,
     ) -> WorldModelPipeline:
         """Load the three stages named by `weights_dir/model_index.json` (offline, local files only).
@@ -248,10 +264,12 @@ class WorldModelPipeline:
         `weights_dir` defaults to `$SEMWORLD_WEIGHTS_DIR`, else the shipped weights. `captioner`, `predictor`
         or `renderer` load that stage from its own folder instead. `device` (None: CUDA when present) holds
         for every stage. The index's `state_rate` becomes `default_state_rate` unless kwargs give one.
+        `stages` picks which of captioner, predictor and renderer to load (e.g. only the captioner to turn
+        videos into states); the others are stand-ins that raise if called, and need no entry in the index.
         """
         weights_dir = Path(weights_dir) if weights_dir is not None else default_weights_dir()
         overrides = {"captioner": captioner, "predictor": predictor, "renderer": renderer}
-        folders, index = stage_folders(weights_dir, overrides)
+        folders, index = stage_folders(weights_dir, overrides, stages)
         kwargs.setdefault("default_state_rate", index_state_rate(index, weights_dir / MODEL_INDEX))
         kwargs.setdefault("grammar", check_grammar(index.get("grammar"), weights_dir / MODEL_INDEX))
         if isinstance(index.get("confidence_threshold"), int | float):
@@ -264,13 +282,19 @@ class WorldModelPipeline:
         from pipeline.renderer import Renderer as HFRenderer
 
         t0 = time.perf_counter()
-        stages = (
-            HFCaptioner.from_pretrained(folders["captioner"], device=device, dtype=dtype),
-            TensorPredictor.from_pretrained(folders["predictor"], device=device),
-            HFRenderer.from_pretrained(folders["renderer"], device=device, dtype=dtype),
+        loaded = (
+            HFCaptioner.from_pretrained(folders["captioner"], device=device, dtype=dtype)
+            if "captioner" in stages
+            else NotLoaded("captioner"),
+            TensorPredictor.from_pretrained(folders["predictor"], device=device)
+            if "predictor" in stages
+            else NotLoaded("predictor"),
+            HFRenderer.from_pretrained(folders["renderer"], device=device, dtype=dtype)
+            if "renderer" in stages
+            else NotLoaded("renderer"),
         )
-        logger.info("loaded pipeline from %s in %.1f s", weights_dir, time.perf_counter() - t0)
-        return cls(*stages, **kwargs)
+        logger.info("loaded %s from %s in %.1f s", ", ".join(stages), weights_dir, time.perf_counter() - t0)
+        return cls(*loaded, **kwargs)
 
     # ---- step 1 ---------------------------------------------------------------------------------------------
     def check_inputs(

@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "pipeline.cli.eval",
     "pipeline.cli.demo",
     "pipeline.cli.predict",
+    "pipeline.cli.batch",
 )
 
 

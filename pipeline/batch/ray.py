@@ -1,0 +1,275 @@
+"""The Ray Data engine: the same stages as the local engine, as a streaming Ray Data pipeline.
+
+    paths -> decode (CPU tasks) -> caption -> predict -> render (map_batches, one callable class per model:
+    the model loads once per actor; concurrency, num_gpus, num_cpus and batch_size set per stage) -> write
+
+A row is one clip; the write stage calls the local engine's writer (pipeline.batch.clip.write_clip), which is
+atomic and idempotent, so a task that Ray retries writes the same folder again. Ray is optional: nothing here
+imports it until a run starts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from pipeline.batch import clip as stages
+from pipeline.batch.clip import ClipResult, ClipWork
+from pipeline.batch.jobs import BatchSettings, ClipJob
+from pipeline.utils import UserError
+
+logger = logging.getLogger(__name__)
+
+RAY_STAGES = ("decode", "caption", "predict", "render", "write")
+STAGE_KEYS = ("concurrency", "num_gpus", "num_cpus", "batch_size")
+INSTALL_HINT = "--ray needs Ray Data, an optional extra: pip install 'semworld[distributed]'"
+
+Batch = dict[str, np.ndarray]  # a Ray Data batch in numpy format: column -> (B, ...) array
+
+
+def require_ray() -> None:
+    """Raise a one-line UserError saying how to install Ray when it is not there."""
+    try:
+        import ray  # noqa: F401
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise UserError(INSTALL_HINT) from None
+
+
+@dataclass(frozen=True)
+class StageResources:
+    """What one stage asks Ray for. Model stages: `concurrency` actors (replicas), each holding `num_gpus` (a
+    share: 0.5 puts two replicas on one GPU) and `num_cpus`, fed `batch_size` clips per call. CPU stages
+    (decode, write): at most `concurrency` tasks at once (None: as many as the cluster's CPUs allow)."""
+
+    concurrency: int | None = 1
+    num_gpus: float = 0.0
+    num_cpus: float = 1.0
+    batch_size: int = 4
+
+    def __post_init__(self) -> None:
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.num_gpus < 0 or self.num_cpus < 0:
+            raise ValueError(f"num_gpus and num_cpus must be >= 0, got {self.num_gpus}, {self.num_cpus}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+
+
+def stage_resources(
+    settings: BatchSettings, overrides: dict[str, dict[str, Any]]
+) -> dict[str, StageResources]:
+    """Defaults per stage, then the user's `--ray-stage` values. On CUDA each model stage asks for a whole GPU
+    unless told a share; the predictor is small, so its default batch is larger."""
+    gpu = 1.0 if settings.device is not None and settings.device.startswith("cuda") else 0.0
+    res = {
+        "decode": StageResources(concurrency=None, batch_size=1),
+        "caption": StageResources(num_gpus=gpu, batch_size=4),
+        "predict": StageResources(num_gpus=gpu, batch_size=16),
+        "render": StageResources(num_gpus=gpu, batch_size=4),
+        "write": StageResources(concurrency=None, batch_size=1),
+    }
+    unknown = sorted(set(overrides) - set(RAY_STAGES))
+    if unknown:
+        raise UserError(f"--ray-stage {unknown[0]}: unknown stage (choose from {', '.join(RAY_STAGES)})")
+    try:
+        for stage, values in overrides.items():
+            res[stage] = replace(res[stage], **values)
+    except (TypeError, ValueError) as err:
+        raise UserError(f"--ray-stage: {err}") from None
+    return res
+
+
+# ---- rows <-> clips in flight -------------------------------------------------------------------------------
+_EMPTY_FRAMES = np.zeros((0, 1, 1, 3), dtype=np.uint8)
+
+
+def _frames(frames: Sequence[np.ndarray]) -> np.ndarray:
+    return np.stack(frames) if len(frames) else _EMPTY_FRAMES  # (F, H, W, 3)
+
+
+def work_to_row(work: ClipWork) -> dict[str, Any]:
+    return {
+        **work.job.to_row(),
+        "frames": _frames(work.frames),
+        "indices": np.asarray(work.indices, dtype=np.int64),
+        "source_fps": float(work.source_fps),
+        "rate": float(work.state_rate),
+        "observed": json.dumps(work.observed),
+        "predicted": json.dumps(work.predicted),
+        "rendered": _frames(work.rendered),
+        "timings": json.dumps(work.timings),
+        "error": work.error or "",
+    }
+
+
+def row_to_work(row: dict[str, Any]) -> ClipWork:
+    return ClipWork(
+        job=ClipJob.from_row(row),
+        frames=list(np.asarray(row["frames"], dtype=np.uint8)),
+        indices=[int(i) for i in np.asarray(row["indices"])],
+        source_fps=float(row["source_fps"]),
+        state_rate=float(row["rate"]),
+        observed=list(json.loads(str(row["observed"]))),
+        predicted=list(json.loads(str(row["predicted"]))),
+        rendered=list(np.asarray(row["rendered"], dtype=np.uint8)),
+        timings=dict(json.loads(str(row["timings"]))),
+        error=str(row["error"]) or None,
+    )
+
+
+def _column(values: list[Any]) -> np.ndarray:
+    if values and all(isinstance(v, np.ndarray) for v in values):
+        if all(v.shape == values[0].shape for v in values):
+            return np.stack(values)
+        col = np.empty(len(values), dtype=object)  # clips of different sizes: one array per row
+        for i, v in enumerate(values):
+            col[i] = v
+        return col
+    if any(v is None for v in values):
+        return np.array(values, dtype=object)
+    return np.array(values)
+
+
+def batch_to_works(batch: Batch) -> list[ClipWork]:
+    n = len(next(iter(batch.values())))
+    return [row_to_work({k: v[i] for k, v in batch.items()}) for i in range(n)]
+
+
+def works_to_batch(works: list[ClipWork]) -> Batch:
+    rows = [work_to_row(w) for w in works]
+    return {k: _column([r[k] for r in rows]) for k in rows[0]}
+
+
+# ---- the stages: functions for CPU tasks, callable classes for the models --------------------------------------
+def decode_row(row: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    return work_to_row(stages.decode(ClipJob.from_row(row), BatchSettings.from_dict(settings)))
+
+
+def write_row(row: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    result = stages.write_clip(row_to_work(row), BatchSettings.from_dict(settings))
+    return {"result": json.dumps(asdict(result))}
+
+
+class _ModelStage:
+    """Loads one component once per actor; each call runs it on a batch of clips."""
+
+    component = ""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = BatchSettings.from_dict(settings)
+        self.pipe = stages.load_pipeline(self.settings, components=(self.component,))
+
+    def __call__(self, batch: Batch) -> Batch:
+        works = batch_to_works(batch)
+        self.run(works)
+        return works_to_batch(works)
+
+    def run(self, works: list[ClipWork]) -> None:
+        raise NotImplementedError
+
+
+class CaptionStage(_ModelStage):
+    component = "captioner"
+
+    def run(self, works: list[ClipWork]) -> None:
+        stages.caption(self.pipe, works)  # every frame of the batch's clips in one stream of batches
+
+
+class PredictStage(_ModelStage):
+    component = "predictor"
+
+    def run(self, works: list[ClipWork]) -> None:
+        stages.predict(self.pipe, works)  # the batch's histories as one batch
+
+
+class RenderStage(_ModelStage):
+    component = "renderer"
+
+    def run(self, works: list[ClipWork]) -> None:
+        for w in works:  # seeded per clip, so a clip's frames do not depend on its batch mates
+            stages.render(self.pipe, w, self.settings)
+
+
+MODEL_STAGES: dict[str, type[_ModelStage]] = {
+    "caption": CaptionStage,
+    "predict": PredictStage,
+    "render": RenderStage,
+}
+
+
+def build_dataset(jobs: Sequence[ClipJob], settings: BatchSettings, res: dict[str, StageResources]) -> Any:
+    """The lazy Ray Dataset of the run: one output row {"result": ClipResult as JSON} per clip."""
+    import ray.data
+    from ray.data import ActorPoolStrategy, TaskPoolStrategy
+
+    sd = settings.to_dict()
+    ds: Any = ray.data.from_items([j.to_row() for j in jobs], override_num_blocks=max(1, min(len(jobs), 256)))
+    ds = ds.map(
+        decode_row, fn_kwargs={"settings": sd}, num_cpus=res["decode"].num_cpus,
+        compute=TaskPoolStrategy(size=res["decode"].concurrency),
+    )  # fmt: skip
+    for stage in settings.stages:
+        r = res[stage]
+        ds = ds.map_batches(
+            MODEL_STAGES[stage],
+            fn_constructor_kwargs={"settings": sd},
+            batch_size=r.batch_size,
+            batch_format="numpy",
+            num_cpus=r.num_cpus,
+            num_gpus=r.num_gpus,
+            compute=ActorPoolStrategy(size=r.concurrency or 1),
+        )
+    return ds.map(
+        write_row, fn_kwargs={"settings": sd}, num_cpus=res["write"].num_cpus,
+        compute=TaskPoolStrategy(size=res["write"].concurrency),
+    )  # fmt: skip
+
+
+def run_ray(
+    jobs: Sequence[ClipJob],
+    settings: BatchSettings,
+    *,
+    address: str | None = None,
+    stages: dict[str, dict[str, Any]] | None = None,
+    progress: bool = True,
+    on_result: Callable[[ClipResult], None] | None = None,
+) -> list[ClipResult]:
+    """Run `jobs` on Ray Data: the Ray instance already initialised in this process, else the cluster at
+    `address`, else a new local one (shut down at the end)."""
+    require_ray()
+    import ray
+
+    results: list[ClipResult] = []
+    if not jobs:
+        return results
+    res = stage_resources(settings, stages or {})
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(address=address, log_to_driver=False, include_dashboard=False)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False  # one bar, ours, over clips
+    bar = tqdm(total=len(jobs), desc="batch (ray)", unit="clip", disable=not progress, dynamic_ncols=True)
+    try:
+        for row in build_dataset(jobs, settings, res).iter_rows():
+            doc = json.loads(row["result"])
+            result = ClipResult(**{f.name: doc[f.name] for f in fields(ClipResult)})
+            results.append(result)
+            bar.update(1)
+            bar.set_postfix_str(f"{result.name}: {result.status}")
+            if not progress:
+                logger.info("[%d/%d] %s %s%s", len(results), len(jobs), result.name, result.status,
+                            f" ({result.error})" if result.error else "")  # fmt: skip
+            if on_result is not None:
+                on_result(result)
+    finally:
+        bar.close()
+        if started_here:
+            ray.shutdown()
+    return results
