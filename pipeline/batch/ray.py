@@ -68,12 +68,15 @@ def stage_resources(
     """Defaults per stage, then the user's `--ray-stage` values. On CUDA each model stage asks for a whole GPU
     unless told a share; the predictor is small, so its default batch is larger."""
     gpu = 1.0 if settings.device is not None and settings.device.startswith("cuda") else 0.0
+    # Without GPUs the three model actors share the CPUs: half a CPU each, so that they and the decode and
+    # write tasks (a quarter each) all fit on a two-core machine instead of waiting for each other.
+    cpus = 1.0 if gpu else 0.5
     res = {
-        "decode": StageResources(concurrency=None, batch_size=1),
-        "caption": StageResources(num_gpus=gpu, batch_size=4),
-        "predict": StageResources(num_gpus=gpu, batch_size=16),
-        "render": StageResources(num_gpus=gpu, batch_size=4),
-        "write": StageResources(concurrency=None, batch_size=1),
+        "decode": StageResources(concurrency=None, num_cpus=cpus / 2, batch_size=1),
+        "caption": StageResources(num_gpus=gpu, num_cpus=cpus, batch_size=4),
+        "predict": StageResources(num_gpus=gpu, num_cpus=cpus, batch_size=16),
+        "render": StageResources(num_gpus=gpu, num_cpus=cpus, batch_size=4),
+        "write": StageResources(concurrency=None, num_cpus=cpus / 2, batch_size=1),
     }
     unknown = sorted(set(overrides) - set(RAY_STAGES))
     if unknown:
