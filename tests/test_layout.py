@@ -2,6 +2,7 @@
 
     api -> pipeline (inference) -> models
     pipeline.cli -> pipeline.training -> pipeline.evaluation -> pipeline (inference) -> models
+    pipeline.cli -> pipeline.batch -> pipeline (inference)
     pipeline.cli -> api (`semworld serve`; api never imports the CLI)
 
 Inference modules (the files at the top of pipeline/) never import training, evaluation, the CLI, FastAPI or api;
@@ -50,6 +51,7 @@ FORBIDDEN = {
     "pipeline": ("pipeline.training", "pipeline.evaluation", "pipeline.cli", "api", "fastapi", "uvicorn"),
     "pipeline.evaluation": ("pipeline.training", "pipeline.cli", "api", "fastapi"),
     "pipeline.training": ("pipeline.cli", "api", "fastapi"),
+    "pipeline.batch": ("pipeline.training", "pipeline.evaluation", "pipeline.cli", "api", "fastapi"),
     "pipeline.cli": ("fastapi",),  # the outermost layer: `semworld serve` starts the api
     "api": ("pipeline.training", "pipeline.evaluation", "pipeline.cli"),
 }

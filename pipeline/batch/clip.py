@@ -99,15 +99,16 @@ def load_pipeline(
     if factory:
         module, _, func = factory.partition(":")
         pipe: WorldModelPipeline = getattr(importlib.import_module(module), func or "make_pipeline")()
-    else:
-        pipe = WorldModelPipeline.from_pretrained(
-            settings.weights or default_weights_dir(),
-            device=device or settings.device,
-            stages=tuple(components or settings.components),
-        )
-    pipe.caption_batch_size = settings.caption_batch_size
-    pipe.render_batch_size = settings.render_batch_size
-    return pipe
+        pipe.caption_batch_size = settings.caption_batch_size
+        pipe.render_batch_size = settings.render_batch_size
+        return pipe
+    return WorldModelPipeline.from_pretrained(
+        settings.weights or default_weights_dir(),
+        device=device or settings.device,
+        stages=tuple(components or settings.components),
+        caption_batch_size=settings.caption_batch_size,
+        render_batch_size=settings.render_batch_size,
+    )
 
 
 # ---- the stages --------------------------------------------------------------------------------------------
