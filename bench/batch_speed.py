@@ -1,0 +1,227 @@
+"""Throughput of offline processing, side by side in one run: a shell loop of `semworld predict` (models loaded
+for every clip) vs `semworld batch` with 1 and 2 workers vs `semworld batch --ray` on a local Ray instance, on
+the same world clips; then how a batch run's cost grows with the clip length and with the number of clips.
+
+Every engine runs as the command a user types (a subprocess from the repository root, `python -m pipeline.cli`,
+the `semworld` entry point), timed wall clock from start to exit, model loading included. The shell loop is timed
+on the first --loop-clips clips (its calls are independent, so its rate does not depend on how many it does).
+
+    .venv/bin/python bench/batch_speed.py                        # 100 clips, shipped weights, ~10 min on 2 cores
+    .venv/bin/python bench/batch_speed.py --clips 8 --loop-clips 2 --lengths 6 12 --length-clips 2   # smoke
+
+Writes runs/bench/batch_speed.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "pipeline.cli"]
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO pipeline\.batch\.\w+: \[(\d+)/(\d+)\]")
+
+
+def env(threads: int) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
+
+
+def world(out: Path, clips: int, length: int) -> Path:
+    """`clips` test-split world clips of `length` states (128 px), generated once and kept."""
+    folder = out / f"world-{clips}x{length}"
+    if not (folder / "states.jsonl").is_file():
+        shutil.rmtree(folder, ignore_errors=True)
+        subprocess.run(
+            [*CLI, "world", "generate", "--scenario", "all", "--clips", str(clips), "--split", "test",
+             "--length", str(length), "--size", "128", "--out", str(folder), "--no-progress"],
+            cwd=REPO, env=env(1), check=True, capture_output=True,
+        )  # fmt: skip
+    return folder / "clips"
+
+
+def timed(argv: list[str], threads: int, shell: bool = False) -> tuple[float, str]:
+    t = time.perf_counter()
+    run = subprocess.run(
+        argv if not shell else ["bash", "-c", argv[0]],
+        cwd=REPO,
+        env=env(threads),
+        capture_output=True,
+        text=True,
+    )
+    seconds = time.perf_counter() - t
+    if run.returncode != 0:
+        raise SystemExit(
+            f"failed ({run.returncode}): {' '.join(argv)}\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+        )
+    return seconds, run.stdout + run.stderr
+
+
+def shell_loop(clips: list[Path], out: Path, args: argparse.Namespace) -> float:
+    """`for c in ...; do semworld predict $c ...; done`, as a user would write it."""
+    names = " ".join(str(c) for c in clips)
+    cli = " ".join(CLI)
+    script = (
+        f'for c in {names}; do {cli} predict "$c" --out {out}/$(basename "$c" .mp4) --stride {args.stride} '
+        f"-k {args.horizon} --device cpu > /dev/null || exit 1; done"
+    )
+    seconds, _ = timed([script], args.threads, shell=True)
+    return seconds
+
+
+def batch(
+    inputs: Path, out: Path, args: argparse.Namespace, *extra: str, threads: int
+) -> tuple[float, dict, str]:
+    shutil.rmtree(out, ignore_errors=True)
+    argv = [*CLI, "batch", str(inputs), "--out", str(out), "--stride", str(args.stride), "-k", str(args.horizon),
+            "--device", "cpu", "--no-progress", *extra]  # fmt: skip
+    seconds, log = timed(argv, threads)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counts"]["failed"] == 0, summary["failed"]
+    return seconds, summary, log
+
+
+def completion_times(log: str) -> list[tuple[int, float]]:
+    """(clips done, seconds since the first clip finished) from the `--no-progress` log lines."""
+    points = []
+    for line in log.splitlines():
+        m = STAMP.match(line)
+        if m:
+            t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            points.append((int(m.group(2)), t))
+    if not points:
+        return []
+    t0 = points[0][1]
+    return [(n, round(t - t0, 3)) for n, t in points]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--clips", type=int, default=100)
+    p.add_argument("--loop-clips", type=int, default=20, help="clips the shell loop is timed on")
+    p.add_argument("--length", type=int, default=12, help="states per clip of the throughput runs")
+    p.add_argument(
+        "--lengths", type=int, nargs="+", default=[6, 12, 24], help="clip lengths (states) to time"
+    )
+    p.add_argument("--length-clips", type=int, default=10, help="clips per length")
+    p.add_argument("--horizon", type=int, default=8)
+    p.add_argument(
+        "--stride", type=int, default=5, help="the world's frames per state: one state per instant"
+    )
+    p.add_argument(
+        "--threads", type=int, default=2, help="torch threads of a one-process run (all the cores)"
+    )
+    p.add_argument("--out", type=Path, default=REPO / "runs" / "bench" / "batch")
+    p.add_argument("--json", type=Path, default=REPO / "runs" / "bench" / "batch_speed.json")
+    p.add_argument("--markdown", type=Path, default=REPO / "runs" / "bench" / "batch_speed.md")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
+
+    clips = world(args.out, args.clips, args.length)
+    files = sorted(clips.glob("*.mp4"))
+    rows: dict[str, dict] = {}
+    cpus = os.cpu_count() or 1
+
+    print(f"shell loop of semworld predict on {args.loop_clips} clips ...", flush=True)
+    s = shell_loop(files[: args.loop_clips], args.out / "loop", args)
+    rows["shell loop of `semworld predict`"] = {"clips": args.loop_clips, "seconds": s}
+
+    print(f"semworld batch, 1 worker, {len(files)} clips ...", flush=True)
+    s, one, log = batch(
+        clips,
+        args.out / "batch-1",
+        args,
+        "--workers",
+        "1",
+        "--threads",
+        str(args.threads),
+        threads=args.threads,
+    )
+    rows["`semworld batch --workers 1`"] = {"clips": len(files), "seconds": s}
+    growth = completion_times(log)
+
+    print("semworld batch, 2 workers ...", flush=True)
+    threads = max(1, cpus // 2)
+    s, two, _ = batch(
+        clips, args.out / "batch-2", args, "--workers", "2", "--threads", str(threads), threads=threads
+    )
+    rows["`semworld batch --workers 2`"] = {"clips": len(files), "seconds": s}
+
+    print("semworld batch --ray (a new local Ray instance) ...", flush=True)
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    s, ray_summary, _ = batch(clips, args.out / "batch-ray", args, "--ray", threads=args.threads)
+    rows["`semworld batch --ray`"] = {"clips": len(files), "seconds": s}
+    same = all(
+        (args.out / d / "states.jsonl").read_text() == (args.out / "batch-1" / "states.jsonl").read_text()
+        for d in ("batch-2", "batch-ray")
+    )
+
+    loop_rate = (
+        60
+        * rows["shell loop of `semworld predict`"]["clips"]
+        / rows["shell loop of `semworld predict`"]["seconds"]
+    )
+    for row in rows.values():
+        row["clips_per_minute"] = round(60 * row["clips"] / row["seconds"], 2)
+        row["vs_loop"] = round(row["clips_per_minute"] / loop_rate, 2)
+
+    print("cost vs clip length ...", flush=True)
+    lengths = []
+    for length in args.lengths:
+        folder = world(args.out, args.length_clips, length)
+        s, summ, _ = batch(folder, args.out / f"len-{length}", args, "--workers", "1", threads=args.threads)
+        work = [sum(c["seconds"].values()) for c in summ["clips"]]
+        lengths.append({
+            "states": length, "frames": length * args.stride, "clips": len(work), "wall_s": round(s, 2),
+            "per_clip_s": round(sum(work) / len(work), 4),
+            "per_clip_stage_s": {
+                k: round(sum(c["seconds"].get(k, 0) for c in summ["clips"]) / len(work), 4)
+                for k in ("decode", "caption", "predict", "render", "write")
+            },
+        })  # fmt: skip
+
+    result = {
+        "machine": f"{platform.processor() or platform.machine()}, {cpus} CPUs, python {platform.python_version()}",
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "when": datetime.now().isoformat(timespec="seconds"),
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "throughput": rows,
+        "local_and_ray_states_equal": same,
+        "ray_vs_local_1_worker": round(rows["`semworld batch --ray`"]["seconds"] / rows["`semworld batch --workers 1`"]["seconds"], 2),
+        "growth_with_clips": growth,
+        "growth_with_length": lengths,
+    }  # fmt: skip
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    md = [
+        "| engine | clips | wall s (models loaded included) | clips/min | vs shell loop |",
+        "|---|---:|---:|---:|---:|",
+        *[f"| {k} | {r['clips']} | {r['seconds']:.1f} | {r['clips_per_minute']:.1f} | {r['vs_loop']:.1f}x |"
+          for k, r in rows.items()],  # fmt: skip
+        "",
+        "| states per clip | frames | clips | wall s | s per clip | decode | caption | predict | render | write |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *[f"| {r['states']} | {r['frames']} | {r['clips']} | {r['wall_s']} | {r['per_clip_s']:.3f} | "
+          + " | ".join(f"{r['per_clip_stage_s'][k]:.3f}" for k in ("decode", "caption", "predict", "render", "write"))
+          + " |" for r in lengths],  # fmt: skip
+        "",
+        "clips done -> seconds after the first (1 worker): "
+        + ", ".join(f"{n}: {t:.1f}" for n, t in growth if n in {1, len(files) // 4, len(files) // 2, 3 * len(files) // 4, len(files)}),
+        f"local and Ray states.jsonl equal: {same}; load average before {result['load_average_before']}, after {result['load_average_after']}",
+    ]  # fmt: skip
+    args.markdown.write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
