@@ -83,6 +83,8 @@ def batch(
     shutil.rmtree(out, ignore_errors=True)
     argv = [*CLI, "batch", str(inputs), "--out", str(out), "--stride", str(args.stride), "-k", str(args.horizon),
             "--device", "cpu", "--no-progress", *extra]  # fmt: skip
+    if "--ray" not in extra and "--threads" not in extra:
+        argv += ["--threads", str(threads)]
     seconds, log = timed(argv, threads)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["counts"]["failed"] == 0, summary["failed"]
