@@ -254,8 +254,10 @@ def run_ray(
         return results
     res = stage_resources(settings, stages or {})
     started_here = not ray.is_initialized()
-    if started_here:
-        ray.init(address=address, log_to_driver=False, include_dashboard=False)
+    if started_here and address:
+        ray.init(address=address)  # a running cluster (or Ray Client with ray://): its own settings
+    elif started_here:
+        ray.init(log_to_driver=False, include_dashboard=False)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # one bar, ours, over clips
     bar = tqdm(total=len(jobs), desc="batch (ray)", unit="clip", disable=not progress, dynamic_ncols=True)
