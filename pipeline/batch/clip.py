@@ -32,7 +32,6 @@ logger = logging.getLogger(__name__)
 RECORD_FILE = "clip.json"  # written last: its presence (with the right fingerprint) means the clip is done
 STATES_FILE = "states.jsonl"
 SUMMARY_FILE = "summary.json"
-TIMED = ("decode", "caption", "predict", "render", "write")
 
 # notify(clip name, stage): which stage a clip is in, for a progress bar.
 StageCallback = Callable[[str, str], None]
