@@ -260,3 +260,30 @@ def test_one_run_per_output_folder(tmp_path):
                 pass
     with run_lock(tmp_path / "out", wait_s=0.2):  # released with the first run
         pass
+
+
+def test_ctrl_c_still_writes_the_corpus_and_summary_of_what_was_done(
+    fake_stages, clips_dir, tmp_path, monkeypatch
+):
+    from pipeline.batch import local
+    from tests.api.fakes import NoiseRenderer, make_pipeline
+
+    class Interrupting(NoiseRenderer):
+        def render(self, states, generator=None, steps=None, guidance=None):
+            if self.calls == 4:  # two render batches per clip at -k 3: the third clip is interrupted
+                raise KeyboardInterrupt
+            return super().render(states, generator, steps, guidance)
+
+    def load(settings, device=None, components=None):
+        pipe = make_pipeline()
+        pipe.renderer = Interrupting()
+        return pipe
+
+    monkeypatch.setattr(local, "load_pipeline", load)
+    out = tmp_path / "out"
+    assert batch(str(clips_dir), "--out", str(out), *ARGS) == 130
+    doc = summary(out)
+    assert doc["counts"] == {"ok": 2, "skipped": 0, "failed": 0} and doc["not_run"] == ["000002", "000003"]
+    assert len((out / "states.jsonl").read_text().splitlines()) == 2
+    assert batch(str(clips_dir), "--out", str(out), *ARGS) == 0  # rerun: the two others
+    assert summary(out)["counts"] == {"ok": 2, "skipped": 2, "failed": 0}
