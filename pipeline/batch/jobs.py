@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.utils import UserError
+from pipeline.video import VideoError, check_sampling
 
 logger = logging.getLogger(__name__)
 
@@ -124,14 +125,12 @@ def _check_clip_params(
 
     if not is_int(horizon) or not 1 <= horizon <= MAX_HORIZON:
         raise bad("horizon", f"an integer in 1..{MAX_HORIZON}", horizon)
-    if stride is not None and (not is_int(stride) or stride < 1):
-        raise bad("stride", "an integer >= 1", stride)
-    if state_rate is not None and (
-        isinstance(state_rate, bool) or not isinstance(state_rate, int | float) or not state_rate > 0
-    ):
-        raise bad("state_rate", "a number > 0", state_rate)
-    if stride is not None and state_rate is not None:
-        raise ValueError(f"{where}give either stride or state_rate, not both")
+    if state_rate is not None and (isinstance(state_rate, bool) or not isinstance(state_rate, int | float)):
+        raise bad("state_rate", "a number > 0", state_rate)  # (a manifest line may hold any JSON value)
+    try:
+        check_sampling(stride, state_rate)
+    except VideoError as err:
+        raise ValueError(f"{where}{err}") from None
     if context is not None and (not is_int(context) or context < 1):
         raise bad("context", "an integer >= 1", context)
     if not is_int(seed) or seed < 0:
