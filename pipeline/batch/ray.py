@@ -63,19 +63,25 @@ class StageResources:
 
 
 def stage_resources(
-    settings: BatchSettings, overrides: dict[str, dict[str, Any]]
+    settings: BatchSettings, overrides: dict[str, dict[str, Any]], cluster_gpus: float = 0.0
 ) -> dict[str, StageResources]:
-    """Defaults per stage, then the user's `--ray-stage` values. On CUDA each model stage asks for a whole GPU
-    unless told a share; the predictor is small, so its default batch is larger."""
-    gpu = 1.0 if settings.device is not None and settings.device.startswith("cuda") else 0.0
-    # Without GPUs the three model actors share the CPUs: half a CPU each, so that they and the decode and
-    # write tasks (a quarter each) all fit on a two-core machine instead of waiting for each other.
+    """Defaults per stage, then the user's `--ray-stage` values.
+
+    The model stages use GPUs when `--device` says cuda, or says nothing and the cluster has GPUs. Their default
+    shares add up to one GPU (renderer 0.5, captioner 0.25, predictor 0.25), so that the three stages all start on
+    a one-GPU machine; more GPUs are used by raising `concurrency` / `num_gpus` per stage. Without GPUs the three
+    model actors take half a CPU each and the decode and write tasks a quarter each, so that everything fits on
+    two cores instead of waiting for each other.
+    """
+    device = settings.device or ""
+    gpu = device.startswith("cuda") or (settings.device in (None, "auto") and cluster_gpus > 0)
+    share = {"caption": 0.25, "predict": 0.25, "render": 0.5} if gpu else dict.fromkeys(MODEL_STAGES, 0.0)
     cpus = 1.0 if gpu else 0.5
     res = {
         "decode": StageResources(concurrency=None, num_cpus=cpus / 2, batch_size=1),
-        "caption": StageResources(num_gpus=gpu, num_cpus=cpus, batch_size=4),
-        "predict": StageResources(num_gpus=gpu, num_cpus=cpus, batch_size=16),
-        "render": StageResources(num_gpus=gpu, num_cpus=cpus, batch_size=4),
+        "caption": StageResources(num_gpus=share["caption"], num_cpus=cpus, batch_size=4),
+        "predict": StageResources(num_gpus=share["predict"], num_cpus=cpus, batch_size=16),
+        "render": StageResources(num_gpus=share["render"], num_cpus=cpus, batch_size=4),
         "write": StageResources(concurrency=None, num_cpus=cpus / 2, batch_size=1),
     }
     unknown = sorted(set(overrides) - set(RAY_STAGES))
@@ -252,7 +258,7 @@ def run_ray(
     results: list[ClipResult] = []
     if not jobs:
         return results
-    res = stage_resources(settings, stages or {})
+    stage_resources(settings, stages or {})  # bad --ray-stage values stop the run before Ray starts
     started_here = not ray.is_initialized()
     if started_here and address:
         ray.init(address=address)  # a running cluster (or Ray Client with ray://): its own settings
@@ -262,6 +268,10 @@ def run_ray(
     ctx.enable_progress_bars = False  # one bar, ours, over clips
     bar = tqdm(total=len(jobs), desc="batch (ray)", unit="clip", disable=not progress, dynamic_ncols=True)
     try:
+        gpus = float(ray.cluster_resources().get("GPU", 0.0))
+        if (settings.device or "").startswith("cuda") and gpus == 0:
+            raise UserError(f"--device {settings.device}: the Ray cluster has no GPUs")
+        res = stage_resources(settings, stages or {}, gpus)
         for row in build_dataset(jobs, settings, res).iter_rows():
             doc = json.loads(row["result"])
             result = ClipResult(**{f.name: doc[f.name] for f in fields(ClipResult)})

@@ -98,3 +98,22 @@ def test_not_loaded_stage_says_so(tmp_path):
 
     with pytest.raises(ValueError, match=r"stages: unknown \['painter'\]"):
         WorldModelPipeline.from_pretrained(index, stages=("painter",))
+
+
+def test_ray_stage_defaults_fit_one_gpu_or_two_cores(tmp_path):
+    from pipeline.batch.ray import stage_resources
+
+    cpu = stage_resources(BatchSettings(out=tmp_path, device="cpu"), {}, cluster_gpus=8)
+    assert all(r.num_gpus == 0 for r in cpu.values())
+    assert sum(cpu[s].num_cpus for s in ("caption", "predict", "render")) + cpu["decode"].num_cpus <= 2
+    auto = stage_resources(BatchSettings(out=tmp_path), {}, cluster_gpus=1)
+    assert sum(r.num_gpus for r in auto.values()) == 1.0 and auto["render"].num_gpus == 0.5
+    assert all(r.num_gpus == 0 for r in stage_resources(BatchSettings(out=tmp_path), {}).values())
+    sized = stage_resources(BatchSettings(out=tmp_path), {"render": {"concurrency": 3, "num_gpus": 1.0}}, 4)
+    assert (sized["render"].concurrency, sized["render"].num_gpus, sized["caption"].num_gpus) == (
+        3,
+        1.0,
+        0.25,
+    )
+    with pytest.raises(UserError, match="concurrency must be >= 1, got 0"):
+        stage_resources(BatchSettings(out=tmp_path), {"caption": {"concurrency": 0}})
