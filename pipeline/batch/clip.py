@@ -23,7 +23,16 @@ import torch
 
 from pipeline.batch.jobs import BatchSettings, ClipJob
 from pipeline.outputs import write_outputs
-from pipeline.utils import atomic_dir, atomic_write_json, atomic_write_text, default_weights_dir
+from pipeline.utils import (
+    MODEL_INDEX,
+    UserError,
+    atomic_dir,
+    atomic_write_json,
+    atomic_write_text,
+    default_weights_dir,
+    read_model_index,
+    stage_folder,
+)
 from pipeline.video import SampledClip, VideoLimits, read_video
 from pipeline.world_model import WorldModelOutput, WorldModelPipeline
 
@@ -108,6 +117,21 @@ def load_pipeline(
         caption_batch_size=settings.caption_batch_size,
         render_batch_size=settings.render_batch_size,
     )
+
+
+def check_weights(settings: BatchSettings) -> None:
+    """Before any work: the weights folder has a model_index.json naming a folder for each component the run
+    loads (a UserError otherwise, so that a run with bad --weights stops at once with exit code 2)."""
+    if os.environ.get(FACTORY_ENV):
+        return
+    weights = settings.weights or default_weights_dir()
+    index = read_model_index(weights)
+    for component in settings.components:
+        folder = stage_folder(weights, index, component)
+        if folder is None:
+            raise UserError(f"{weights / MODEL_INDEX}: no '{component}' entry (needed by --stages)")
+        if not folder.is_dir():
+            raise UserError(f"{folder}: missing folder for the {component} named in {MODEL_INDEX}")
 
 
 # ---- the stages --------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pipeline.batch.clip import ClipResult, finish_run, is_complete, skipped
+from pipeline.batch.clip import ClipResult, check_weights, finish_run, is_complete, skipped
 from pipeline.batch.jobs import BatchSettings, ClipJob
 from pipeline.batch.local import run_local, run_lock
 
@@ -54,6 +54,7 @@ def run_batch(jobs: list[ClipJob], settings: BatchSettings, options: EngineOptio
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     results: list[ClipResult] = []
+    check_weights(settings)
     with run_lock(settings.out) as lock:
         plan = make_plan(jobs, settings)
         results += [skipped(j, plan.done[j.name]) for j in jobs if j.name in plan.done]

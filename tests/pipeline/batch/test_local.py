@@ -287,3 +287,17 @@ def test_ctrl_c_still_writes_the_corpus_and_summary_of_what_was_done(
     assert len((out / "states.jsonl").read_text().splitlines()) == 2
     assert batch(str(clips_dir), "--out", str(out), *ARGS) == 0  # rerun: the two others
     assert summary(out)["counts"] == {"ok": 2, "skipped": 2, "failed": 0}
+
+
+def test_bad_weights_stop_before_any_work(clips_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("SEMWORLD_PIPELINE_FACTORY", raising=False)
+    weights = tmp_path / "w"
+    weights.mkdir()
+    (weights / "model_index.json").write_text('{"captioner": "nowhere"}')
+    out = tmp_path / "out"
+    assert batch(str(clips_dir), "--out", str(out), "--weights", str(weights), "--stages", "caption") == 2
+    assert "w/nowhere: missing folder for the captioner named in model_index.json" in capsys.readouterr().err
+    (weights / "nowhere").mkdir()
+    assert batch(str(clips_dir), "--out", str(out), "--weights", str(weights)) == 2
+    assert "no 'predictor' entry (needed by --stages)" in capsys.readouterr().err
+    assert not out.exists()
