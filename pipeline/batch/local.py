@@ -71,7 +71,8 @@ def worker_device(spec: str | None, index: int) -> str | None:
 
 
 class _Worker:
-    """The state of one worker process: its models (loaded at the first clip) and where it reports stages."""
+    """The state of one spawned worker process, set by `_init_worker`: its models (loaded at its first clip), its
+    index (which GPU it takes), where it reports stages, and its shared hold on the output folder's lock."""
 
     settings: BatchSettings
     pipe: WorldModelPipeline | None = None
@@ -116,7 +117,7 @@ def _run_in_worker(row: dict[str, Any]) -> ClipResult:
 def _report(bar: tqdm, result: ClipResult, done: int, total: int, progress: bool) -> None:
     bar.update(1)
     if not progress:
-        seconds = sum(v for k, v in result.timings.items())
+        seconds = sum(result.timings.values())
         logger.info(
             "[%d/%d] %s %s %.2f s%s", done, total, result.name, result.status, seconds,
             f" ({result.error})" if result.error else "",
