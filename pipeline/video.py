@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
 import tempfile
 from collections.abc import Sequence
@@ -108,8 +109,8 @@ def check_sampling(stride: int | None, state_rate: float | None) -> None:
         raise VideoError("give either stride or state_rate, not both")
     if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride < 1):
         raise VideoError(f"stride must be >= 1, got {stride}")
-    if state_rate is not None and not state_rate > 0:
-        raise VideoError(f"state_rate must be > 0 Hz, got {state_rate}")
+    if state_rate is not None and not (math.isfinite(state_rate) and state_rate > 0):
+        raise VideoError(f"state_rate must be a finite number > 0 Hz, got {state_rate}")
 
 
 def read_video(

@@ -6,6 +6,7 @@ weights directory whose `model_index.json` names a folder per stage, like a diff
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -454,13 +455,22 @@ class WorldModelPipeline:
 
     def render(self, states: Sequence[str], *, generator: torch.Generator | None = None, steps: int | None = None,
                guidance: float | None = None, notify: ProgressCallback | None = None) -> list[np.ndarray]:
-        """One frame per state, in batches of `render_batch_size`."""
+        """One frame per state, in batches of `render_batch_size`; `notify` also runs after every denoising
+        step (with the count of frames done so far), so a raising callback stops within one step."""
         notify = notify or (lambda stage, done, total: None)
         frames: list[np.ndarray] = []
         notify("render", 0, len(states))
         for i in range(0, len(states), self.render_batch_size):
             batch = list(states[i : i + self.render_batch_size])
-            drawn = self.renderer.render(batch, generator=generator, steps=steps, guidance=guidance)
+            done = len(frames)
+            drawn = self.renderer.render(
+                batch,
+                generator=generator,
+                steps=steps,
+                guidance=guidance,
+                # a stop check after every denoising step, not only between batches
+                step_callback=functools.partial(notify, "render", done, len(states)),
+            )
             if len(drawn) != len(batch):
                 raise RuntimeError(f"renderer returned {len(drawn)} frames for {len(batch)} states")
             frames.extend(np.asarray(f, dtype=np.uint8) for f in drawn)
