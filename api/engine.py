@@ -1,5 +1,5 @@
 """The one pipeline of this process and the rules for using it: one model call at a time, off the event loop,
-with a deadline and a way to stop it between batches.
+with a deadline that stops the model within one batch or one denoising step.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Busy(Exception):
 
 
 class Stopped(Exception):
-    """A run was stopped between batches: canceled, past its deadline, or the server is shutting down."""
+    """A run was stopped between batches or denoising steps: canceled, past its deadline, or shutting down."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -50,11 +50,14 @@ class Engine:
         logger.info("pipeline warmed up in %.2f s", self.warmup_seconds)
 
     def call(self, work: Callable[[ProgressCallback], T], stop: threading.Event, deadline: float) -> T:
-        """Run `work(callback)` under the lock; the callback raises `Stopped` once `stop` is set."""
+        """Run `work(callback)` under the lock; the callback raises `Stopped` once `stop` is set or the
+        monotonic `deadline` has passed (it runs between batches and after every denoising step)."""
 
         def callback(stage: str, done: int, total: int) -> None:
             if stop.is_set():
                 raise Stopped("stopped")
+            if time.monotonic() > deadline:
+                raise Stopped("timeout")
 
         if not self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             raise Stopped("timeout")
@@ -77,6 +80,8 @@ class Engine:
             try:
                 return self.call(work, stop, deadline)
             finally:
+                # How long the model stayed busy past the deadline (0 when it finished in time).
+                self.metrics.observe_overrun(max(0.0, time.monotonic() - deadline))
                 self._sync_slots.release()
 
         try:
