@@ -10,6 +10,7 @@ import asyncio
 import hmac
 import importlib
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,7 +23,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_fastapi_instrumentator import Instrumentator
 from starlette.exceptions import HTTPException
-from starlette.routing import Match
 
 from api.deps import require_api_key
 from api.engine import Engine
@@ -242,7 +242,7 @@ def _truthful_schema(spec: dict[str, Any]) -> dict[str, Any]:
     """Make the generated OpenAPI schema say what the server does, so generated clients work:
     - every error body is `{"detail": str}` (ErrorResponse), 422 included (FastAPI documents its list form);
     - form fields cannot be null (a multipart value is text): leave one out to get its default;
-    - stride and state_rate are alternatives: a form may not carry both."""
+    - stride and state_rate are alternatives: a form may not carry both; an uploaded file is not empty."""
     schemas = spec.get("components", {}).get("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
@@ -271,9 +271,23 @@ def _truthful_schema(spec: dict[str, Any]) -> dict[str, Any]:
                     prop.update(rest[0])
                 else:
                     prop["anyOf"] = rest
+        if "file" in schema.get("properties", {}):
+            schema["properties"]["file"]["minLength"] = 1  # an empty file is a 422
         if {"stride", "state_rate"} <= set(schema.get("properties", {})):
             schema["not"] = {"required": ["stride", "state_rate"]}
     return spec
+
+
+def _schema_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods the OpenAPI schema documents for a concrete request path (empty if none)."""
+    table = getattr(app.state, "schema_methods", None)
+    if table is None:
+        table = [
+            (re.compile("^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)) + "$"), sorted(m.upper() for m in ops))
+            for template, ops in app.openapi().get("paths", {}).items()
+        ]
+        app.state.schema_methods = table
+    return next((methods for pattern, methods in table if pattern.match(path)), [])
 
 
 def create_app(settings: Settings | None = None, stages: WorldModelPipeline | None = None) -> FastAPI:
@@ -327,13 +341,10 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
         headers = dict(err.headers or {})
         if err.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
             # Starlette names the methods of one route; a path served by several (GET and DELETE of a job,
-            # GET and HEAD of /health) must list them all.
-            allowed: set[str] = set()
-            for route in request.app.router.routes:
-                if route.matches(request.scope)[0] is not Match.NONE:
-                    allowed |= getattr(route, "methods", None) or set()
+            # GET and HEAD of /health) must list them all, as the schema does.
+            allowed = _schema_methods(app, request.url.path)
             if allowed:
-                headers["Allow"] = ", ".join(sorted(allowed))
+                headers["Allow"] = ", ".join(allowed)
         return JSONResponse({"detail": str(err.detail)}, status_code=err.status_code, headers=headers)
 
     @app.exception_handler(Exception)

@@ -14,7 +14,7 @@ from pipeline.world_model import MAX_HORIZON
 # Hard ceilings, published in the OpenAPI schema; the settings below may lower them, never raise them.
 HORIZON_LIMIT = MAX_HORIZON  # states predicted per request (32)
 STATES_LIMIT = 64  # states given to /v1/rollout, and observed states sampled from a clip
-SEED_MAX = 2**63 - 1  # seeds are 0..SEED_MAX (a torch generator seed)
+SEED_MAX = 2**32 - 1  # seeds are 0..SEED_MAX (exact as a JSON number in every client)
 STRIDE_MAX = 1000
 STATE_RATE_MAX = 240.0  # states per second
 STEPS_MAX = 1000

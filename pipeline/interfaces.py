@@ -43,7 +43,8 @@ class Renderer(Protocol):
     override the renderer's own sampling defaults; `step_callback` runs after every denoising step and may
     raise to stop (a deadline or a cancel); `default_steps` is the steps used when `steps` is None."""
 
-    default_steps: int
+    @property
+    def default_steps(self) -> int: ...
 
     def render(
         self,
