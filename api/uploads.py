@@ -42,7 +42,7 @@ KEY_RESPONSES: dict[int | str, dict[str, Any]] = {
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": text}
     for code, text in {
-        400: "the body could not be parsed (malformed multipart)",
+        400: "the body could not be parsed (malformed multipart, or JSON nested too deeply)",
         401: "missing or wrong API key",
         413: "upload larger than the configured limit",
         415: "the file part is not declared as a video",

@@ -21,7 +21,7 @@ router = APIRouter(
     response_model=RolloutResponse,
     summary="Continue states written in words",
     responses={
-        **{k: v for k, v in ERROR_RESPONSES.items() if k not in (400, 413, 415)},
+        **{k: v for k, v in ERROR_RESPONSES.items() if k not in (413, 415)},
         413: {"model": ErrorResponse, "description": "body larger than 1 MB"},
         504: {"model": ErrorResponse, "description": "past the request time limit (the model stops too)"},
     },
