@@ -64,15 +64,25 @@ class Metrics:
             registry=self.registry,
         )
         self.max_overrun_s = 0.0
+        self.max_overrun_units = 0.0
         self.registry.register(_CallbackGauge(
             "semworld_deadline_overrun_max_seconds",
             "Longest a synchronous request kept the model busy past its deadline",
             lambda: self.max_overrun_s,
         ))  # fmt: skip
+        self.registry.register(_CallbackGauge(
+            "semworld_deadline_overrun_max_steps",
+            "Most a synchronous request kept the model busy past its deadline, in units of the denoising step "
+            "(or batch) that was running then: at most 1 plus the time to unwind",
+            lambda: self.max_overrun_units,
+        ))  # fmt: skip
 
-    def observe_overrun(self, seconds: float) -> None:
+    def observe_overrun(self, seconds: float, unit_s: float | None = None) -> None:
+        """A run that held the model ended `seconds` past its deadline; `unit_s`: its last unit of work."""
         self.deadline_overrun.observe(seconds)
         self.max_overrun_s = max(self.max_overrun_s, seconds)
+        if unit_s:
+            self.max_overrun_units = max(self.max_overrun_units, seconds / unit_s)
 
     def watch_jobs(self, counts: Callable[[], Mapping[str, int]], disk_bytes: Callable[[], float]) -> None:
         """`counts()`: jobs by state, read at scrape time; `disk_bytes()`: bytes of job files (inputs and

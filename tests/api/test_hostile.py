@@ -70,6 +70,7 @@ def test_deadline_stops_the_model_within_one_step(make_client, request_kind):
     metrics = client.get("/metrics").text
     overrun = metric(metrics, "semworld_deadline_overrun_max_seconds")
     assert 0 < overrun < STEP + 0.15
+    assert 0 < metric(metrics, "semworld_deadline_overrun_max_steps") < 1.5  # the step in progress, then out
     # ... and the model is free for the next request at once.
     assert client.post("/v1/rollout", json={"states": ["a."], "horizon": 1, "steps": 1}).status_code == 200
 
