@@ -3,6 +3,7 @@ in a subprocess and prints its figures.
 
   python bench/service_hostile.py schemathesis [--examples 500]     # every operation, all checks
   python bench/service_hostile.py load [--clients 8 --seconds 60]   # /v1/predict, shipped weights
+  python bench/service_hostile.py issue                             # the issue's two deadline requests
   python bench/service_hostile.py upload                            # /health while a 60 MiB job uploads
 
 `schemathesis` runs on the stand-in stages (tests/api/fakes.py: it tests the HTTP layer, fast); `load` and
@@ -207,6 +208,41 @@ def run_load(args: argparse.Namespace) -> None:
         server.stop()
 
 
+# ---- the issue's two requests ---------------------------------------------------------------------------------
+def run_issue(args: argparse.Namespace) -> None:
+    """The two requests of issue 16 with SEMWORLD_REQUEST_TIMEOUT_S=5 (the cost bound lifted so they run): when
+    the 504 comes, and when the model is free again (a one-step rollout sent right after the 504 returns)."""
+    clip = CLIP.read_bytes()
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Server(Path(tmp), fake=args.fake, SEMWORLD_REQUEST_TIMEOUT_S="5", SEMWORLD_MAX_SYNC_COST="1000000",
+                        FAKE_STEP_DELAY="0.05")  # fmt: skip
+        print(f"load average before: {load_average()}")
+        with httpx.Client(base_url=server.url, timeout=300) as c:
+            requests = {
+                "rollout 64 states, horizon 1, steps 40, render_context 64": lambda: c.post(
+                    "/v1/rollout",
+                    json={"states": ["red box top right , orange ball top midleft ."] * 64, "horizon": 1,
+                          "steps": 40, "render": True, "render_context": 64},
+                ),
+                "predict steps 300, horizon 8": lambda: c.post(
+                    "/v1/predict", files={"file": ("c.mp4", clip, "video/mp4")},
+                    data={"horizon": "8", "steps": "300", "stride": "4"},
+                ),
+            }  # fmt: skip
+            for name, send in requests.items():
+                t0 = time.perf_counter()
+                r = send()
+                answered = time.perf_counter() - t0
+                free = c.post("/v1/rollout", json={"states": ["a red ball ."], "horizon": 1, "steps": 1})
+                freed = time.perf_counter() - t0
+                print(f"{name}: {r.status_code} at {answered:.2f} s; the next request answered "
+                      f"({free.status_code}) at {freed:.2f} s")  # fmt: skip
+        print(f"longest past a deadline: {server.metric('semworld_deadline_overrun_max_seconds') * 1000:.0f} ms, "
+              f"{server.metric('semworld_deadline_overrun_max_steps'):.2f} of the step then running")
+        print(f"load average after: {load_average()}")
+        server.stop()
+
+
 # ---- upload ----------------------------------------------------------------------------------------------------
 def run_upload(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -266,6 +302,9 @@ def main() -> None:
     ld.add_argument("--timeout", type=float, default=2.0, help="SEMWORLD_REQUEST_TIMEOUT_S")
     ld.add_argument("--fake", action="store_true", help="stand-in stages instead of the shipped weights")
     ld.set_defaults(func=run_load)
+    i = sub.add_parser("issue")
+    i.add_argument("--fake", action="store_true", help="stand-in stages (50 ms steps) instead of the weights")
+    i.set_defaults(func=run_issue)
     u = sub.add_parser("upload")
     u.add_argument("--uploads", type=int, default=3)
     u.add_argument("--repo", type=Path, default=None, help="run the server of this checkout (a baseline)")
