@@ -282,10 +282,11 @@ def _schema_methods(app: FastAPI, path: str) -> list[str]:
     """The methods the OpenAPI schema documents for a concrete request path (empty if none)."""
     table = getattr(app.state, "schema_methods", None)
     if table is None:
-        table = [
-            (re.compile("^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)) + "$"), sorted(m.upper() for m in ops))
-            for template, ops in app.openapi().get("paths", {}).items()
-        ]
+        table = []
+        for template, ops in app.openapi().get("paths", {}).items():
+            # "/v1/jobs/{job_id}" -> ^/v1/jobs/[^/]+$
+            pattern = re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template))
+            table.append((re.compile(f"^{pattern}$"), sorted(m.upper() for m in ops)))
         app.state.schema_methods = table
     return next((methods for pattern, methods in table if pattern.match(path)), [])
 
