@@ -56,7 +56,7 @@ SCHEMATHESIS = shutil.which("schemathesis") or (
 
 
 @pytest.mark.skipif(SCHEMATHESIS is None, reason="schemathesis is not installed (dev extra)")
-def test_a_short_schemathesis_run_finds_nothing(start_server):
+def test_a_short_schemathesis_run_finds_nothing(start_server, tmp_path):
     """Every operation, a few cases each, all checks but positive_data_acceptance (its two deliberate failures,
     an unreadable clip and a synchronous request over the cost bound, are documented in docs/reliability.md)."""
     server = start_server(SEMWORLD_MAX_UPLOAD_MB="0.5")
@@ -64,7 +64,7 @@ def test_a_short_schemathesis_run_finds_nothing(start_server):
         [SCHEMATHESIS, "run", f"{server.url}/openapi.json", "--checks", "all",
          "--exclude-checks", "positive_data_acceptance", "-n", "5", "--seed", "1", "-w", "1",
          "--phases", "examples,coverage,fuzzing", "--no-color"],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-6000:]
     assert "Traceback" not in server.log.read_text()
