@@ -11,7 +11,7 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -119,11 +119,13 @@ def read_video(
     stride: int | None = None,
     state_rate: float | None = None,
     limits: VideoLimits | None = None,
+    on_frame: Callable[[], None] | None = None,
 ) -> SampledClip:
     """Decode `source` and pick every `stride`-th frame, or frames `1 / state_rate` seconds apart.
 
     With neither, every frame is picked (stride 1). Raises `VideoError` for an unreadable, empty or
     audio-only file and for a clip past `limits` (size, duration, or more picked frames than allowed).
+    `on_frame()` runs after every decoded frame; whatever it raises (a deadline, a cancel) stops decoding.
     """
     limits = limits or VideoLimits()
     check_sampling(stride, state_rate)
@@ -157,6 +159,8 @@ def read_video(
         step = stride or 1
         try:
             for i, frame in enumerate(container.decode(stream)):
+                if on_frame is not None:
+                    on_frame()
                 t = float(frame.time) if frame.time is not None else i / source_fps
                 t0 = t if t0 is None else t0
                 t -= t0

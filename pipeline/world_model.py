@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,12 +152,13 @@ def sample_clip(
     state_rate: float | None,
     limits: VideoLimits,
     default_state_rate: float | None = None,
+    on_frame: Callable[[], None] | None = None,
 ) -> SampledClip:
     """`read_video` at `stride` or `state_rate`, or (neither) at `default_state_rate`; it needs no model, so a
-    clip past the limits is refused before any is loaded."""
+    clip past the limits is refused before any is loaded. `on_frame()` runs after every decoded frame."""
     if stride is None and state_rate is None:
         state_rate = default_state_rate
-    return read_video(video, stride=stride, state_rate=state_rate, limits=limits)
+    return read_video(video, stride=stride, state_rate=state_rate, limits=limits, on_frame=on_frame)
 
 
 def check_written_states_for(
@@ -332,7 +333,8 @@ class WorldModelPipeline:
             if isinstance(video, SampledClip):  # read already (the CLI reads a clip before it loads models)
                 clip = video
             else:
-                clip = self.read(video, stride, state_rate)
+                # a stop check after every decoded frame too
+                clip = self.read(video, stride, state_rate, on_frame=functools.partial(notify, "decode", 0, 1))
             if context is not None:
                 clip.frames, clip.indices, clip.times = (
                     clip.frames[:context],
@@ -416,11 +418,15 @@ class WorldModelPipeline:
 
     # ---- the stages, each usable on its own -----------------------------------------------------------------
     def read(
-        self, video: VideoSource, stride: int | None = None, state_rate: float | None = None
+        self,
+        video: VideoSource,
+        stride: int | None = None,
+        state_rate: float | None = None,
+        on_frame: Callable[[], None] | None = None,
     ) -> SampledClip:
         """Decode and sample a clip within this pipeline's limits; with neither stride nor state_rate, at
-        `default_state_rate` (else every frame)."""
-        return sample_clip(video, stride, state_rate, self.limits, self.default_state_rate)
+        `default_state_rate` (else every frame). `on_frame()` runs after every decoded frame (it may raise)."""
+        return sample_clip(video, stride, state_rate, self.limits, self.default_state_rate, on_frame)
 
     def caption(self, frames: Sequence[np.ndarray], notify: ProgressCallback | None = None) -> list[str]:
         """One state per frame, in batches of `caption_batch_size`."""
