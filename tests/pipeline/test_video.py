@@ -117,7 +117,7 @@ def test_check_frames_names_the_bad_frame():
 def test_on_frame_runs_per_decoded_frame_and_can_stop_decoding():
     seen: list[int] = []
     clip = read_video(ASSET, stride=4, on_frame=lambda: seen.append(1))
-    assert len(seen) == clip.indices[-1] + 1 or len(seen) > clip.indices[-1]  # every decoded frame, picked or not
+    assert len(seen) > clip.indices[-1] >= 12  # every decoded frame, picked or not
 
     class Stop(Exception):
         pass
