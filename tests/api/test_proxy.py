@@ -83,6 +83,14 @@ def test_proxy_serves_the_api_caps_bodies_and_cuts_off_slow_clients(proxy):
         assert r.status_code == 200 and len(r.json()["frames"]) == 2
         assert c.get("/v1/jobs/nope").json() == {"detail": "no job 'nope'"}  # app errors pass through
 
+    # Past the request rate per address (20/s, burst 40), the proxy answers 429 as JSON with Retry-After.
+    with httpx.Client(base_url=proxy, timeout=30) as c:
+        answers = [c.get("/health") for _ in range(80)]
+    limited = [r for r in answers if r.status_code == 429]
+    assert limited and all(r.status_code in (200, 429) for r in answers)
+    assert limited[0].headers["retry-after"] == "5" and "too many" in limited[0].json()["detail"]
+    time.sleep(2.5)  # let the burst allowance refill
+
     # A body over the route's cap is refused by the proxy from its Content-Length, as JSON.
     host, port = proxy.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as s:
