@@ -65,8 +65,9 @@ def test_deadline_stops_the_model_within_one_step(make_client, request_kind):
     assert r.status_code == 504 and "longer than 0.6 s" in r.json()["detail"], r.text
     assert answered < 0.6 + 0.5
     settle(renderer)
-    # The model stopped at its first step end past the deadline (one step of slack, plus scheduling noise).
-    assert renderer.last_step_end - (t0 + 0.6) < STEP + 0.15
+    # The model stopped at its first step end past the deadline. Seen from here (t0 is before the upload is
+    # parsed, so a little early): within a step plus noise; the server's own measure below is exact.
+    assert renderer.last_step_end - (t0 + 0.6) < STEP + 0.4
     metrics = client.get("/metrics").text
     overrun = metric(metrics, "semworld_deadline_overrun_max_seconds")
     assert 0 < overrun < STEP + 0.15
