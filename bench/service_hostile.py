@@ -13,6 +13,7 @@ in a subprocess and prints its figures.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import re
 import signal
@@ -60,6 +61,7 @@ class Server:
              "--port", str(self.port), "--log-level", "warning"],
             cwd=self.repo, env=full, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
         )  # fmt: skip
+        atexit.register(self.stop)  # never leave a server behind, whatever the bench raises
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -85,6 +87,8 @@ class Server:
         return float(next(x.split()[1] for x in text.splitlines() if x.startswith(name + " ")))
 
     def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(30)
