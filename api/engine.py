@@ -1,5 +1,5 @@
 """The one pipeline of this process and the rules for using it: one model call at a time, off the event loop,
-with a deadline and a way to stop it between batches.
+with a deadline that stops the model within one batch or one denoising step.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Busy(Exception):
 
 
 class Stopped(Exception):
-    """A run was stopped between batches: canceled, past its deadline, or the server is shutting down."""
+    """A run was stopped between batches or denoising steps: canceled, past its deadline, or shutting down."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -49,21 +49,40 @@ class Engine:
         self.warmup_seconds = time.perf_counter() - t
         logger.info("pipeline warmed up in %.2f s", self.warmup_seconds)
 
-    def call(self, work: Callable[[ProgressCallback], T], stop: threading.Event, deadline: float) -> T:
-        """Run `work(callback)` under the lock; the callback raises `Stopped` once `stop` is set."""
+    def call(
+        self,
+        work: Callable[[ProgressCallback], T],
+        stop: threading.Event,
+        deadline: float,
+        measure_overrun: bool = False,
+    ) -> T:
+        """Run `work(callback)` under the lock; the callback raises `Stopped` once `stop` is set or the
+        monotonic `deadline` has passed (it runs between batches and after every denoising step).
+
+        With `measure_overrun`, a run that held the model records how long it stayed busy past the deadline
+        (0 when in time), in seconds and in units of its last unit of work (the denoising step or batch that
+        was running when the deadline passed)."""
+        ticks = [0.0, 0.0]  # the last two callback times: their gap is the unit of work in progress
 
         def callback(stage: str, done: int, total: int) -> None:
+            ticks[0], ticks[1] = ticks[1], time.monotonic()
             if stop.is_set():
                 raise Stopped("stopped")
+            if ticks[1] > deadline:
+                raise Stopped("timeout")
 
         if not self.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             raise Stopped("timeout")
+        ticks[1] = time.monotonic()
         try:
             if stop.is_set():
                 raise Stopped("stopped")
             return work(callback)
         finally:
             self.lock.release()
+            if measure_overrun:
+                overrun = max(0.0, time.monotonic() - deadline)
+                self.metrics.observe_overrun(overrun, ticks[1] - ticks[0] if overrun else None)
 
     async def run_sync(self, work: Callable[[ProgressCallback], T], timeout_s: float, entry: str) -> T:
         """Run model work for a synchronous request in a thread; `Busy` if too many wait, `TimeoutError` past
@@ -75,7 +94,7 @@ class Engine:
 
         def run() -> T:
             try:
-                return self.call(work, stop, deadline)
+                return self.call(work, stop, deadline, measure_overrun=True)
             finally:
                 self._sync_slots.release()
 

@@ -102,6 +102,26 @@ CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, created_at);
 """
 
 
+class QueueFull(Exception):
+    """The queue already holds `max_queue` jobs."""
+
+    def __init__(self, max_queue: int) -> None:
+        super().__init__(f"the queue is full ({max_queue} jobs)")
+        self.max_queue = max_queue
+
+
+def _tree_bytes(path: Path) -> int:
+    """Bytes of the files under `path` (0 if it vanished meanwhile)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
 class JobStore:
     """Jobs in `data_dir/jobs.sqlite3`; each job's files in `data_dir/jobs/<id>/`. Safe across threads."""
 
@@ -113,6 +133,8 @@ class JobStore:
         with self._db() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(_SCHEMA)
+        self._disk_lock = threading.Lock()
+        self.disk_bytes = sum(_tree_bytes(p) for p in self.jobs_dir.iterdir() if p.is_dir())
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -149,20 +171,82 @@ class JobStore:
     def result_path(self, job_id: str, name: str) -> Path:
         return self.job_dir(job_id) / "result" / name
 
-    def create(self, data: bytes, params: JobParams, filename: str | None = None) -> Job:
+    def create(
+        self, data: bytes, params: JobParams, filename: str | None = None, max_queue: int | None = None
+    ) -> Job:
+        """Store the input, then queue the job. With `max_queue`, admission is atomic: the count of queued
+        jobs and the insert happen in one write transaction, so the queue never holds more than `max_queue`
+        (`QueueFull` otherwise, and the input is removed). Blocking (fsync): call it off the event loop."""
         job_id = uuid.uuid4().hex
         atomic_write_bytes(self.input_path(job_id), data)  # the file first: a row never points at nothing
         now = time.time()
         progress = {s: {"done": 0, "total": 0} for s in STAGES}
         with self._db() as db:
+            db.execute("BEGIN IMMEDIATE")
+            if max_queue is not None:
+                (queued,) = db.execute("SELECT COUNT(*) FROM jobs WHERE state = ?", (JobState.queued,)).fetchone()
+                if queued >= max_queue:
+                    db.execute("ROLLBACK")
+                    shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+                    raise QueueFull(max_queue)
             db.execute(
                 "INSERT INTO jobs (id, state, created_at, updated_at, params, progress, filename) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (job_id, JobState.queued, now, now, json.dumps(params.to_dict()), json.dumps(progress), filename),
             )
+            db.execute("COMMIT")
+        with self._disk_lock:
+            self.disk_bytes += len(data)
         job = self.get(job_id)
         assert job is not None
         return job
+
+    def delete(self, job_id: str) -> bool:
+        """Remove a job that is not running (queued or finished): its row first (it is gone for readers and the
+        worker at once), then its files. False if the job is unknown or running. A crash between the two
+        leaves files that the retention sweep removes."""
+        with self._db() as db:
+            cur = db.execute("DELETE FROM jobs WHERE id = ? AND state != ?", (job_id, JobState.running))
+            deleted = cur.rowcount == 1
+        if deleted:
+            freed = _tree_bytes(self.job_dir(job_id))
+            shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+            with self._disk_lock:
+                self.disk_bytes = max(0, self.disk_bytes - freed)
+        return deleted
+
+    def sweep(self, max_age_s: float, max_bytes: int, orphan_age_s: float = 3600.0) -> list[str]:
+        """The retention policy: delete finished jobs older than `max_age_s`; then, while the job files take
+        more than `max_bytes`, the oldest finished jobs; and folders without a row (a crash mid-delete) once
+        older than `orphan_age_s` (younger ones may be uploads whose row is being written). Queued and running
+        jobs are never touched. Measures `disk_bytes` again; returns the ids deleted."""
+        now = time.time()
+        with self._db() as db:
+            rows = db.execute(
+                f"SELECT id, updated_at FROM jobs WHERE state IN ({', '.join('?' * len(FINISHED))}) "
+                "ORDER BY updated_at",
+                FINISHED,
+            ).fetchall()
+            known = {r["id"] for r in db.execute("SELECT id FROM jobs").fetchall()}
+        sizes = {p.name: _tree_bytes(p) for p in self.jobs_dir.iterdir() if p.is_dir()}
+        total = sum(sizes.values())
+        deleted: list[str] = []
+        for row in rows:
+            if row["updated_at"] < now - max_age_s or total > max_bytes:
+                if self.delete(row["id"]):
+                    deleted.append(row["id"])
+                    total -= sizes.get(row["id"], 0)
+        for name, size in sizes.items():
+            path = self.jobs_dir / name
+            if name not in known and name not in deleted and path.exists():
+                if path.stat().st_mtime < now - orphan_age_s:
+                    shutil.rmtree(path, ignore_errors=True)
+                    total -= size
+        with self._disk_lock:
+            self.disk_bytes = sum(_tree_bytes(p) for p in self.jobs_dir.iterdir() if p.is_dir())
+        if deleted:
+            logger.info("retention: deleted %d finished jobs; job files now %d bytes", len(deleted), self.disk_bytes)
+        return deleted
 
     def get(self, job_id: str) -> Job | None:
         with self._db() as db:
@@ -293,6 +377,8 @@ class JobStore:
             os.fsync(fd)  # make the rename itself durable
         finally:
             os.close(fd)
+        with self._disk_lock:
+            self.disk_bytes += sum(len(d) for d in files.values())
 
 
 class JobWorker:
@@ -306,12 +392,17 @@ class JobWorker:
         job_timeout_s: float,
         result_payload: Any,
         poll_s: float = 0.5,
+        retention: tuple[float, int] | None = None,
+        sweep_s: float = 60.0,
     ) -> None:
         self.store = store
         self.engine = engine
         self.job_timeout_s = job_timeout_s
         self.result_payload = result_payload  # (output, params) -> JSON-able dict
         self.poll_s = poll_s
+        self.retention = retention  # (max age in seconds, max bytes) of finished jobs, swept between jobs
+        self.sweep_s = sweep_s
+        self._last_sweep = float("-inf")
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -329,8 +420,19 @@ class JobWorker:
     def wake(self) -> None:
         self._wake.set()
 
+    def sweep(self) -> None:
+        """Apply the retention policy now (also run between jobs, every `sweep_s` seconds)."""
+        self._last_sweep = time.monotonic()
+        if self.retention is not None:
+            try:
+                self.store.sweep(*self.retention)
+            except (OSError, sqlite3.Error):
+                logger.exception("retention sweep failed")
+
     def _loop(self) -> None:
         while not self._stop.is_set():
+            if time.monotonic() - self._last_sweep > self.sweep_s:
+                self.sweep()
             try:
                 job = self.store.claim_next()
             except sqlite3.Error:
@@ -348,6 +450,7 @@ class JobWorker:
         stop = threading.Event()
         deadline = time.monotonic() + self.job_timeout_s
         last_write = [0.0]
+        last_cancel_check = [0.0]
 
         def callback(stage: str, done: int, total: int) -> None:
             progress[stage] = {"done": done, "total": total}
@@ -359,8 +462,11 @@ class JobWorker:
                 raise Stopped("shutdown")
             if now > deadline:
                 raise Stopped("timeout")
-            if self.store.cancel_requested(job.id):
-                raise Stopped("canceled")
+            # The callback runs per decoded frame and denoising step: ask the database at most every 50 ms.
+            if now - last_cancel_check[0] > 0.05:
+                last_cancel_check[0] = now
+                if self.store.cancel_requested(job.id):
+                    raise Stopped("canceled")
 
         params = job.params
         try:

@@ -1,12 +1,16 @@
 """The FastAPI app: one process owns the models (loaded once in the lifespan), routers per resource, short JSON
-errors, upload limits, Prometheus metrics, and the static web page. Run with `semworld serve`.
+errors, the API key checked from the headers before any body is read, upload limits, job retention, Prometheus
+metrics, an OpenAPI schema that says what the server does, and the static web page. Run with `semworld serve`
+(loopback and trusted networks; elsewhere behind the reverse proxy of docker/nginx.conf).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import importlib
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,7 +18,8 @@ from typing import Any
 import torch
 from fastapi import Depends, FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_fastapi_instrumentator import Instrumentator
 from starlette.exceptions import HTTPException
@@ -25,7 +30,7 @@ from api.jobs import JobStore, JobWorker
 from api.metrics import Metrics
 from api.routes import health, jobs, pages, predict, rollout, samples
 from api.routes.pages import STATIC_DIR
-from api.schemas import predict_payload
+from api.schemas import ErrorResponse, predict_payload
 from api.settings import Settings
 from pipeline.video import VideoLimits, write_world_samples
 from pipeline.world_model import WorldModelPipeline
@@ -101,6 +106,8 @@ async def _start(app: FastAPI, settings: Settings, metrics: Metrics, store: JobS
         engine,
         job_timeout_s=settings.job_timeout_s,
         result_payload=lambda out, params: predict_payload(out),
+        retention=(settings.job_retention_s, settings.job_retention_bytes),
+        sweep_s=settings.retention_sweep_s,
     )
     app.state.worker = worker
     worker.start()
@@ -127,6 +134,40 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await asyncio.to_thread(worker.stop)
         if app.state.engine is not None:
             app.state.engine.ready = False
+
+
+class ApiKeyGate:
+    """When the server has an API key, answer 401 for protected paths (/v1/..., /metrics) from the request
+    headers alone, before a single body byte is read: an unauthenticated upload is never received, parsed
+    or spooled. Accepts `X-API-Key: KEY` or `Authorization: Bearer KEY`, compared in constant time. (The
+    `require_api_key` dependency checks again and documents the header in the schema.)"""
+
+    PROTECTED = ("/v1/", "/metrics")
+
+    def __init__(self, app: Callable[..., Awaitable[None]], key: bytes) -> None:
+        self.app = app
+        self.key = key
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.PROTECTED):
+            await self.app(scope, receive, send)
+            return
+        given = None
+        for name, value in scope.get("headers") or []:
+            if name == b"x-api-key":
+                given = value
+                break
+            if name == b"authorization" and value[:7].lower() == b"bearer ":
+                given = value[7:].strip()
+        if given is None or not hmac.compare_digest(given, self.key):
+            response = JSONResponse(
+                {"detail": "missing or wrong API key"},
+                status_code=status.HTTP_401_UNAUTHORIZED,
+                headers={"WWW-Authenticate": "Bearer", "Connection": "close"},
+            )
+            await response(scope, receive, send)  # type: ignore[arg-type]
+            return
+        await self.app(scope, receive, send)
 
 
 class UploadLimit:
@@ -197,6 +238,59 @@ def _short(err: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+def _truthful_schema(spec: dict[str, Any]) -> dict[str, Any]:
+    """Make the generated OpenAPI schema say what the server does, so generated clients work:
+    - every error body is `{"detail": str}` (ErrorResponse), 422 included (FastAPI documents its list form);
+    - form fields cannot be null (a multipart value is text): leave one out to get its default;
+    - stride and state_rate are alternatives: a form may not carry both; an uploaded file is not empty."""
+    schemas = spec.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    schemas.setdefault("ErrorResponse", ErrorResponse.model_json_schema())
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("$ref") == "#/components/schemas/HTTPValidationError":
+                node["$ref"] = "#/components/schemas/ErrorResponse"
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(spec.get("paths", {}))
+    for name, schema in schemas.items():
+        if not name.startswith("Body_"):
+            continue
+        for prop in schema.get("properties", {}).values():
+            options = prop.get("anyOf")
+            if options and {"type": "null"} in options:
+                rest = [o for o in options if o != {"type": "null"}]
+                del prop["anyOf"]
+                if len(rest) == 1:
+                    prop.update(rest[0])
+                else:
+                    prop["anyOf"] = rest
+        if "file" in schema.get("properties", {}):
+            schema["properties"]["file"]["minLength"] = 1  # an empty file is a 422
+        if {"stride", "state_rate"} <= set(schema.get("properties", {})):
+            schema["not"] = {"required": ["stride", "state_rate"]}
+    return spec
+
+
+def _schema_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods the OpenAPI schema documents for a concrete request path (empty if none)."""
+    table = getattr(app.state, "schema_methods", None)
+    if table is None:
+        table = []
+        for template, ops in app.openapi().get("paths", {}).items():
+            # "/v1/jobs/{job_id}" -> ^/v1/jobs/[^/]+$
+            pattern = re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template))
+            table.append((re.compile(f"^{pattern}$"), sorted(m.upper() for m in ops)))
+        app.state.schema_methods = table
+    return next((methods for pattern, methods in table if pattern.match(path)), [])
+
+
 def create_app(settings: Settings | None = None, stages: WorldModelPipeline | None = None) -> FastAPI:
     """Build the app for `settings` (default: read from SEMWORLD_* variables). Models load in the lifespan from
     settings.weights_dir, or `stages` (any pipeline: its captioner, predictor and renderer are served with the
@@ -213,7 +307,10 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
     app.state.stages = stages
     metrics = Metrics()
     app.state.metrics = metrics
-    metrics.watch_jobs(lambda: app.state.store.counts() if getattr(app.state, "store", None) else {})
+    metrics.watch_jobs(
+        lambda: app.state.store.counts() if getattr(app.state, "store", None) else {},
+        lambda: app.state.store.disk_bytes if getattr(app.state, "store", None) else 0,
+    )
 
     for router in (health.router, predict.router, rollout.router, jobs.router, samples.router, pages.router):
         app.include_router(router)
@@ -227,6 +324,8 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
         return 1 << 20  # JSON bodies (rollout)
 
     app.add_middleware(UploadLimit, limits=body_limit)  # type: ignore[arg-type]
+    if settings.api_key is not None:  # outside the upload limit: 401 comes before 413, from headers alone
+        app.add_middleware(ApiKeyGate, key=settings.api_key.get_secret_value().encode())  # type: ignore[arg-type]
     if settings.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
@@ -240,7 +339,14 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, err: HTTPException) -> JSONResponse:
-        return JSONResponse({"detail": str(err.detail)}, status_code=err.status_code, headers=err.headers)
+        headers = dict(err.headers or {})
+        if err.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
+            # Starlette names the methods of one route; a path served by several (GET and DELETE of a job,
+            # GET and HEAD of /health) must list them all, as the schema does.
+            allowed = _schema_methods(app, request.url.path)
+            if allowed:
+                headers["Allow"] = ", ".join(allowed)
+        return JSONResponse({"detail": str(err.detail)}, status_code=err.status_code, headers=headers)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, err: Exception) -> JSONResponse:
@@ -249,7 +355,30 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
 
     Instrumentator(registry=metrics.registry, excluded_handlers=["/metrics", "/static.*"]).instrument(
         app
-    ).expose(app, include_in_schema=True, tags=["health"], dependencies=[Depends(require_api_key)])
+    ).expose(
+        app,
+        include_in_schema=True,
+        tags=["health"],
+        dependencies=[Depends(require_api_key)],
+        response_class=PlainTextResponse,
+        summary="Prometheus metrics (text exposition format)",
+        responses={401: {"model": ErrorResponse, "description": "missing or wrong API key"}},
+    )
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _truthful_schema(
+                get_openapi(
+                    title=app.title,
+                    version=app.version,
+                    summary=app.summary,
+                    description=app.description,
+                    routes=app.routes,
+                )
+            )
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 

@@ -1,4 +1,5 @@
-"""Prometheus metrics of the service: per-stage latency, predictions, queue depth and jobs by state.
+"""Prometheus metrics of the service: per-stage latency, predictions, queue depth, jobs by state, the disk used by
+job files, and how long the model stayed busy past synchronous deadlines.
 
 Request latency comes from prometheus-fastapi-instrumentator; everything lives in one registry per app, so
 several apps in one process (tests) do not collide.
@@ -13,6 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 STAGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+OVERRUN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class _JobsCollector(Collector):
@@ -28,6 +30,14 @@ class _JobsCollector(Collector):
             by_state.add_metric([state], n)
         yield by_state
         yield GaugeMetricFamily("semworld_queue_depth", "Jobs waiting to run", value=counts.get("queued", 0))
+
+
+class _CallbackGauge(Collector):
+    def __init__(self, name: str, doc: str, value: Callable[[], float]) -> None:
+        self._name, self._doc, self._value = name, doc, value
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self._name, self._doc, value=self._value())
 
 
 class Metrics:
@@ -47,8 +57,40 @@ class Metrics:
             registry=self.registry,
         )
 
-    def watch_jobs(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        self.deadline_overrun = Histogram(
+            "semworld_deadline_overrun_seconds",
+            "Seconds the model stayed busy past a synchronous request's deadline (0 when in time)",
+            buckets=OVERRUN_BUCKETS,
+            registry=self.registry,
+        )
+        self.max_overrun_s = 0.0
+        self.max_overrun_units = 0.0
+        self.registry.register(_CallbackGauge(
+            "semworld_deadline_overrun_max_seconds",
+            "Longest a synchronous request kept the model busy past its deadline",
+            lambda: self.max_overrun_s,
+        ))  # fmt: skip
+        self.registry.register(_CallbackGauge(
+            "semworld_deadline_overrun_max_steps",
+            "Most a synchronous request kept the model busy past its deadline, in units of the denoising step "
+            "(or batch) that was running then: at most 1 plus the time to unwind",
+            lambda: self.max_overrun_units,
+        ))  # fmt: skip
+
+    def observe_overrun(self, seconds: float, unit_s: float | None = None) -> None:
+        """A run that held the model ended `seconds` past its deadline; `unit_s`: its last unit of work."""
+        self.deadline_overrun.observe(seconds)
+        self.max_overrun_s = max(self.max_overrun_s, seconds)
+        if unit_s:
+            self.max_overrun_units = max(self.max_overrun_units, seconds / unit_s)
+
+    def watch_jobs(self, counts: Callable[[], Mapping[str, int]], disk_bytes: Callable[[], float]) -> None:
+        """`counts()`: jobs by state, read at scrape time; `disk_bytes()`: bytes of job files (inputs and
+        results), as last measured by the retention sweep."""
         self.registry.register(_JobsCollector(counts))
+        self.registry.register(_CallbackGauge(
+            "semworld_job_disk_bytes", "Bytes of job inputs and results on disk", disk_bytes
+        ))  # fmt: skip
 
     def observe_timings(self, timings: Mapping[str, float]) -> None:
         for stage, seconds in timings.items():

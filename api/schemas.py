@@ -10,6 +10,7 @@ import cv2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.settings import GUIDANCE_MAX, HORIZON_LIMIT, SEED_MAX, STATES_LIMIT, STEPS_MAX
 from pipeline.outputs import png_bytes
 from pipeline.world_model import WorldModelOutput
 
@@ -45,7 +46,7 @@ class PredictResponse(BaseModel):
         default_factory=list, description=f"sampled input frames, base64 PNG, at most {THUMB_SIDE} px"
     )
     state_rate: float = Field(
-        description="states per second (frame rate of the predicted video)", examples=[25.0]
+        gt=0, description="states per second (frame rate of the predicted video)", examples=[25.0]
     )
     source_indices: list[int] = Field(
         default_factory=list, description="clip frame index of each observed state"
@@ -64,20 +65,33 @@ class PredictResponse(BaseModel):
 
 
 class RolloutRequest(BaseModel):
-    """States in words (the past, oldest first) to continue: the what-if entry point."""
+    """States in words (the past, oldest first) to continue: the what-if entry point. Strict types, as the
+    schema says: `true` is not an integer and `"2"` is not a number."""
 
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"states": list(_STATES_EXAMPLE), "horizon": 2, "seed": 0}]}  # type: ignore[dict-item]
+        strict=True,
+        extra="forbid",
+        json_schema_extra={"examples": [{"states": list(_STATES_EXAMPLE), "horizon": 2, "seed": 0}]},  # type: ignore[dict-item]
     )
 
-    states: list[str] = Field(description="one state per step, oldest first")
-    horizon: int = Field(8, description="states to predict")
-    seed: int | None = Field(0, description="renderer seed; null for a random one")
-    steps: int | None = Field(None, description="denoising steps, 1..1000 (default: the renderer's)")
-    guidance: float | None = Field(None, description="guidance scale, 0..50 (default: the renderer's)")
+    states: list[str] = Field(
+        min_length=1, max_length=STATES_LIMIT, description="one state per step, oldest first"
+    )
+    horizon: int = Field(8, ge=1, le=HORIZON_LIMIT, description="states to predict")
+    seed: int | None = Field(0, ge=0, le=SEED_MAX, description="renderer seed; null for a random one")
+    steps: int | None = Field(
+        None, ge=1, le=STEPS_MAX, description="denoising steps (default: the renderer's)"
+    )
+    guidance: float | None = Field(
+        None, ge=0, le=GUIDANCE_MAX, allow_inf_nan=False, description="guidance scale (default: the renderer's)"
+    )
     render: bool = Field(True, description="draw the predicted states")
     render_context: int = Field(
-        0, ge=0, description="also draw the last N given states (e.g. 1 for a state the user just edited)"
+        0,
+        ge=0,
+        le=STATES_LIMIT,
+        description="also draw the last N given states (e.g. 1 for a state the user just edited; all of them "
+        "when N > len(states))",
     )
 
 

@@ -11,6 +11,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from pipeline.utils import REPO_ROOT
 from pipeline.world_model import MAX_HORIZON
 
+# Hard ceilings, published in the OpenAPI schema; the settings below may lower them, never raise them.
+HORIZON_LIMIT = MAX_HORIZON  # states predicted per request (32)
+STATES_LIMIT = 64  # states given to /v1/rollout, and observed states sampled from a clip
+SEED_MAX = 2**32 - 1  # seeds are 0..SEED_MAX (exact as a JSON number in every client)
+STRIDE_MAX = 1000
+STATE_RATE_MAX = 240.0  # states per second
+STEPS_MAX = 1000
+GUIDANCE_MAX = 50.0
+
 
 class Settings(BaseSettings):
     """Every knob of the service. Environment variable = `SEMWORLD_` + the field name in capitals."""
@@ -39,15 +48,24 @@ class Settings(BaseSettings):
     max_sync_upload_mb: float = Field(
         default=8.0, gt=0, description="largest upload to /v1/predict (413 above)"
     )
-    max_frames: int = Field(default=64, ge=1, description="most observed states a clip may give")
+    max_frames: int = Field(
+        default=STATES_LIMIT, ge=1, le=STATES_LIMIT, description="most observed states a clip may give"
+    )
     max_side: int = Field(default=4096, ge=16, description="largest video side in pixels")
     max_duration_s: float = Field(default=120.0, gt=0, description="longest clip in seconds")
-    max_horizon: int = Field(default=MAX_HORIZON, ge=1, description="most states to predict per request")
+    max_horizon: int = Field(
+        default=HORIZON_LIMIT, ge=1, le=HORIZON_LIMIT, description="most states to predict per request"
+    )
     caption_batch_size: int = Field(default=16, ge=1)
     render_batch_size: int = Field(default=8, ge=1)
 
     request_timeout_s: float = Field(
         default=60.0, gt=0, description="time limit of a synchronous request (504 past it)"
+    )
+    max_sync_cost: int = Field(
+        default=1024,
+        ge=1,
+        description="most denoising steps x frames one synchronous request may ask for (422 above: use /v1/jobs)",
     )
     max_sync_waiting: int = Field(
         default=4, ge=1, description="synchronous requests running or waiting (429 above)"
@@ -57,6 +75,17 @@ class Settings(BaseSettings):
     job_max_attempts: int = Field(
         default=2, ge=1, description="runs of a job interrupted by a crash before it fails"
     )
+    job_retention_s: float = Field(
+        default=7 * 24 * 3600.0,
+        gt=0,
+        description="finished, failed and canceled jobs older than this are deleted, files and all",
+    )
+    job_retention_mb: float = Field(
+        default=10240.0,
+        gt=0,
+        description="past this many MB of job files, the oldest finished jobs are deleted first",
+    )
+    retention_sweep_s: float = Field(default=60.0, gt=0, description="seconds between retention sweeps")
     retry_after_s: int = Field(default=5, ge=1, description="Retry-After seconds sent with 429")
 
     api_key: SecretStr | None = Field(
@@ -80,6 +109,10 @@ class Settings(BaseSettings):
     @property
     def max_upload_bytes(self) -> int:
         return int(self.max_upload_mb * 1024 * 1024)
+
+    @property
+    def job_retention_bytes(self) -> int:
+        return int(self.job_retention_mb * 1024 * 1024)
 
     @property
     def max_sync_upload_bytes(self) -> int:

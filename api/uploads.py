@@ -1,51 +1,111 @@
-"""Reading a clip upload and its form parameters, shared by /v1/predict and /v1/jobs."""
+"""Reading a clip upload and its form parameters, shared by /v1/predict and /v1/jobs; the cost bound of
+synchronous requests. Every numeric parameter has a finite range, published in the OpenAPI schema."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from fastapi import Form, HTTPException, UploadFile, status
+from fastapi import Form, HTTPException, Request, UploadFile, status
 
 from api.jobs import JobParams
 from api.schemas import ErrorResponse, OutputFormat
-from api.settings import Settings
-from pipeline.world_model import check_call
+from api.settings import (
+    GUIDANCE_MAX,
+    HORIZON_LIMIT,
+    SEED_MAX,
+    STATE_RATE_MAX,
+    STEPS_MAX,
+    STRIDE_MAX,
+    Settings,
+)
+from pipeline.world_model import WorldModelPipeline, check_call
 
 # Declared types a clip may come with; browsers and curl send application/octet-stream or nothing when unsure.
 VIDEO_TYPES = ("video/", "application/octet-stream", "application/mp4", "application/x-matroska")
 
+# Still images (by their first bytes) are refused: a clip needs frames over time.
+IMAGE_MAGIC = {
+    b"\x89PNG\r\n\x1a\n": "PNG",
+    b"\xff\xd8\xff": "JPEG",
+    b"GIF87a": "GIF",
+    b"GIF89a": "GIF",
+    b"BM": "BMP",
+    b"II*\x00": "TIFF",
+    b"MM\x00*": "TIFF",
+}
+
+KEY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "missing or wrong API key (when the server has one)"},
+}
+
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": text}
     for code, text in {
+        400: "the body could not be parsed (malformed multipart, or JSON nested too deeply)",
         401: "missing or wrong API key",
         413: "upload larger than the configured limit",
         415: "the file part is not declared as a video",
-        422: "corrupt, empty or non-video file, or bad parameters",
+        422: "corrupt, empty, still-image or non-video file, bad parameters, or too much work for a "
+        "synchronous request",
         429: "too busy: retry after the number of seconds in Retry-After",
         503: "models not loaded yet",
     }.items()
 }
 
+FORM_FIELDS = ("horizon", "stride", "state_rate", "seed", "steps", "guidance", "output")
 
-def predict_params(
-    horizon: Annotated[int, Form(description="states to predict", examples=[8])] = 8,
-    stride: Annotated[int | None, Form(description="take every K-th frame (default 1)")] = None,
-    state_rate: Annotated[
-        float | None, Form(description="or: take frames this many times a second")
+
+async def predict_params(
+    request: Request,
+    horizon: Annotated[
+        int, Form(ge=1, le=HORIZON_LIMIT, description="states to predict", examples=[8])
+    ] = 8,
+    stride: Annotated[
+        int | None, Form(ge=1, le=STRIDE_MAX, description="take every K-th frame (default 1)")
     ] = None,
-    seed: Annotated[int | None, Form(description="renderer seed", examples=[0])] = 0,
-    steps: Annotated[int | None, Form(description="denoising steps (1..1000)")] = None,
-    guidance: Annotated[float | None, Form(description="guidance scale (0..50)")] = None,
+    state_rate: Annotated[
+        float | None,
+        Form(
+            gt=0,
+            le=STATE_RATE_MAX,
+            allow_inf_nan=False,
+            description=f"or: take frames this many times a second (at most {STATE_RATE_MAX:g})",
+        ),
+    ] = None,
+    seed: Annotated[int, Form(ge=0, le=SEED_MAX, description="renderer seed", examples=[0])] = 0,
+    steps: Annotated[
+        int | None,
+        Form(ge=1, le=STEPS_MAX, description="denoising steps (default: the renderer's)"),
+    ] = None,
+    guidance: Annotated[
+        float | None,
+        Form(ge=0, le=GUIDANCE_MAX, allow_inf_nan=False, description="guidance scale (default: the renderer's)"),
+    ] = None,
     output: Annotated[OutputFormat, Form(description="json, mp4 or zip")] = OutputFormat.json,
 ) -> JobParams:
-    """The form fields as they came; their values are checked by `check_params` (the pipeline's own check)."""
+    """The form fields of a clip request. A field left out takes its default; a field sent empty is a 422
+    (FastAPI would otherwise treat it as left out, silently)."""
+    form = await request.form()  # already parsed for the fields above: this reads the cached form
+    for name in FORM_FIELDS:
+        values = form.getlist(name)
+        if len(values) > 1:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{name}: given {len(values)} times")
+        if values and isinstance(values[0], str) and not values[0].strip():
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT, f"{name}: empty; leave the field out for its default"
+            )
+    if stride is not None and state_rate is not None:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, "give either stride or state_rate, not both"
+        )
     return JobParams(horizon, stride, state_rate, seed, steps, guidance, output)
 
 
 def check_params(settings: Settings, states: Sequence[str] | None = None, **params: Any) -> None:
     """The world model's one parameter check (`check_call`) with the service's limits, as a 422 before any work
-    is done or a job is queued; `params` are the pipeline's keyword arguments (horizon, stride, ...)."""
+    is done or a job is queued; `params` are the pipeline's keyword arguments (horizon, stride, ...). (The
+    schema's ranges are the published ceilings; this applies the service's own settings, which may be lower.)"""
     params.pop("seed", None)
     try:
         check_call(None if states is not None else b"", states, **params, max_horizon=settings.max_horizon,
@@ -54,9 +114,23 @@ def check_params(settings: Settings, states: Sequence[str] | None = None, **para
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
 
 
+def check_sync_cost(frames: int, steps: int | None, pipeline: WorldModelPipeline, settings: Settings) -> None:
+    """Refuse a synchronous request whose rendering (frames x denoising steps) is past `max_sync_cost`, before
+    any work: the deadline stops a run, but a request that cannot finish in time should not start."""
+    per_frame = steps if steps is not None else pipeline.renderer.default_steps
+    cost = frames * per_frame
+    if cost > settings.max_sync_cost:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"too much work for a synchronous request: {frames} frames x {per_frame} denoising steps = {cost}, "
+            f"the limit is {settings.max_sync_cost}; ask for fewer frames or steps, or submit the clip to "
+            "/v1/jobs",
+        )
+
+
 async def read_upload(file: UploadFile, limit: int) -> bytes:
     """The uploaded clip's bytes: 415 if declared as something other than a video, 413 past `limit`,
-    422 if empty. Whether it decodes is checked by the pipeline (422 too)."""
+    422 if empty or a still image. Whether it decodes is checked by the pipeline (422 too)."""
     ctype = (file.content_type or "").split(";")[0].strip().lower()
     if ctype and not ctype.startswith(VIDEO_TYPES):
         raise HTTPException(
@@ -69,4 +143,12 @@ async def read_upload(file: UploadFile, limit: int) -> bytes:
         )
     if not data:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "file: the file is empty")
+    kind = next((k for magic, k in IMAGE_MAGIC.items() if data.startswith(magic)), None)
+    if kind is None and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        kind = "WebP"
+    if kind is not None:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"file: a {kind} still image, not a video; send a clip (single images are not supported)",
+        )
     return data

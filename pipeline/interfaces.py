@@ -9,9 +9,12 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-# callback(stage, done, total): called as each stage starts (done=0) and after each batch. It may raise
-# (e.g. to cancel a job or on a deadline); the exception propagates out of the call unchanged.
+# callback(stage, done, total): called as each stage starts (done=0), after each batch, and during rendering after
+# each denoising step (done unchanged). It may raise (e.g. to cancel a job or on a deadline); the exception
+# propagates out of the call unchanged, so work stops within one batch or one denoising step.
 ProgressCallback = Callable[[str, int, int], None]
+# step_callback(): called by a renderer after each denoising step; it may raise to stop the render there.
+StepCallback = Callable[[], None]
 
 
 class Captioner(Protocol):
@@ -37,7 +40,17 @@ class Predictor(Protocol):
 
 class Renderer(Protocol):
     """States -> one (H, W, 3) uint8 frame per state; randomness only from `generator`; `steps`/`guidance`
-    override the renderer's own sampling defaults."""
+    override the renderer's own sampling defaults; `step_callback` runs after every denoising step and may
+    raise to stop (a deadline or a cancel); `default_steps` is the steps used when `steps` is None."""
 
-    def render(self, states: list[str], generator: torch.Generator | None = None, steps: int | None = None,
-               guidance: float | None = None) -> list[np.ndarray]: ...  # fmt: skip
+    @property
+    def default_steps(self) -> int: ...
+
+    def render(
+        self,
+        states: list[str],
+        generator: torch.Generator | None = None,
+        steps: int | None = None,
+        guidance: float | None = None,
+        step_callback: StepCallback | None = None,
+    ) -> list[np.ndarray]: ...

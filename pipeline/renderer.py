@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pipeline.interfaces import StepCallback
 from pipeline.utils import UserError, default_dtype, quiet_loading, read_user_json, resolve_device
 
 logger = logging.getLogger(__name__)
@@ -136,6 +137,11 @@ class Renderer:
         return self.pipe.device
 
     @property
+    def default_steps(self) -> int:
+        """Denoising steps per frame when a call does not say."""
+        return self.settings.steps
+
+    @property
     def draw_size(self) -> tuple[int, int]:
         """(height, width) the pipeline draws at."""
         scale = getattr(self.pipe, "vae_scale_factor", 8)
@@ -157,11 +163,13 @@ class Renderer:
         generator: torch.Generator | None = None,
         steps: int | None = None,
         guidance: float | None = None,
+        step_callback: StepCallback | None = None,
     ) -> list[np.ndarray]:
         """Frames for `states`, one (H, W, 3) uint8 array per state, in order.
 
         Randomness comes only from `generator`; None uses a fresh generator seeded 0, so the same call
-        gives the same frames.
+        gives the same frames. `step_callback()` runs after every denoising step (diffusers' step-end
+        callback); whatever it raises stops the render there and propagates unchanged.
         """
         # 1. check inputs
         if isinstance(states, str) or not isinstance(states, Sequence):
@@ -183,6 +191,13 @@ class Renderer:
         # 2. denoise and decode all states in one pass; output_type="np" gives (B, H, W, 3) floats in [0, 1]
         generator = generator if generator is not None else torch.Generator("cpu").manual_seed(0)
         height, width = self.draw_size
+        on_step_end = None
+        if step_callback is not None:
+
+            def on_step_end(pipe, step: int, timestep, tensors: dict) -> dict:  # type: ignore[no-untyped-def]
+                step_callback()
+                return tensors
+
         images = self.pipe(
             prompt=list(states),
             num_inference_steps=settings.steps,
@@ -191,6 +206,7 @@ class Renderer:
             height=height,
             width=width,
             output_type="np",
+            callback_on_step_end=on_step_end,
         ).images
         # 3. to uint8, resized to the output size when the checkpoint asks for it
         frames = [_resize(image, self.size) for image in np.clip(np.rint(np.asarray(images) * 255.0), 0, 255).astype(np.uint8)]

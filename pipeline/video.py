@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -108,8 +109,8 @@ def check_sampling(stride: int | None, state_rate: float | None) -> None:
         raise VideoError("give either stride or state_rate, not both")
     if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride < 1):
         raise VideoError(f"stride must be >= 1, got {stride}")
-    if state_rate is not None and not state_rate > 0:
-        raise VideoError(f"state_rate must be > 0 Hz, got {state_rate}")
+    if state_rate is not None and not (math.isfinite(state_rate) and state_rate > 0):
+        raise VideoError(f"state_rate must be a finite number > 0 Hz, got {state_rate}")
 
 
 def read_video(
@@ -118,11 +119,13 @@ def read_video(
     stride: int | None = None,
     state_rate: float | None = None,
     limits: VideoLimits | None = None,
+    on_frame: Callable[[], None] | None = None,
 ) -> SampledClip:
     """Decode `source` and pick every `stride`-th frame, or frames `1 / state_rate` seconds apart.
 
     With neither, every frame is picked (stride 1). Raises `VideoError` for an unreadable, empty or
     audio-only file and for a clip past `limits` (size, duration, or more picked frames than allowed).
+    `on_frame()` runs after every decoded frame; whatever it raises (a deadline, a cancel) stops decoding.
     """
     limits = limits or VideoLimits()
     check_sampling(stride, state_rate)
@@ -156,6 +159,8 @@ def read_video(
         step = stride or 1
         try:
             for i, frame in enumerate(container.decode(stream)):
+                if on_frame is not None:
+                    on_frame()
                 t = float(frame.time) if frame.time is not None else i / source_fps
                 t0 = t if t0 is None else t0
                 t -= t0

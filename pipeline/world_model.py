@@ -6,9 +6,10 @@ weights directory whose `model_index.json` names a folder per stage, like a diff
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,12 +155,13 @@ def sample_clip(
     state_rate: float | None,
     limits: VideoLimits,
     default_state_rate: float | None = None,
+    on_frame: Callable[[], None] | None = None,
 ) -> SampledClip:
     """`read_video` at `stride` or `state_rate`, or (neither) at `default_state_rate`; it needs no model, so a
-    clip past the limits is refused before any is loaded."""
+    clip past the limits is refused before any is loaded. `on_frame()` runs after every decoded frame."""
     if stride is None and state_rate is None:
         state_rate = default_state_rate
-    return read_video(video, stride=stride, state_rate=state_rate, limits=limits)
+    return read_video(video, stride=stride, state_rate=state_rate, limits=limits, on_frame=on_frame)
 
 
 def check_written_states_for(
@@ -195,6 +197,10 @@ class NotLoaded:
         raise RuntimeError(f"the {self.stage} stage was not loaded (from_pretrained(stages=...))")
 
     caption = predict = render = _fail
+
+    @property
+    def default_steps(self) -> int:  # the Renderer protocol's property: reading it is a use, too
+        return self._fail()
 
 
 class WorldModelPipeline:
@@ -355,7 +361,8 @@ class WorldModelPipeline:
             if isinstance(video, SampledClip):  # read already (the CLI reads a clip before it loads models)
                 clip = video
             else:
-                clip = self.read(video, stride, state_rate)
+                # a stop check after every decoded frame too
+                clip = self.read(video, stride, state_rate, on_frame=functools.partial(notify, "decode", 0, 1))
             if context is not None:
                 clip.frames, clip.indices, clip.times = (
                     clip.frames[:context],
@@ -439,11 +446,15 @@ class WorldModelPipeline:
 
     # ---- the stages, each usable on its own -----------------------------------------------------------------
     def read(
-        self, video: VideoSource, stride: int | None = None, state_rate: float | None = None
+        self,
+        video: VideoSource,
+        stride: int | None = None,
+        state_rate: float | None = None,
+        on_frame: Callable[[], None] | None = None,
     ) -> SampledClip:
         """Decode and sample a clip within this pipeline's limits; with neither stride nor state_rate, at
-        `default_state_rate` (else every frame)."""
-        return sample_clip(video, stride, state_rate, self.limits, self.default_state_rate)
+        `default_state_rate` (else every frame). `on_frame()` runs after every decoded frame (it may raise)."""
+        return sample_clip(video, stride, state_rate, self.limits, self.default_state_rate, on_frame)
 
     def caption(self, frames: Sequence[np.ndarray], notify: ProgressCallback | None = None) -> list[str]:
         """One state per frame, in batches of `caption_batch_size`."""
@@ -478,13 +489,22 @@ class WorldModelPipeline:
 
     def render(self, states: Sequence[str], *, generator: torch.Generator | None = None, steps: int | None = None,
                guidance: float | None = None, notify: ProgressCallback | None = None) -> list[np.ndarray]:
-        """One frame per state, in batches of `render_batch_size`."""
+        """One frame per state, in batches of `render_batch_size`; `notify` also runs after every denoising
+        step (with the count of frames done so far), so a raising callback stops within one step."""
         notify = notify or (lambda stage, done, total: None)
         frames: list[np.ndarray] = []
         notify("render", 0, len(states))
         for i in range(0, len(states), self.render_batch_size):
             batch = list(states[i : i + self.render_batch_size])
-            drawn = self.renderer.render(batch, generator=generator, steps=steps, guidance=guidance)
+            done = len(frames)
+            drawn = self.renderer.render(
+                batch,
+                generator=generator,
+                steps=steps,
+                guidance=guidance,
+                # a stop check after every denoising step, not only between batches
+                step_callback=functools.partial(notify, "render", done, len(states)),
+            )
             if len(drawn) != len(batch):
                 raise RuntimeError(f"renderer returned {len(drawn)} frames for {len(batch)} states")
             frames.extend(np.asarray(f, dtype=np.uint8) for f in drawn)

@@ -11,10 +11,17 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/health", response_model=HealthResponse, summary="Liveness")
+@router.head("/health", operation_id="health_head", summary="Liveness, headers only")
 def health() -> HealthResponse:
     return HealthResponse(status="ok")
 
 
+@router.head(
+    "/ready",
+    operation_id="ready_head",
+    summary="Readiness, headers only",
+    responses={503: {"description": "still loading, or loading failed"}},
+)
 @router.get(
     "/ready",
     response_model=ReadyResponse,

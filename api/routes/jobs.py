@@ -1,20 +1,25 @@
-"""/v1/jobs: submit a clip, follow its progress per stage, fetch the result, or cancel it."""
+"""/v1/jobs: submit a clip, follow its progress per stage, fetch the result, cancel it, or delete it."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, File, HTTPException, Query, Response, UploadFile, status
-from fastapi.responses import FileResponse
+from fastapi.responses import JSONResponse
 
 from api.deps import SettingsDep, StoreDep, WorkerDep, require_api_key
-from api.jobs import FINISHED, RESULT_JSON, RESULT_MP4, RESULT_ZIP, Job, JobParams, JobState
+from api.jobs import RESULT_JSON, RESULT_MP4, RESULT_ZIP, Job, JobParams, JobState, QueueFull
 from api.schemas import ErrorResponse, JobCreatedResponse, JobStatusResponse, OutputFormat, PredictResponse
-from api.uploads import ERROR_RESPONSES, check_params, predict_params, read_upload
+from api.uploads import ERROR_RESPONSES, KEY_RESPONSES, check_params, predict_params, read_upload
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(require_api_key)])
+router = APIRouter(
+    prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(require_api_key)], responses=KEY_RESPONSES
+)
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse, "description": "no such job"}}
+_ID_SHAPE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # only ids of this shape are echoed back in a 404
 
 
 def status_of(job: Job) -> JobStatusResponse:
@@ -35,8 +40,17 @@ def status_of(job: Job) -> JobStatusResponse:
 def _job_or_404(store: StoreDep, job_id: str) -> Job:
     job = store.get(job_id)
     if job is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id!r}")
+        shown = repr(job_id) if _ID_SHAPE.match(job_id) else "with that id (ids are 32 hex digits)"
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {shown}")
     return job
+
+
+def _queue_full(settings: SettingsDep) -> HTTPException:
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS,
+        f"the queue is full ({settings.max_queue} jobs); retry later",
+        {"Retry-After": str(settings.retry_after_s)},
+    )
 
 
 @router.post(
@@ -57,14 +71,16 @@ async def create_job(
     """Store the clip and queue it; answers at once with the job's id. Poll `status_url`, then fetch
     `result_url` (format json, mp4 or zip)."""
     check_params(settings, **params.pipeline_kwargs())
-    if store.counts().get(JobState.queued, 0) >= settings.max_queue:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            f"the queue is full ({settings.max_queue} jobs); retry later",
-            {"Retry-After": str(settings.retry_after_s)},
-        )
+    # A cheap early answer when the queue is plainly full; the binding check is the atomic one in create().
+    counts = await asyncio.to_thread(store.counts)
+    if counts.get(JobState.queued, 0) >= settings.max_queue:
+        raise _queue_full(settings)
     data = await read_upload(file, settings.max_upload_bytes)
-    job = store.create(data, params, filename=file.filename)
+    try:
+        # Writing and fsyncing a large upload blocks: in a thread, so the event loop keeps answering.
+        job = await asyncio.to_thread(store.create, data, params, file.filename, settings.max_queue)
+    except QueueFull:
+        raise _queue_full(settings) from None
     if worker is not None:
         worker.wake()
     response.headers["Location"] = f"/v1/jobs/{job.id}"
@@ -89,6 +105,7 @@ def get_job(job_id: str, store: StoreDep) -> JobStatusResponse:
         200: {"content": {"video/mp4": {}, "application/zip": {}}, "description": "json, mp4 or zip"},
         **_NOT_FOUND,
         409: {"model": ErrorResponse, "description": "the job has not succeeded (yet)"},
+        422: {"model": ErrorResponse, "description": "unknown format"},
     },
 )
 def get_result(
@@ -106,24 +123,45 @@ def get_result(
         OutputFormat.mp4: (RESULT_MP4, "video/mp4"),
         OutputFormat.zip: (RESULT_ZIP, "application/zip"),
     }[fmt]
-    path = store.result_path(job.id, name)
-    if not path.is_file():
-        raise HTTPException(status.HTTP_409_CONFLICT, f"job has no {fmt.value} result (nothing was rendered)")
-    filename = None if fmt is OutputFormat.json else f"semworld-{job.id[:8]}.{fmt.value}"
-    return FileResponse(path, media_type=media, filename=filename)
+    try:
+        # Read at once (results are small): a job deleted meanwhile is a 404, never a half-sent file.
+        content = store.result_path(job.id, name).read_bytes()
+    except FileNotFoundError:
+        if store.get(job.id) is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job.id!r}") from None
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"job has no {fmt.value} result (nothing was rendered)"
+        ) from None
+    headers = {}
+    if fmt is not OutputFormat.json:
+        headers["Content-Disposition"] = f'attachment; filename="semworld-{job.id[:8]}.{fmt.value}"'
+    return Response(content, media_type=media, headers=headers)
 
 
 @router.delete(
     "/{job_id}",
-    response_model=JobStatusResponse,
-    summary="Cancel a job",
-    responses={**_NOT_FOUND, 409: {"model": ErrorResponse, "description": "the job has already finished"}},
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Delete a job (a running one is canceled first)",
+    responses={
+        202: {
+            "model": JobStatusResponse,
+            "description": "the job is running: it stops within one batch or denoising step and ends "
+            "canceled (`cancel_requested`); DELETE it again then to remove it",
+        },
+        204: {"description": "deleted: the job's row, input and results are gone (then a 404)"},
+        **_NOT_FOUND,
+    },
 )
-def cancel_job(job_id: str, store: StoreDep) -> JobStatusResponse:
-    """A queued job is canceled at once; a running one stops at its next batch (`cancel_requested`)."""
-    job = _job_or_404(store, job_id)
-    if job.state in FINISHED:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"job already {job.state.value}")
-    canceled = store.cancel(job_id)
-    assert canceled is not None
-    return status_of(canceled)
+def delete_job(job_id: str, store: StoreDep) -> Response:
+    """A queued or finished (succeeded, failed, canceled) job is deleted with its files at once: 204, and a
+    404 afterwards. A running job is asked to stop: 202 with its status; it ends `canceled`."""
+    _job_or_404(store, job_id)
+    if store.delete(job_id):
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+    changed = store.cancel(job_id)  # running (or it vanished meanwhile)
+    if changed is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id!r}")
+    if changed.state is not JobState.running:  # it finished meanwhile: delete it now
+        store.delete(job_id)
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+    return JSONResponse(status_of(changed).model_dump(), status_code=status.HTTP_202_ACCEPTED)

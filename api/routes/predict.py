@@ -9,14 +9,23 @@ from fastapi import APIRouter, Depends, File, HTTPException, Response, UploadFil
 from api.deps import EngineDep, PipelineDep, SettingsDep, require_api_key
 from api.engine import Busy
 from api.jobs import JobParams
-from api.schemas import OutputFormat, PredictResponse, predict_payload
-from api.uploads import ERROR_RESPONSES, check_params, predict_params, read_upload
+from api.schemas import ErrorResponse, OutputFormat, PredictResponse, predict_payload
+from api.uploads import (
+    ERROR_RESPONSES,
+    KEY_RESPONSES,
+    check_params,
+    check_sync_cost,
+    predict_params,
+    read_upload,
+)
 from pipeline.interfaces import ProgressCallback
 from pipeline.outputs import zip_outputs
 from pipeline.utils import UserError
 from pipeline.world_model import WorldModelOutput
 
-router = APIRouter(prefix="/v1", tags=["predict"], dependencies=[Depends(require_api_key)])
+router = APIRouter(
+    prefix="/v1", tags=["predict"], dependencies=[Depends(require_api_key)], responses=KEY_RESPONSES
+)
 
 
 def output_response(output: WorldModelOutput, fmt: OutputFormat) -> Response | dict:
@@ -59,7 +68,7 @@ async def run_model(engine: EngineDep, settings: SettingsDep, work, entry: str):
             "content": {"video/mp4": {}, "application/zip": {}},
         },
         **ERROR_RESPONSES,
-        504: {"description": "past the request time limit"},
+        504: {"model": ErrorResponse, "description": "past the request time limit (the model stops too)"},
     },
 )
 async def predict(
@@ -72,6 +81,7 @@ async def predict(
     """Caption the clip into states, predict `horizon` more and render them. For clips within
     `SEMWORLD_MAX_SYNC_UPLOAD_MB`; longer work belongs in `/v1/jobs`."""
     check_params(settings, **params.pipeline_kwargs())
+    check_sync_cost(params.horizon, params.steps, pipeline, settings)
     data = await read_upload(file, settings.max_sync_upload_bytes)
 
     def work(callback: ProgressCallback) -> WorldModelOutput:

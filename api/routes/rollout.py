@@ -3,33 +3,37 @@
 from __future__ import annotations
 
 import torch
-from fastapi import APIRouter, Depends, HTTPException, status
+from fastapi import APIRouter, Depends
 
 from api.deps import EngineDep, PipelineDep, SettingsDep, require_api_key
 from api.routes.predict import run_model
-from api.schemas import RolloutRequest, RolloutResponse, b64png
-from api.uploads import ERROR_RESPONSES, check_params
+from api.schemas import ErrorResponse, RolloutRequest, RolloutResponse, b64png
+from api.uploads import ERROR_RESPONSES, KEY_RESPONSES, check_params, check_sync_cost
 from pipeline.interfaces import ProgressCallback
 
-router = APIRouter(prefix="/v1", tags=["rollout"], dependencies=[Depends(require_api_key)])
+router = APIRouter(
+    prefix="/v1", tags=["rollout"], dependencies=[Depends(require_api_key)], responses=KEY_RESPONSES
+)
 
 
 @router.post(
     "/rollout",
     response_model=RolloutResponse,
     summary="Continue states written in words",
-    responses={**ERROR_RESPONSES, 504: {"description": "past the request time limit"}},
+    responses={
+        **{k: v for k, v in ERROR_RESPONSES.items() if k not in (413, 415)},
+        413: {"model": ErrorResponse, "description": "body larger than 1 MB"},
+        504: {"model": ErrorResponse, "description": "past the request time limit (the model stops too)"},
+    },
 )
 async def rollout(
     body: RolloutRequest, pipeline: PipelineDep, engine: EngineDep, settings: SettingsDep
 ) -> RolloutResponse:
     """Predict `horizon` states after `states` and render them; edit any state and call again to re-roll."""
     check_params(settings, body.states, horizon=body.horizon, steps=body.steps, guidance=body.guidance)
-    if body.render_context > len(body.states):
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            f"render_context: at most len(states) = {len(body.states)}, got {body.render_context}",
-        )
+    n_context = min(body.render_context, len(body.states)) if body.render else 0
+    if body.render:
+        check_sync_cost(body.horizon + n_context, body.steps, pipeline, settings)
 
     def work(callback: ProgressCallback) -> tuple:
         generator = torch.Generator("cpu").manual_seed(body.seed) if body.seed is not None else None
@@ -43,12 +47,13 @@ async def rollout(
             callback=callback,
         )
         context = []
-        if body.render and body.render_context:
+        if n_context:
             context = pipeline.render(
-                out.observed_states[-body.render_context :],
+                out.observed_states[-n_context:],
                 generator=generator,
                 steps=body.steps,
                 guidance=body.guidance,
+                notify=callback,  # the same deadline, between batches and denoising steps
             )
         return out, context
 

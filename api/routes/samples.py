@@ -9,8 +9,11 @@ from fastapi.responses import FileResponse
 
 from api.deps import require_api_key
 from api.schemas import ErrorResponse, SampleInfo
+from api.uploads import KEY_RESPONSES
 
-router = APIRouter(prefix="/v1/samples", tags=["samples"], dependencies=[Depends(require_api_key)])
+router = APIRouter(
+    prefix="/v1/samples", tags=["samples"], dependencies=[Depends(require_api_key)], responses=KEY_RESPONSES
+)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.(mp4|webm|mkv|avi|mov)$")
 
 

@@ -132,7 +132,8 @@ function render() {
 async function reroll(index, edited) {
   edited = edited.trim();
   if (!edited) { setStatus("a state cannot be empty", true); return; }
-  const history = [...current.observed, ...current.predicted.slice(0, index), edited];
+  // the server reads at most 64 states (the schema's maxItems): keep the most recent ones
+  const history = [...current.observed, ...current.predicted.slice(0, index), edited].slice(-64);
   const horizon = Math.max(1, current.predicted.length - index - 1);
   setStatus(`re-rolling ${horizon} states from t=${current.observed.length + index}…`);
   try {

@@ -165,7 +165,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "serve",
         help="run the HTTP API and web page (uvicorn, one worker: one process owns the models)",
         description="Serve api.main:app with uvicorn. Settings come from SEMWORLD_* environment variables "
-        "(see docs/api.md); the flags below override the most common ones.",
+        "(see docs/api.md); the flags below override the most common ones. Alone it is for loopback and trusted "
+        "networks (uvicorn does not cut off slow clients); elsewhere run it behind docker/nginx.conf (docs/reliability.md).",
     )
     s.add_argument("--host", default=os.environ.get("SEMWORLD_HOST", "127.0.0.1"))
     s.add_argument("--port", type=int, default=int(os.environ.get("SEMWORLD_PORT", "8000")))

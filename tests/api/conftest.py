@@ -127,7 +127,7 @@ def start_server(tmp_path) -> Iterator[Callable[..., Server]]:
             **env,
         }
         if weights is None:
-            full_env["SEMWORLD_PIPELINE_FACTORY"] = "tests.api.fakes:make_pipeline"
+            full_env.setdefault("SEMWORLD_PIPELINE_FACTORY", "tests.api.fakes:make_pipeline")
         else:
             full_env["SEMWORLD_WEIGHTS_DIR"] = str(weights)
         log = tmp_path / f"server-{port}.log"

@@ -28,27 +28,52 @@ class EchoPredictor:
 
 
 class NoiseRenderer:
-    """Seeded noise frames; `delay` seconds per batch, and an optional gate it waits on (to hold a job)."""
+    """Seeded noise frames; `delay` seconds per batch, and an optional gate it waits on (to hold a job).
 
-    def __init__(self, delay: float = 0.0, gate: threading.Event | None = None) -> None:
+    With `step_delay`, each batch is `steps` (default `default_steps`) denoising steps of that many seconds,
+    with `step_callback` after each, like a diffusers pipeline; `steps_run` counts them and `last_step_end`
+    is the monotonic time the last one ended (how long the model stayed busy).
+    """
+
+    def __init__(
+        self,
+        delay: float = 0.0,
+        gate: threading.Event | None = None,
+        step_delay: float = 0.0,
+        default_steps: int = 4,
+    ) -> None:
         self.delay = delay
         self.gate = gate
+        self.step_delay = step_delay
+        self.default_steps = default_steps
         self.calls = 0
+        self.steps_run = 0
+        self.last_step_end = 0.0
 
-    def render(self, states, generator=None, steps=None, guidance=None):
+    def render(self, states, generator=None, steps=None, guidance=None, step_callback=None):
         self.calls += 1
         if self.gate is not None:
             self.gate.wait(30)
         if self.delay:
             time.sleep(self.delay)
+        if self.step_delay:
+            for _ in range(steps or self.default_steps):
+                time.sleep(self.step_delay)
+                self.steps_run += 1
+                self.last_step_end = time.monotonic()
+                if step_callback is not None:
+                    step_callback()
         g = generator or torch.Generator().manual_seed(0)
         return [(torch.rand(24, 32, 3, generator=g) * 255).to(torch.uint8).numpy() for _ in states]
 
 
-def make_pipeline(delay: float | None = None) -> WorldModelPipeline:
+def make_pipeline(delay: float | None = None, step_delay: float | None = None) -> WorldModelPipeline:
+    """The stand-in pipeline; FAKE_RENDER_DELAY (seconds per batch) and FAKE_STEP_DELAY (seconds per denoising
+    step) slow it down for servers in a subprocess."""
     delay = float(os.environ.get("FAKE_RENDER_DELAY", "0")) if delay is None else delay
+    step_delay = float(os.environ.get("FAKE_STEP_DELAY", "0")) if step_delay is None else step_delay
     return WorldModelPipeline(
-        BrightnessCaptioner(), EchoPredictor(), NoiseRenderer(delay), render_batch_size=2
+        BrightnessCaptioner(), EchoPredictor(), NoiseRenderer(delay, step_delay=step_delay), render_batch_size=2
     )
 
 

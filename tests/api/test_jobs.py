@@ -73,15 +73,19 @@ def test_cancel_queued_and_running_jobs(make_client):
     deadline = time.monotonic() + 30
     while renderer.calls == 0 and time.monotonic() < deadline:  # held inside its first render batch
         time.sleep(0.02)
-    r = client.delete(f"/v1/jobs/{queued}")
-    assert r.status_code == 200 and r.json()["state"] == "canceled"
-    r = client.delete(f"/v1/jobs/{running}")
+    r = client.delete(f"/v1/jobs/{queued}")  # a queued job is deleted at once
+    assert r.status_code == 204 and client.get(f"/v1/jobs/{queued}").status_code == 404
+    assert not (client.app.state.store.job_dir(queued)).exists()
+    r = client.delete(f"/v1/jobs/{running}")  # a running one is asked to stop
+    assert r.status_code == 202
     assert r.json()["state"] == "running" and r.json()["cancel_requested"] is True
     gate.set()
     assert wait_job(client, running)["state"] == "canceled"
     assert renderer.calls == 1  # stopped after its first batch
-    assert client.delete(f"/v1/jobs/{running}").status_code == 409
     assert client.get(f"/v1/jobs/{running}/result").status_code == 409
+    # A finished (here canceled) job: DELETE removes it, files and all.
+    assert client.delete(f"/v1/jobs/{running}").status_code == 204
+    assert client.get(f"/v1/jobs/{running}").status_code == 404
 
 
 def test_full_queue_is_429_with_retry_after(make_client):

@@ -57,8 +57,11 @@ def test_mp4_and_zip_outputs(make_client):
         (b"\x00garbage" * 200, "video/mp4", {}, 422, "not a readable video"),
         (REAL_CLIP.read_bytes()[:1500], "video/mp4", {}, 422, "not a readable video"),
         (b"hello", "text/plain", {}, 415, "expected a video, got content type 'text/plain'"),
-        (REAL_CLIP.read_bytes(), "video/mp4", {"horizon": "0"}, 422, "horizon: expected a positive integer, got 0"),
-        (REAL_CLIP.read_bytes(), "video/mp4", {"horizon": "99"}, 422, "horizon: at most 32, got 99"),
+        (REAL_CLIP.read_bytes(), "video/mp4", {"horizon": "0"}, 422, "horizon: Input should be greater than"),
+        (REAL_CLIP.read_bytes(), "video/mp4", {"horizon": "99"}, 422, "horizon: Input should be less than or equal to 32"),
+        (REAL_CLIP.read_bytes(), "video/mp4", {"stride": "0"}, 422, "stride: Input should be greater than or equal to 1"),
+        (REAL_CLIP.read_bytes(), "video/mp4", {"steps": "0"}, 422, "steps: Input should be greater than or equal to 1"),
+        (REAL_CLIP.read_bytes(), "video/mp4", {"guidance": "51"}, 422, "guidance: Input should be less than or equal to 50"),
         (
             REAL_CLIP.read_bytes(),
             "video/mp4",
@@ -67,9 +70,6 @@ def test_mp4_and_zip_outputs(make_client):
             "horizon: Input should be a valid integer",
         ),
         (REAL_CLIP.read_bytes(), "video/mp4", {"stride": "2", "state_rate": "1"}, 422, "either stride or"),
-        (REAL_CLIP.read_bytes(), "video/mp4", {"stride": "0"}, 422, "stride must be >= 1, got 0"),
-        (REAL_CLIP.read_bytes(), "video/mp4", {"steps": "0"}, 422, "steps must be in 1..1000, got 0"),
-        (REAL_CLIP.read_bytes(), "video/mp4", {"guidance": "51"}, 422, "guidance must be in 0..50, got 51"),
         (REAL_CLIP.read_bytes(), "video/mp4", {"output": "gif"}, 422, "output: Input should be"),
         (REAL_CLIP.read_bytes(), "video/mp4", {"stride": "1"}, 200, None),
     ],
@@ -139,10 +139,11 @@ def test_rollout_from_words(make_client):
 @pytest.mark.parametrize(
     ("body", "detail"),
     [
-        ({"states": [], "horizon": 2}, "states is empty: give at least one state"),
+        ({"states": [], "horizon": 2}, "states: List should have at least 1 item"),
         ({"states": ["a.", "  "], "horizon": 2}, "states[1] must be a non-empty string"),
-        ({"states": ["a."], "horizon": 40}, "horizon: at most 32, got 40"),
-        ({"states": ["a."], "render_context": 2}, "render_context: at most len(states) = 1"),
+        ({"states": ["a."], "horizon": 40}, "horizon: Input should be less than or equal to 32"),
+        ({"states": ["a."], "render_context": False}, "render_context: Input should be a valid integer"),
+        ({"states": ["a."], "horizon": True}, "horizon: Input should be a valid integer"),
     ],
 )
 def test_rollout_bad_input(make_client, body, detail):

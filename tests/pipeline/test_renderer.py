@@ -217,3 +217,23 @@ def test_shipped_renderer_loads_offline_and_draws_world_frames(monkeypatch):
     assert [f.shape for f in frames] == [(*renderer.size, 3)] * 2
     size = sum(p.stat().st_size for p in SHIPPED.rglob("*") if p.is_file())
     assert size <= 25 * 2**20
+
+
+def test_step_callback_runs_after_every_step_and_can_stop_the_render(tiny):
+    steps: list[int] = []
+    tiny.render(STATES[:1], steps=3, step_callback=lambda: steps.append(1))
+    assert len(steps) == 3
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_second() -> None:
+        steps.append(1)
+        if len(steps) == 2:
+            raise Stop
+
+    steps.clear()
+    with pytest.raises(Stop):
+        tiny.render(STATES[:1], steps=50, step_callback=stop_at_second)
+    assert len(steps) == 2  # stopped right there, not at the end of the 50 steps
+    assert tiny.default_steps == tiny.settings.steps

@@ -112,3 +112,22 @@ def test_check_frames_names_the_bad_frame():
         check_frames([np.zeros((4, 4, 3), np.uint8), np.zeros((4, 5, 3), np.uint8)])
     with pytest.raises(ValueError, match=r"frames\[0\] must be an \(H, W, 3\) uint8 array"):
         check_frames([np.zeros((4, 4), np.uint8)])
+
+
+def test_on_frame_runs_per_decoded_frame_and_can_stop_decoding():
+    seen: list[int] = []
+    clip = read_video(ASSET, stride=4, on_frame=lambda: seen.append(1))
+    assert len(seen) > clip.indices[-1] >= 12  # every decoded frame, picked or not
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_third() -> None:
+        seen.append(1)
+        if len(seen) == 3:
+            raise Stop
+
+    seen.clear()
+    with pytest.raises(Stop):
+        read_video(ASSET, on_frame=stop_at_third)
+    assert len(seen) == 3

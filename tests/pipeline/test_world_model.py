@@ -42,7 +42,9 @@ class NoiseRenderer:
     def __init__(self) -> None:
         self.batches: list[int] = []
 
-    def render(self, states, generator=None, steps=None, guidance=None):
+    default_steps = 1
+
+    def render(self, states, generator=None, steps=None, guidance=None, step_callback=None):
         self.batches.append(len(states))
         g = generator or torch.Generator().manual_seed(0)
         return [(torch.rand(24, 32, 3, generator=g) * 255).to(torch.uint8).numpy() for _ in states]
