@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from pipeline.batch.jobs import BatchSettings, ClipJob
+from pipeline.confidence import clip_warning, state_parses
 from pipeline.outputs import write_outputs
 from pipeline.utils import (
     MODEL_INDEX,
@@ -60,6 +61,12 @@ class ClipWork:
     rendered: list[np.ndarray] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     error: str | None = None  # "stage: message" once a stage failed; later stages pass the clip on
+    # As the pipeline reports them: per observed state the captioner's confidence and whether it parses under
+    # the weights' grammar; the pipeline's threshold; the clip's warning, if any (pipeline.confidence).
+    confidence: list[float | None] = field(default_factory=list)
+    parses: list[bool | None] = field(default_factory=list)
+    threshold: float | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -162,7 +169,7 @@ def caption(pipe: WorldModelPipeline, works: Sequence[ClipWork]) -> None:
         return
     t = time.perf_counter()
     try:
-        states = pipe.caption(frames)
+        scored = pipe.caption_scored(frames)
     except Exception as err:  # noqa: BLE001
         if len(live) == 1:
             _fail(live[0], "caption", err)
@@ -173,8 +180,14 @@ def caption(pipe: WorldModelPipeline, works: Sequence[ClipWork]) -> None:
     seconds = time.perf_counter() - t
     start = 0
     for w in live:
-        w.observed = states[start : start + len(w.frames)]
+        mine = scored[start : start + len(w.frames)]
         start += len(w.frames)
+        w.observed = [text for text, _ in mine]
+        w.confidence = [c for _, c in mine]
+        w.parses = [state_parses(x, pipe.grammar) if pipe.grammar else None for x in w.observed]
+        w.threshold = pipe.confidence_threshold
+        warning = clip_warning(w.confidence, w.parses, pipe.confidence_threshold)
+        w.warnings = [warning] if warning else []
         w.timings["caption"] = seconds * len(w.frames) / len(frames)
 
 
@@ -256,6 +269,10 @@ def write_clip(work: ClipWork, settings: BatchSettings) -> ClipResult:
             predicted_frames=list(work.rendered),
             state_rate=work.state_rate,
             source_indices=list(work.indices),
+            observed_confidence=list(work.confidence),
+            observed_parses=list(work.parses),
+            confidence_threshold=work.threshold,
+            warnings=list(work.warnings),
         )
         with atomic_dir(settings.out / job.name) as tmp:
             files = write_outputs(output, tmp)

@@ -115,6 +115,14 @@ def work_to_row(work: ClipWork) -> dict[str, Any]:
         "rendered": _frames(work.rendered),
         "timings": json.dumps(work.timings),
         "error": work.error or "",
+        "scores": json.dumps(
+            {
+                "confidence": work.confidence,
+                "parses": work.parses,
+                "threshold": work.threshold,
+                "warnings": work.warnings,
+            }
+        ),
     }
 
 
@@ -130,6 +138,7 @@ def row_to_work(row: dict[str, Any]) -> ClipWork:
         rendered=list(np.asarray(row["rendered"], dtype=np.uint8)),
         timings=dict(json.loads(str(row["timings"]))),
         error=str(row["error"]) or None,
+        **json.loads(str(row["scores"])),
     )
 
 
