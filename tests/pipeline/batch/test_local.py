@@ -269,10 +269,10 @@ def test_ctrl_c_still_writes_the_corpus_and_summary_of_what_was_done(
     from tests.api.fakes import NoiseRenderer, make_pipeline
 
     class Interrupting(NoiseRenderer):
-        def render(self, states, generator=None, steps=None, guidance=None):
+        def render(self, states, generator=None, steps=None, guidance=None, step_callback=None):
             if self.calls == 4:  # two render batches per clip at -k 3: the third clip is interrupted
                 raise KeyboardInterrupt
-            return super().render(states, generator, steps, guidance)
+            return super().render(states, generator, steps, guidance, step_callback)
 
     def load(settings, device=None, components=None):
         pipe = make_pipeline()
