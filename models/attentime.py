@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from einops import einsum, rearrange
 from torch import Tensor, nn
 
-from models.baseline import BaselineConfig, BaselineModel, FreeRunResult, PackedWindow
+from models.baseline import BaselineConfig, BaselineModel
 from models.hub import load_model, save_model
 
 MODEL_KIND = "attentime_lm"
@@ -386,17 +386,9 @@ class AttentimeLM(BaselineModel):
             config.time,
         )
 
-    def free_run(
-        self,
-        packed: PackedWindow,
-        n_steps: int,
-        use_cache: bool = True,
-        return_logits: bool = False,
-        stop_when_done: bool = False,
-    ) -> FreeRunResult:
-        """BaselineModel.free_run; the cache is used only with the separable form (the original recomputes)."""
-        use_cache = use_cache and self.config.dv_form == "separable"
-        return super().free_run(packed, n_steps, use_cache, return_logits, stop_when_done)
+    def can_cache(self) -> bool:
+        """The cache holds only for the separable form; the original recomputes every step."""
+        return self.config.dv_form == "separable"
 
     def save_pretrained(self, directory: str | Path) -> None:
         """Write config.json ("semworld_model": "attentime_lm") and model.safetensors into `directory`."""

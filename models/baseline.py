@@ -277,6 +277,10 @@ class BaselineModel(nn.Module):
         h_last = h[torch.arange(ids.shape[0], device=ids.device), last]  # (B, d)
         return self.readout(h_last)
 
+    def can_cache(self) -> bool:
+        """Whether free_run may decode with the key/value cache (GPT-2 always may)."""
+        return True
+
     def free_run(
         self,
         packed: PackedWindow,
@@ -313,6 +317,7 @@ class BaselineModel(nn.Module):
         step_ids = ids
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)  # (B, P)
         next_pos = mask.sum(dim=1)  # (B,) position id of the next appended token
+        use_cache = use_cache and self.can_cache()
         for k in range(n_steps):
             if use_cache:
                 out = self.transformer(

@@ -24,6 +24,18 @@ SCORE_KEYS = (
 )
 
 
+def _summary(sums: dict[str, float]) -> dict[str, float]:
+    """Summed scores (SCORE_KEYS) -> the means and counts that evaluate() and evaluate_clips() report."""
+    return {
+        "selection_loss": sums["selection_loss_sum"] / max(sums["selection_count"], 1.0),
+        "last_ce": sums["last_ce_sum"] / max(sums["last_tokens"], 1.0),
+        "token_acc": sums["last_correct"] / max(sums["last_tokens"], 1.0),
+        "exact_acc": sums["exact_sentences"] / max(sums["sentences"], 1.0),
+        "last_tokens": int(sums["last_tokens"]),
+        "sentences": int(sums["sentences"]),
+    }
+
+
 @torch.no_grad()
 def evaluate(
     model: Any, windows: torch.Tensor, batch_size: int = 64, device: torch.device | str = "cpu"
@@ -37,14 +49,7 @@ def evaluate(
         for key in SCORE_KEYS:
             sums[key] += float(part[key])
     model.train(was_training)
-    return {
-        "selection_loss": sums["selection_loss_sum"] / max(sums["selection_count"], 1.0),
-        "last_ce": sums["last_ce_sum"] / max(sums["last_tokens"], 1.0),
-        "token_acc": sums["last_correct"] / max(sums["last_tokens"], 1.0),
-        "exact_acc": sums["exact_sentences"] / max(sums["sentences"], 1.0),
-        "last_tokens": int(sums["last_tokens"]),
-        "sentences": int(sums["sentences"]),
-    }
+    return _summary(sums)
 
 
 @torch.no_grad()
@@ -70,14 +75,7 @@ def evaluate_clips(
             state = st if state is None or n == state.h.shape[0] else MemoryState(
                 torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
     model.train(was_training)
-    return {
-        "selection_loss": sums["selection_loss_sum"] / max(sums["selection_count"], 1.0),
-        "last_ce": sums["last_ce_sum"] / max(sums["last_tokens"], 1.0),
-        "token_acc": sums["last_correct"] / max(sums["last_tokens"], 1.0),
-        "exact_acc": sums["exact_sentences"] / max(sums["sentences"], 1.0),
-        "last_tokens": int(sums["last_tokens"]),
-        "sentences": int(sums["sentences"]),
-    }
+    return _summary(sums)
 
 
 def evaluate_predictor(
