@@ -27,13 +27,6 @@ from models.four_tensor import FourTensorConfig, FourTensorModel
 V, N, T = 23, 5, 3
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def attn(seed: int = 0, **kw) -> AttentimeAttention:
     torch.manual_seed(seed)

@@ -14,14 +14,6 @@ from models.baseline import BaselineConfig, BaselineModel, count_parameters
 V, N, T = 23, 5, 3
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny ops on a shared 2-core machine run far faster on one intra-op thread (no OpenMP spinning)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def tiny_config(**overrides) -> BaselineConfig:
     base = dict(vocab_size=V, d_x=4, d_t=2, n_heads=2, n_layers=2, N=N, T=T, dropout=0.0, padding_idx=0)

@@ -8,7 +8,6 @@ import random
 from pathlib import Path
 
 import pytest
-import torch
 
 COLORS = ("red", "blue", "green")
 THINGS = ("ball", "cube", "cat")
@@ -56,11 +55,3 @@ def roc_csv(tmp_path: Path) -> Path:
             )
     return path
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run fastest on one thread; two threads on a shared 2-core machine thrash."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)

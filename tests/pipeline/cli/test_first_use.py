@@ -9,6 +9,7 @@ import torch
 from pipeline import cli
 from pipeline.cli.demo import as_predicted
 from pipeline.tokenizer import StateTokenizer
+from tests.pipeline.cli.test_commands import _error
 
 
 @pytest.fixture(autouse=True)
@@ -41,14 +42,6 @@ def no_loading(monkeypatch):
         pytest.fail("models were loaded before the input was checked")
 
     monkeypatch.setattr(WorldModelPipeline, "from_pretrained", staticmethod(load))
-
-
-def _error(capsys, argv):
-    capsys.readouterr()
-    assert cli.main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and err.startswith("semworld: error: ")
-    return err
 
 
 def test_a_clip_over_the_limit_is_refused_before_models_load(no_loading, tmp_path, capsys):
