@@ -11,6 +11,7 @@
 
     bench/gpu.sh [OUT]              # on a GPU box; OUT defaults to $OUT, else runs/bench/gpu
     bench/gpu.sh --dry-run [OUT]    # tiny sizes on the CPU: checks the script end to end (~1 minute)
+    bench/gpu.sh --train [OUT]      # 4. then a short training burst of the shipped models into OUT/weights
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", nargs="?", type=Path, default=None, help="output folder (default: $OUT, else runs/bench/gpu)")
     p.add_argument("--dry-run", action="store_true", help="tiny sizes, few repeats: the script end to end on CPU")
+    p.add_argument("--train", action="store_true",
+                   help="then a short training burst of the shipped models (the quick recipes of `semworld train all "
+                   "--quick`) into OUT/weights, checkpoints in OUT/train-runs")  # fmt: skip
     p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--skip", nargs="*", default=[], choices=("predictor", "mfu", "pipeline"), help="parts to skip")
@@ -251,6 +255,24 @@ def pipeline_section(args: argparse.Namespace, sizes: dict[str, Any]) -> dict[st
     }
 
 
+# ---- 4. a training burst -----------------------------------------------------------------------------------
+def train_burst(args: argparse.Namespace) -> dict[str, Any]:
+    """`semworld train all --quick` on this device into OUT/weights (a smoke burst, not shippable weights)."""
+    import subprocess
+
+    weights, runs = args.out / "weights", args.out / "train-runs"
+    cmd = [sys.executable, "-m", "pipeline.cli", "train", "all", "--quick", "--no-progress", "--device",
+           "cuda" if args.device.startswith("cuda") else "cpu", "--threads", str(args.threads),
+           "--out", str(weights), "--run-dir", str(runs)]  # fmt: skip
+    print(f"[gpu bench] training burst: {' '.join(cmd[1:])}", flush=True)
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    (args.out / "train.log").write_text(proc.stdout + proc.stderr)
+    files = sorted(str(f.relative_to(weights)) for f in weights.rglob("*") if f.is_file()) if weights.is_dir() else []
+    return {"command": " ".join(cmd[1:]), "returncode": proc.returncode, "seconds": time.perf_counter() - t,
+            "weights": str(weights), "files": files}  # fmt: skip
+
+
 # ---- report ----------------------------------------------------------------------------------------------
 SIZES = {
     "gpu": {"presets": {"paper": "paper-h4-l2", "small": "small"}, "batches": [1, 64], "train_batch": 32,
@@ -317,6 +339,10 @@ def markdown(r: dict[str, Any]) -> str:
         lines += ["", f"Predicted frames/s: batch 1 {p['batch_1']['predicted_frames_per_s']:.1f}, "
                   f"a batch of {r['sizes']['clips']} clips {big['predicted_frames_per_s']:.1f} (stages: "
                   + ", ".join(f"{s} {v:.2f} s" for s, v in big["stage_s"].items()) + ")", ""]  # fmt: skip
+    if "train" in r:
+        t = r["train"]
+        lines += ["## Training burst", "", f"`{t['command']}`: exit {t['returncode']} in {t['seconds']:.0f} s, "
+                  f"{len(t['files'])} files in {t['weights']} (log: train.log)", ""]  # fmt: skip
     lines += ["## Targets (issue 15)", "", "| target | measured | goal | met |", "|---|---:|---:|---|"]
     for k, c in r["targets"].items():
         v = "skipped" if c["value"] is None else f"{c['value']:.3g}"
@@ -349,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         r[key] = fn(args, sizes)
         print(f"[gpu bench] {key} done in {time.perf_counter() - t:.1f} s", flush=True)
+    if args.train:
+        r["train"] = train_burst(args)
     r["seconds"] = time.perf_counter() - t0
     r["targets"] = checks(r)
     (args.out / "gpu.json").write_text(json.dumps(r, indent=2) + "\n")
@@ -358,8 +386,11 @@ def main(argv: list[str] | None = None) -> int:
     for k, c in r["targets"].items():
         v = "skipped" if c["value"] is None else f"{c['value']:.3g}"
         print(f"  {k:28s} {v:>10s}  (target >= {c['target']:g}; met: {c['met']})")
+    if args.train:
+        print(f"  training burst: exit {r['train']['returncode']} in {r['train']['seconds']:.0f} s -> "
+              f"{r['train']['weights']}")  # fmt: skip
     print(f"wrote {args.out / 'gpu.json'} and {args.out / 'gpu.md'}")
-    return 0
+    return 1 if args.train and r["train"]["returncode"] else 0
 
 
 if __name__ == "__main__":
