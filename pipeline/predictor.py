@@ -62,7 +62,10 @@ class Predictor:
         if self.compile and hasattr(model, "decode_step"):
             # Fixed shapes per (batch, T, N): one graph per batch size, no dynamic-shape tracing.
             mode = "reduce-overhead" if self.device.type == "cuda" else None
-            self._compiled = torch.compile(self._eager_step, mode=mode, dynamic=False)
+            try:
+                self._compiled = torch.compile(self._eager_step, mode=mode, dynamic=False)
+            except Exception as err:  # torch.compile unsupported here (Python version, platform)
+                logger.warning("predictor: torch.compile is not available (%s); the rollout runs eagerly", err)
         elif self.compile:
             logger.warning("predictor: compile=True, but %s has no decode_step; it runs eagerly",
                            type(model).__name__)  # fmt: skip
