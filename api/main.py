@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-import torch
 from fastapi import Depends, FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -48,9 +47,6 @@ attention predictor, and draws them with a diffusion renderer.
 Errors are JSON `{"detail": "..."}`. If the server has an API key, send it as `X-API-Key` or a Bearer token.
 """
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
 def _load_pipeline(app: FastAPI, settings: Settings) -> WorldModelPipeline:
     """The service's pipeline, made with the service's limits and batch sizes whatever stages it runs."""
     options: dict[str, Any] = {
@@ -66,7 +62,10 @@ def _load_pipeline(app: FastAPI, settings: Settings) -> WorldModelPipeline:
         return WorldModelPipeline.from_pretrained(
             settings.weights_dir,
             device=settings.device,
-            dtype=_DTYPES[settings.dtype] if settings.dtype else None,
+            dtype=settings.dtype,
+            stage_devices=settings.stage_devices,
+            stage_dtypes=settings.stage_dtypes,
+            compile=settings.compile,
             **options,
         )
     if stages is None:

@@ -1,12 +1,18 @@
 """Rolling a trained predictor forward: k future states from a history of states, by sliding the window.
 
 Each new window is the last T states, embedded again at positions 0..T-1 (section 2.3); the recurrent state
-that `predict_next` returns (None today, a tensor memory later) is handed to the next window's call.
+that each step returns (None, or the tensor memory's (h, c)) is handed to the next window's call.
+
+On the device: a model with `decode_step` (the 4-tensor one) gets its readout matrix M materialised once per
+rollout and a fixed-shape step with no host round trip; the whole rollout stays on the device and may be compiled
+(`compile=True`: torch.compile, CUDA graphs on a GPU) and run in bfloat16/float16 under autocast (`dtype`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +20,9 @@ import torch
 
 from pipeline.tokenizer import PAD_ID, StateTokenizer
 from pipeline.utils import UserError, resolve_device
+
+Step = Callable[[torch.Tensor, torch.Tensor, object | None], tuple[torch.Tensor, object | None]]  # (w, M, state)
+Advance = Callable[[torch.Tensor, object | None], tuple[torch.Tensor, object | None]]  # (window, state)
 
 logger = logging.getLogger(__name__)
 
@@ -24,17 +33,51 @@ class Predictor:
     Notation: B histories, T states per window, N token slots per state.
     """
 
-    def __init__(self, model: Any, tokenizer: StateTokenizer, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: StateTokenizer,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype | None = None,
+        compile: bool = False,
+    ) -> None:
+        """dtype: the compute dtype of the matrix products (None or float32: plain float32; bfloat16/float16:
+        autocast, the weights and the softmax stay float32). compile: torch.compile the rollout step (static
+        shapes; mode reduce-overhead, i.e. CUDA graphs, on a GPU); if compiling fails the step runs eagerly."""
         if model.config.vocab_size != tokenizer.vocab_size:
             raise ValueError(
                 f"model vocab_size {model.config.vocab_size} != tokenizer vocab_size {tokenizer.vocab_size}"
             )
+        if dtype is not None and dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"dtype must be torch.float32, torch.bfloat16 or torch.float16, got {dtype!r}")
         self.device = torch.device(device)
+        self.dtype = dtype or torch.float32
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
+        self.compile = bool(compile)
+        self._compiled: Step | None = None
+        # The fixed-shape step (no host round trip) off the CPU or when compiled; on the CPU the packed
+        # predict_next, which skips padding slots, is faster at large batches (docs/benchmarks.md, GPU section).
+        self.fixed_shapes = hasattr(model, "decode_step") and (self.device.type != "cpu" or self.compile)
+        if self.compile and hasattr(model, "decode_step"):
+            # Fixed shapes per (batch, T, N): one graph per batch size, no dynamic-shape tracing.
+            mode = "reduce-overhead" if self.device.type == "cuda" else None
+            try:
+                self._compiled = torch.compile(self._eager_step, mode=mode, dynamic=False)
+            except Exception as err:  # torch.compile unsupported here (Python version, platform)
+                logger.warning("predictor: torch.compile is not available (%s); the rollout runs eagerly", err)
+        elif self.compile:
+            logger.warning("predictor: compile=True, but %s has no decode_step; it runs eagerly",
+                           type(model).__name__)  # fmt: skip
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, device: torch.device | str | None = None) -> Predictor:
+    def from_pretrained(
+        cls,
+        directory: str | Path,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        compile: bool = False,
+    ) -> Predictor:
         """Load weights (either model kind) and tokenizer.json from a training output directory."""
         from models.hub import load_predictor
 
@@ -44,7 +87,7 @@ class Predictor:
             tokenizer = StateTokenizer.from_file(directory)
         except (FileNotFoundError, ValueError) as err:  # the user's folder: one line, like the other stages
             raise UserError(f"predictor weights {err}") from None
-        return cls(model, tokenizer, dev)
+        return cls(model, tokenizer, dev, dtype=dtype, compile=compile)
 
     @property
     def T(self) -> int:
@@ -88,19 +131,71 @@ class Predictor:
             window[b, T - len(recent) :] = enc.ids  # shorter histories: empty states in front
         return window
 
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """Autocast to the compute dtype (float32: none, so the 'meta' device and plain runs need no autocast)."""
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def readout(self) -> torch.Tensor:
+        """The readout matrix M (d, V), materialised once per rollout in the compute dtype (paper 3.5.1)."""
+        with torch.no_grad():
+            return self.model.readout_matrix().to(self.dtype)  # type: ignore[no-any-return]
+
+    def _eager_step(self, window: torch.Tensor, readout: torch.Tensor, state: object | None) -> tuple[
+            torch.Tensor, object | None]:
+        with self._autocast():
+            return self.model.decode_step(window, readout, state)  # type: ignore[no-any-return]
+
+    def _step(self, window: torch.Tensor, readout: torch.Tensor, state: object | None) -> tuple[
+            torch.Tensor, object | None]:
+        """One step, compiled when asked; a compile failure is one warning, then every step runs eagerly."""
+        if self._compiled is not None:
+            try:
+                if self.device.type == "cuda":
+                    torch.compiler.cudagraph_mark_step_begin()  # a new replay: the last step's outputs are copied
+                ids, state = self._compiled(window, readout, state)
+                # CUDA graph outputs live in the graph's memory and the next replay overwrites them: copy them
+                # before they are fed back.
+                return ids.clone(), _clone_state(state)
+            except Exception as err:  # no C compiler, no Triton, an unsupported op: run eagerly from now on
+                first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                logger.warning("predictor: torch.compile failed (%s: %s); the rollout runs eagerly",
+                               type(err).__name__, first[:200])  # fmt: skip
+                self._compiled = None
+        return self._eager_step(window, readout, state)
+
     @torch.no_grad()
     def predict_ids(
         self, window: torch.Tensor, k: int, state: object | None = None
     ) -> tuple[torch.Tensor, object | None]:
-        """window (B, T, N) -> k >= 1 predicted states (B, k, N), and the recurrent state after the last window."""
+        """window (B, T, N) -> k >= 1 predicted states (B, k, N), and the recurrent state after the last window.
+
+        Everything stays on the device: no value is read back to the host inside the loop."""
         window = window.to(self.device)
-        predicted = []
-        for _ in range(k):
-            next_ids, state = self.model.predict_next(window, state)  # (B, N)
-            predicted.append(next_ids)
+        B, _, N = window.shape
+        predicted = window.new_empty(B, k, N)  # (B, k, N)
+        if hasattr(self.model, "readout_matrix"):
+            readout = self.readout()  # once per rollout, not per step (paper 3.5.1)
+        if self.fixed_shapes:
+            step: Advance = lambda w, s: self._step(w, readout, s)  # noqa: E731
+        elif hasattr(self.model, "decode_step"):  # the 4-tensor model on the CPU: the packed path, same ids
+            step = lambda w, s: self._predict_next(w, s, readout)  # noqa: E731
+        else:  # a model with predict_next only (the baseline, stand-ins)
+            step = lambda w, s: self._predict_next(w, s)  # noqa: E731
+        for j in range(k):
+            next_ids, state = step(window, state)  # (B, N)
+            predicted[:, j] = next_ids
             # Slide: drop the oldest state, append the prediction; the model re-embeds slots 0..T-1.
             window = torch.cat([window[:, 1:], next_ids[:, None, :].to(window.dtype)], dim=1)  # (B, T, N)
-        return torch.stack(predicted, dim=1), state  # (B, k, N)
+        return predicted, state  # (B, k, N)
+
+    def _predict_next(self, window: torch.Tensor, state: object | None, readout: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, object | None]:
+        with self._autocast():
+            if readout is None:
+                return self.model.predict_next(window, state)  # type: ignore[no-any-return]
+            return self.model.predict_next(window, state, readout=readout)  # type: ignore[no-any-return]
 
     def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
         """Roll out k future states for each history; returns B lists of k states in the canonical spelling
@@ -118,3 +213,15 @@ class Predictor:
             window = self.encode_histories(states, truncate=truncate)
             ids, _ = self.predict_ids(window, k)
         return [[self.tokenizer.spell(ids[b, j]) for j in range(k)] for b in range(ids.shape[0])]
+
+
+def _clone_state(state: object | None) -> object | None:
+    """A copy of a recurrent state: None, a tensor, or a tuple of tensors such as MemoryState (h, c)."""
+    if isinstance(state, torch.Tensor):
+        return state.clone()
+    if isinstance(state, tuple):
+        items = [_clone_state(x) for x in state]
+        if hasattr(state, "_fields"):  # a NamedTuple: rebuilt field by field
+            return type(state)(*items)  # type: ignore[arg-type]
+        return tuple(items)
+    return state

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from pipeline.confidence import (
     state_parses,
 )
 from pipeline.interfaces import Captioner, Predictor, ProgressCallback, Renderer, ScoringCaptioner
+from pipeline.placement import resolve_placement
 from pipeline.utils import (
     MODEL_INDEX,
     STAGES,
@@ -32,7 +33,6 @@ from pipeline.utils import (
     default_weights_dir,
     read_model_index,
     read_user_json,
-    resolve_device,
     stage_folder,
 )
 from pipeline.video import SampledClip, VideoLimits, VideoSource, check_sampling, encode_mp4, read_video
@@ -258,7 +258,10 @@ class WorldModelPipeline:
         weights_dir: str | Path | None = None,
         *,
         device: str | torch.device | None = None,
-        dtype: torch.dtype | None = None,
+        dtype: str | torch.dtype | None = None,
+        stage_devices: Iterable[str] | Mapping[str, str] | None = None,
+        stage_dtypes: Iterable[str] | Mapping[str, str] | None = None,
+        compile: bool = False,
         captioner: str | Path | None = None,
         predictor: str | Path | None = None,
         renderer: str | Path | None = None,
@@ -268,8 +271,10 @@ class WorldModelPipeline:
         """Load the three stages named by `weights_dir/model_index.json` (offline, local files only).
 
         `weights_dir` defaults to `$SEMWORLD_WEIGHTS_DIR`, else the shipped weights. `captioner`, `predictor`
-        or `renderer` load that stage from its own folder instead. `device` (None: CUDA when present) holds
-        for every stage. The index's `state_rate` becomes `default_state_rate` unless kwargs give one.
+        or `renderer` load that stage from its own folder instead. `device` (None: CUDA when present) and
+        `dtype` (None: per stage) hold for every stage; `stage_devices` / `stage_dtypes` ('predictor=cpu' items or
+        a mapping) override them per stage and `compile` compiles the predictor's rollout step
+        (pipeline.placement.resolve_placement chooses them all). The index's `state_rate` becomes `default_state_rate` unless kwargs give one.
         `stages` picks which of captioner, predictor and renderer to load (e.g. only the captioner to turn
         videos into states); the others are stand-ins that raise if called, and need no entry in the index.
         """
@@ -280,7 +285,10 @@ class WorldModelPipeline:
         kwargs.setdefault("grammar", check_grammar(index.get("grammar"), weights_dir / MODEL_INDEX))
         if isinstance(index.get("confidence_threshold"), int | float):
             kwargs.setdefault("confidence_threshold", float(index["confidence_threshold"]))
-        device = resolve_device(device)  # one check for all stages (a device this machine lacks: one line)
+        # One choice for all stages (a device this machine lacks, a bad dtype: one line).
+        place = resolve_placement(device, dtype, stage_devices=stage_devices, stage_dtypes=stage_dtypes,
+                                  compile=compile)  # fmt: skip
+        logger.info("placement: %s", place.describe())
 
         # The stage modules are imported here so that the pipeline itself stays cheap to import.
         from pipeline.captioner import Captioner as HFCaptioner
@@ -289,13 +297,16 @@ class WorldModelPipeline:
 
         t0 = time.perf_counter()
         loaded = (
-            HFCaptioner.from_pretrained(folders["captioner"], device=device, dtype=dtype)
+            HFCaptioner.from_pretrained(folders["captioner"], device=place.captioner.device,
+                                        dtype=place.captioner.dtype)  # fmt: skip
             if "captioner" in stages
             else NotLoaded("captioner"),
-            TensorPredictor.from_pretrained(folders["predictor"], device=device)
+            TensorPredictor.from_pretrained(folders["predictor"], device=place.predictor.device,
+                                            dtype=place.predictor.dtype, compile=place.compile)  # fmt: skip
             if "predictor" in stages
             else NotLoaded("predictor"),
-            HFRenderer.from_pretrained(folders["renderer"], device=device, dtype=dtype)
+            HFRenderer.from_pretrained(folders["renderer"], device=place.renderer.device,
+                                       dtype=place.renderer.dtype)  # fmt: skip
             if "renderer" in stages
             else NotLoaded("renderer"),
         )
