@@ -51,8 +51,9 @@ def png_bytes(frame: np.ndarray) -> bytes:
 
 
 def states_document(output: WorldModelOutput) -> dict[str, Any]:
-    """The states JSON: both lists, and one entry per step: observed or predicted, its confidence when read, and
-    what changed since the step before (pipeline.timeline)."""
+    """The states JSON: both lists, and one entry per step: observed or predicted, its confidence when read,
+    whether it parses under the weights' grammar (None: no grammar), and what changed since the step before
+    (pipeline.timeline)."""
     n_obs = len(output.observed_states)
     indices: list[int | None] = list(output.source_indices) or [None] * n_obs
     confidence = list(output.observed_confidence) or [None] * n_obs
@@ -61,8 +62,10 @@ def states_document(output: WorldModelOutput) -> dict[str, Any]:
         {"step": i, "kind": "observed", "state": s, "frame_index": idx, "confidence": c, "parses": ok}
         for i, (s, idx, c, ok) in enumerate(zip(output.observed_states, indices, confidence, parses, strict=True))
     ]
+    predicted_parses = list(output.predicted_parses) or [None] * len(output.predicted_states)
     steps += [
-        {"step": n_obs + j, "kind": "predicted", "state": s} for j, s in enumerate(output.predicted_states)
+        {"step": n_obs + j, "kind": "predicted", "state": s, "parses": ok}
+        for j, (s, ok) in enumerate(zip(output.predicted_states, predicted_parses, strict=True))
     ]
     for step, changed in zip(steps, timeline([*output.observed_states, *output.predicted_states]), strict=True):
         step["changes"] = changed  # what changed since the step before, in words

@@ -186,6 +186,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_predict(args: argparse.Namespace) -> int:
     from pipeline.outputs import write_outputs
+    from pipeline.timeline import timeline
     from pipeline.utils import MODEL_INDEX, resolve_device
     from pipeline.video import TooManyStatesError, VideoLimits
     from pipeline.world_model import (
@@ -259,6 +260,8 @@ def run_predict(args: argparse.Namespace) -> int:
                     "confidence_threshold": output.confidence_threshold,
                     "warnings": output.warnings,
                     "predicted_states": output.predicted_states,
+                    "predicted_parses": output.predicted_parses,
+                    "changes": timeline([*output.observed_states, *output.predicted_states]),
                     "frames": [str(p) for p in files.predicted_frames],
                     "video": str(files.video) if files.video else None,
                     "states_file": str(files.states),
