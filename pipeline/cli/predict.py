@@ -81,7 +81,7 @@ def _sureness(output: WorldModelOutput, i: int) -> str:
 
     c = output.observed_confidence[i] if i < len(output.observed_confidence) else None
     ok = output.observed_parses[i] if i < len(output.observed_parses) else None
-    if c is None and ok is None:
+    if not output.source_indices or (c is None and ok is None):  # given in words (checked already), or unknown
         return ""
     mark = "?" if unsure(c, ok, output.confidence_threshold or 0.0) else " "
     return f"[{'  n/a ' if c is None else f'{c:+.3f}'}]{mark} "
@@ -282,9 +282,11 @@ def run_predict(args: argparse.Namespace) -> int:
                                                  if any(c is not None for c in output.observed_confidence) else ":"))
         for i, s in enumerate(output.observed_states):
             print(f"  t={i:<3d} {_sureness(output, i)}{s}")
-        print(f"predicted {len(output.predicted_states)} states:")
+        outside = [ok is False for ok in output.predicted_parses] or [False] * len(output.predicted_states)
+        print(f"predicted {len(output.predicted_states)} states" + (" (? : not a world state):" if any(outside)
+                                                                     else ":"))  # fmt: skip
         for j, s in enumerate(output.predicted_states):
-            print(f"  t={n + j:<3d} {s}")
+            print(f"  t={n + j:<3d} {'? ' if outside[j] else ''}{s}")
     else:
         print("(= matches the ground truth, x differs)")
         read_hits, read_n = compare(f"read {n} states from {source}", output.observed_states, truth, 0)
