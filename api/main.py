@@ -71,7 +71,10 @@ def _load_pipeline(app: FastAPI, settings: Settings) -> WorldModelPipeline:
     if stages is None:
         module, _, func = (settings.pipeline_factory or "").partition(":")
         stages = getattr(importlib.import_module(module), func or "make_pipeline")()
-    return WorldModelPipeline(stages.captioner, stages.predictor, stages.renderer, **options)
+    # what the stages speak and read at goes with them (their grammar, state rate and confidence threshold)
+    spoken = {"grammar": stages.grammar, "default_state_rate": stages.default_state_rate,
+              "confidence_threshold": stages.confidence_threshold}  # fmt: skip
+    return WorldModelPipeline(stages.captioner, stages.predictor, stages.renderer, **options, **spoken)
 
 
 def _prepare_samples(app: FastAPI, settings: Settings) -> None:

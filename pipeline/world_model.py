@@ -55,9 +55,12 @@ class WorldModelOutput:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage, and "total"
     video: bytes | None = None  # H.264 MP4 of the predicted frames, when asked for
     # Per observed state: the captioner's mean token log-probability (None: given in words, or a captioner that
-    # does not score), and whether it parses under the weights' grammar (None: no grammar, or given in words).
+    # does not score), and whether it parses under the weights' grammar (None: no grammar; states given in words
+    # are refused unless they parse, so under a grammar they are True).
     observed_confidence: list[float | None] = field(default_factory=list)
     observed_parses: list[bool | None] = field(default_factory=list)
+    # Per predicted state: whether it parses under the weights' grammar (None: the weights name no grammar).
+    predicted_parses: list[bool | None] = field(default_factory=list)
     confidence_threshold: float | None = None  # below it a read state is unsure
     warnings: list[str] = field(default_factory=list)  # said once per call (also logged)
     context_frames: list[np.ndarray] = field(default_factory=list)  # drawn for the last N observed states
@@ -187,6 +190,21 @@ def check_written_states_for(
                          label=label)  # fmt: skip
 
 
+def predictor_vocabulary(predictor: object) -> tuple[set[str] | None, int | None]:
+    """The words a loaded predictor can read and its token slots per state, when it says (the shipped adapter
+    carries a StateTokenizer and N); (None, None) for a stand-in that does not."""
+    from pipeline.tokenizer import PAD_TOKEN, UNK_TOKEN, StateTokenizer
+
+    if isinstance(predictor, NotLoaded):
+        return None, None
+    tokenizer = getattr(predictor, "tokenizer", None)
+    vocabulary = None
+    if isinstance(tokenizer, StateTokenizer):
+        vocabulary = set(tokenizer.backend.get_vocab()) - {PAD_TOKEN, UNK_TOKEN}
+    n = getattr(predictor, "N", None)
+    return vocabulary, n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
 class NotLoaded:
     """Stands in for a stage `from_pretrained` was told not to load; using it is a bug of the caller."""
 
@@ -313,6 +331,16 @@ class WorldModelPipeline:
         logger.info("loaded %s from %s in %.1f s", ", ".join(stages), weights_dir, time.perf_counter() - t0)
         return cls(*loaded, **kwargs)
 
+    def check_states(self, states: Sequence[str], label: str = "states") -> None:
+        """Refuse states given in words that the models cannot read (a UserError naming the state and the word):
+        under the pipeline's grammar when it has one, else words outside the predictor's vocabulary; either way
+        a state longer than the predictor's token slots. Needs no forward pass: the API runs it before queueing."""
+        vocabulary, n = predictor_vocabulary(self.predictor)
+        if self.grammar:
+            check_written_states(states, grammar=self.grammar, label=label)
+            vocabulary = None  # the grammar has named any unknown word already
+        check_written_states(states, grammar=None, vocabulary=vocabulary, max_tokens=n, label=label)
+
     # ---- step 1 ---------------------------------------------------------------------------------------------
     def check_inputs(
         self,
@@ -400,9 +428,8 @@ class WorldModelPipeline:
                 warnings.append(warning)
         else:
             observed = [s.strip() for s in states or ()]
-            if self.grammar:
-                check_written_states(observed, grammar=self.grammar)
-            confidence, parses = [None] * len(observed), [None] * len(observed)
+            self.check_states(observed)  # refused here unless they parse: then each is a valid state
+            confidence, parses = [None] * len(observed), [True if self.grammar else None] * len(observed)
 
         # 4. predict
         notify("predict", 0, 1)
@@ -410,6 +437,7 @@ class WorldModelPipeline:
         # Captions of out-of-domain frames may run past the predictor's token slots: cut those; states a user
         # wrote are never cut silently (the predictor names the long one instead).
         predicted = self.predict(observed, horizon, truncate=clip is not None)
+        predicted_parses = [state_parses(s, self.grammar) if self.grammar else None for s in predicted]
         timings["predict"] = time.perf_counter() - t
         notify("predict", 1, 1)
 
@@ -450,6 +478,7 @@ class WorldModelPipeline:
             video=mp4,
             observed_confidence=confidence,
             observed_parses=parses,
+            predicted_parses=predicted_parses,
             confidence_threshold=self.confidence_threshold,
             warnings=warnings,
             context_frames=context_frames,

@@ -81,7 +81,7 @@ def _sureness(output: WorldModelOutput, i: int) -> str:
 
     c = output.observed_confidence[i] if i < len(output.observed_confidence) else None
     ok = output.observed_parses[i] if i < len(output.observed_parses) else None
-    if c is None and ok is None:
+    if not output.source_indices or (c is None and ok is None):  # given in words (checked already), or unknown
         return ""
     mark = "?" if unsure(c, ok, output.confidence_threshold or 0.0) else " "
     return f"[{'  n/a ' if c is None else f'{c:+.3f}'}]{mark} "
@@ -205,6 +205,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_predict(args: argparse.Namespace) -> int:
     from pipeline.outputs import write_outputs
     from pipeline.placement import resolve_placement
+    from pipeline.timeline import timeline
     from pipeline.utils import MODEL_INDEX
     from pipeline.video import TooManyStatesError, VideoLimits
     from pipeline.world_model import (
@@ -282,6 +283,8 @@ def run_predict(args: argparse.Namespace) -> int:
                     "confidence_threshold": output.confidence_threshold,
                     "warnings": output.warnings,
                     "predicted_states": output.predicted_states,
+                    "predicted_parses": output.predicted_parses,
+                    "changes": timeline([*output.observed_states, *output.predicted_states]),
                     "frames": [str(p) for p in files.predicted_frames],
                     "video": str(files.video) if files.video else None,
                     "states_file": str(files.states),
@@ -302,9 +305,11 @@ def run_predict(args: argparse.Namespace) -> int:
                                                  if any(c is not None for c in output.observed_confidence) else ":"))
         for i, s in enumerate(output.observed_states):
             print(f"  t={i:<3d} {_sureness(output, i)}{s}")
-        print(f"predicted {len(output.predicted_states)} states:")
+        outside = [ok is False for ok in output.predicted_parses] or [False] * len(output.predicted_states)
+        print(f"predicted {len(output.predicted_states)} states" + (" (? : not a world state):" if any(outside)
+                                                                     else ":"))  # fmt: skip
         for j, s in enumerate(output.predicted_states):
-            print(f"  t={n + j:<3d} {s}")
+            print(f"  t={n + j:<3d} {'? ' if outside[j] else ''}{s}")
     else:
         print("(= matches the ground truth, x differs)")
         read_hits, read_n = compare(f"read {n} states from {source}", output.observed_states, truth, 0)
