@@ -355,6 +355,13 @@ def rollout_windows(model: Any, long: torch.Tensor, K: int, prob: float) -> torc
     return out
 
 
+def init_tokenizer(directory: str | Path) -> StateTokenizer:
+    """The tokenizer saved beside the --init-from weights (their embedding rows are numbered by it)."""
+    if not (Path(directory) / "tokenizer.json").is_file():
+        raise UserError(f"--init-from {directory}: no tokenizer.json there (the weights' ids need it)")
+    return StateTokenizer.from_file(directory)
+
+
 def init_weights(model: Any, directory: str | Path) -> None:
     """Copy the weights of a saved predictor into model; the memory's own weights may be absent (fresh)."""
     from safetensors.torch import load_file
@@ -732,6 +739,9 @@ def train_predictor(args: TrainArgs, on_epoch_end: EpochHook | None = None) -> d
     # A resumed run reuses the saved tokenizer, so its ids cannot drift from the checkpoint's.
     saved = next((d for d in dirs.values() if (d / CHECKPOINT_DIR / CHECKPOINT_FILE).is_file()), None)
     tokenizer = StateTokenizer.from_file(saved) if saved is not None else None
+    if tokenizer is None and args.init_from is not None:
+        # Weights taken over keep their ids: a tokenizer built afresh may number the same words differently.
+        tokenizer = init_tokenizer(args.init_from)
     data = prepare_data(args, tokenizer)
     results = {k: _train_one(k, args, data, dirs[k], ctx, on_epoch_end) for k in kinds}
     if args.model == "both" and ctx.is_main:
