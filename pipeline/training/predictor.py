@@ -553,7 +553,8 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
         history = ckpt["history"]
         logger.info("%s: resuming %s after epoch %d", LABELS[kind], out, len(history))
 
-    for group in optimizer.param_groups:  # what the schedule scales (saved in, and restored from, checkpoints)
+    # what the schedule scales (saved in, and restored from, checkpoints)
+    for group in optimizer.param_groups:
         group.setdefault("base_lr", group["lr"])
     step_module: nn.Module = (_SegmentModule(model) if args.memory
                               else _StepModule(model, last_only=args.target_slices == "last"))
