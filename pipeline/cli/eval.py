@@ -202,6 +202,7 @@ def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=None, help="also write the result as JSON to this file")
+    p.add_argument("--markdown", default=None, help="also write the tables as Markdown to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_eval_compare)
     return p
@@ -220,6 +221,11 @@ def run_eval_compare(ns: argparse.Namespace) -> int:
         from pipeline.utils import atomic_write_json
 
         atomic_write_json(ns.out, result)
+    if ns.markdown:
+        from pipeline.evaluation.compare import markdown_tables
+        from pipeline.utils import atomic_write_text
+
+        atomic_write_text(ns.markdown, markdown_tables(result))
     if ns.json:
         print(json.dumps(result))
         return 0

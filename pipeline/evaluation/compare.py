@@ -293,9 +293,10 @@ def plot_horizon(result: dict[str, Any], path: Path) -> Path:
         ax.set_xlabel("horizon (states ahead)")
         ax.set_xticks(hs)
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.suptitle(f"semworld vs pixel predictor, {result['clips']} test clips")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path)
     plt.close(fig)
     return path
@@ -437,3 +438,39 @@ def _grid_picks(families: Sequence[str], n: int) -> list[int]:
             picks.append(families.index(fam))
     picks += [i for i in range(len(families)) if i not in picks][: n - len(picks)]
     return picks
+
+
+def markdown_tables(result: dict[str, Any]) -> str:
+    """The result as Markdown: one table per measure (methods x horizons + all), exact match by family, timing."""
+    h = result["horizon"]
+    head = "| method | " + " | ".join(f"h={k}" for k in range(1, h + 1)) + " | all |\n"
+    rule = "|---" * (h + 2) + "|\n"
+
+    def cell(v: Any) -> str:
+        return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
+
+    parts = []
+    for key, title in (("exact", "State exact match of the frames (read back by the shipped captioner)"),
+                       ("object_acc", "Objects read back exactly (cell, colour and shape)"),
+                       ("cell_acc", "True objects whose cell holds a read object"),
+                       ("lost", "True objects lost (identity not read anywhere)"),
+                       ("invented", "Objects invented per frame"), ("psnr", "PSNR (dB)"), ("ssim", "SSIM"),
+                       ("mse", "MSE per pixel and channel (values in [0, 1])"),
+                       ("mae", "MAE per pixel and channel (values in [0, 1])")):  # fmt: skip
+        rows = [f"| {m} | " + " | ".join(cell(result["methods"][m]["by_horizon"][str(k)].get(key))
+                                         for k in range(1, h + 1)) + f" | {cell(result['methods'][m]['all'].get(key))} |"
+                for m in METHODS]  # fmt: skip
+        parts.append(f"**{title}**\n\n" + head + rule + "\n".join(rows) + "\n")
+    families = sorted(next(iter(result["methods"].values()))["by_family"])
+    for fam in families:
+        rows = []
+        for m in METHODS:
+            row = result["methods"][m]["by_family"][fam]
+            rows.append(
+                f"| {m} | " + " | ".join(cell(row[str(k)].get("exact")) for k in range(1, h + 1)) + " | |"
+            )
+        n = next(iter(result["methods"].values()))["by_family"][fam]["1"].get("n", 0)
+        parts.append(f"**State exact match, {fam} ({n} clips)**\n\n" + head + rule + "\n".join(rows) + "\n")
+    timing = " | ".join(f"{m} {result['seconds_per_frame'][m]:.4f}" for m in METHODS)
+    parts.append(f"**Seconds per predicted frame**: {timing}\n")
+    return "\n".join(parts)

@@ -161,5 +161,9 @@ def test_compare_cli_and_clear_errors(world_dir, tiny_weights, tmp_path):
         )
     out = tmp_path / "r.json"
     code = main(["eval", "compare", "--data", str(world_dir), "--weights", str(tiny_weights), "--pixel",
-                 str(tmp_path / "p"), "--clips", "1", "--steps", "1", "--horizon", "2", "--out", str(out)])  # fmt: skip
+                 str(tmp_path / "p"), "--clips", "1", "--steps", "1", "--horizon", "2", "--out", str(out), "--markdown", str(tmp_path / "r.md")])  # fmt: skip
     assert code == 0 and json.loads(out.read_text())["clips"] == 1
+    md = (tmp_path / "r.md").read_text()
+    assert (
+        "| method | h=1 | h=2 | all |" in md and "| copy_last |" in md and "Seconds per predicted frame" in md
+    )
