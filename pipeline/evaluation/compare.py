@@ -105,10 +105,11 @@ def load_stages(weights: str | Path, pixel: str | Path, device: torch.device) ->
     from pipeline.renderer import Renderer
 
     root = Path(weights)
-    folders = {s: stage_folder(root, s) for s in ("captioner", "predictor", "renderer")}
-    missing = [s for s, f in folders.items() if f is None]
+    found = {s: stage_folder(root, s) for s in ("captioner", "predictor", "renderer")}
+    missing = [s for s, f in found.items() if f is None]
     if missing:
         raise UserError(f"--weights {root}: no {', '.join(missing)} folder (expected {root}/<stage>/)")
+    folders = {s: f for s, f in found.items() if f is not None}
     return Stages(
         Captioner.from_pretrained(folders["captioner"], device=device),
         Predictor.from_pretrained(folders["predictor"], device=device),
