@@ -199,6 +199,12 @@ def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
     p.add_argument("--figures", default=None, help="folder for the horizon plot and the frame grid (PNG)")
     p.add_argument("--prefix", default="semantic_vs_pixel", help="figure file-name prefix")
     p.add_argument("--grid-clips", type=int, default=3, help="clips in the frame grid (default %(default)s)")
+    p.add_argument(
+        "--cache",
+        default=None,
+        help="folder keeping semworld's, copy-last's and the truth's frames "
+        "between runs (a retrained pixel model is compared without rendering again)",
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=None, help="also write the result as JSON to this file")
@@ -214,7 +220,7 @@ def run_eval_compare(ns: argparse.Namespace) -> int:
     args = CompareArgs(
         data=ns.data, weights=ns.weights or str(default_weights_dir()), pixel=ns.pixel, clips=ns.clips,
         horizon=ns.horizon, steps=ns.steps, seed=ns.seed, figures=ns.figures, prefix=ns.prefix,
-        grid_clips=ns.grid_clips, device=ns.device, threads=ns.threads,
+        grid_clips=ns.grid_clips, cache=ns.cache, device=ns.device, threads=ns.threads,
     )  # fmt: skip
     result = compare(args)
     if ns.out:

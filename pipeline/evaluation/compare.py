@@ -9,6 +9,7 @@ object), and with the true frame in pixels (PSNR, SSIM, per-pixel MSE and MAE); 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -136,9 +137,15 @@ def run_methods(
     seed: int,
     steps: int | None,
     batch_size: int = 8,
+    cache: Path | None = None,
+    cache_key: dict[str, Any] | None = None,
 ) -> tuple[dict[str, list[list[np.ndarray]]], dict[str, list[list[str]]], dict[str, float]]:
     """Every method's frames (clip, h) at the context's size, the states semworld predicted, and the seconds per
-    predicted frame of each method (its whole path from the context frames, or states for the true-state one)."""
+    predicted frame of each method (its whole path from the context frames, or states for the true-state one).
+
+    cache: a folder where the methods that do not depend on the pixel model (all but "pixel") keep their frames,
+    states and timing, reused when `cache_key` (data, clips, horizon, seed, steps, weights) is the same, so that
+    a retrained pixel model is compared without rendering semworld's frames again."""
     side = contexts[0][0].shape[0]
     n = len(contexts)
     frames: dict[str, list[list[np.ndarray]]] = {}
@@ -155,9 +162,29 @@ def run_methods(
         return [drawn[i * horizon : (i + 1) * horizon] for i in range(n)]
 
     def timed(name: str, fn: Callable[[], list[list[np.ndarray]]]) -> None:
+        stored = cache / f"{name}.npz" if cache is not None and name != "pixel" else None
+        if stored is not None and stored.is_file():
+            with np.load(stored, allow_pickle=False) as z:
+                if json.loads(str(z["key"])) == cache_key:
+                    frames[name] = [list(clip) for clip in z["frames"]]
+                    seconds[name] = float(z["seconds"])
+                    if "states" in z.files:
+                        states[name] = json.loads(str(z["states"]))
+                    logger.info("%s: frames from %s", name, stored)
+                    return
         t0 = time.perf_counter()
         frames[name] = fn()
         seconds[name] = (time.perf_counter() - t0) / (n * horizon)
+        if stored is not None:
+            stored.parent.mkdir(parents=True, exist_ok=True)
+            extra = {"states": json.dumps(states[name])} if name in states else {}
+            np.savez(
+                stored,
+                frames=np.asarray(frames[name]),
+                seconds=seconds[name],
+                key=json.dumps(cache_key),
+                **extra,
+            )
 
     def semworld() -> list[list[np.ndarray]]:
         read = caption_all(stages.captioner, [f for ctx in contexts for f in ctx])
@@ -352,7 +379,8 @@ class CompareArgs:
     at least T + horizon states per clip). weights: the semworld weights folder. pixel: a saved pixel model (or
     a `semworld train pixel` run folder). clips: use the first this many usable clips (None: all). horizon:
     frames predicted. steps: renderer denoising steps (None: its own). seed: renderer noise. figures: folder
-    for the two PNGs (None: none). prefix: their file-name prefix. grid_clips: clips in the frame grid."""
+    for the two PNGs (None: none). prefix: their file-name prefix. grid_clips: clips in the frame grid.
+    cache: folder keeping the frames of the methods that do not depend on the pixel model (see run_methods)."""
 
     data: str
     weights: str = "weights"
@@ -364,6 +392,7 @@ class CompareArgs:
     figures: str | None = None
     prefix: str = "semantic_vs_pixel"
     grid_clips: int = 3
+    cache: str | None = None
     device: str = "cpu"
     threads: int | None = None
 

@@ -99,7 +99,7 @@ class CopyPixels:
         return [[c[-1].copy() for _ in range(k)] for c in contexts]
 
 
-def test_scores_with_oracle_stages(world_dir):
+def test_scores_with_oracle_stages(world_dir, tmp_path):
     clips = read_world_dir(world_dir)
     all_states = [s for c in clips for s in c.states]
     stages = Stages(FrameOracle(all_states, 64), StateOracle(clips), WorldRenderer(64), CopyPixels())
