@@ -429,8 +429,11 @@ def compare(args: CompareArgs) -> dict[str, Any]:
     futures = [c.states[t : t + args.horizon] for c in clips]
     families = [family_of(c.scenario) for c in clips]
     logger.info("comparing on %d clips (T = %d, horizon %d)", len(clips), t, args.horizon)
+    key = {"data": str(Path(args.data).resolve()), "clips": [c.index for c in clips], "horizon": args.horizon,
+           "seed": args.seed, "steps": args.steps, "weights": str(Path(args.weights).resolve())}  # fmt: skip
+    cache = Path(args.cache) if args.cache else None
     frames, predicted, seconds = run_methods(
-        stages, contexts, histories, futures, args.horizon, args.seed, args.steps
+        stages, contexts, histories, futures, args.horizon, args.seed, args.steps, cache=cache, cache_key=key
     )
     scores, readings = score_frames(stages.captioner, frames, truth_frames, futures, families)
     state_exact = {

@@ -137,6 +137,10 @@ def test_compare_on_tiny_real_stages_writes_figures(world_dir, tiny_weights, tmp
                        steps=1, figures=str(tmp_path / "img"), grid_clips=2, threads=1)  # fmt: skip
     result = compare(args)
     assert result["clips"] == 2 and result["horizon"] == 8
+    assert not (tmp_path / "cache").exists()
+    again = compare(CompareArgs(**{**args.__dict__, "cache": str(tmp_path / "cache"), "figures": None}))
+    assert (tmp_path / "cache" / "semworld.npz").is_file()
+    assert again["methods"]["semworld"]["all"] == result["methods"]["semworld"]["all"]
     assert set(result["methods"]) == set(METHODS)
     assert all(len(m["by_horizon"]) == 8 for m in result["methods"].values())
     assert result["methods"]["copy_last"]["by_horizon"]["1"]["mse"] >= 0
