@@ -1,6 +1,7 @@
 """`semworld eval predictor` (L_S(T), token and exact-sentence accuracy and the selection loss of saved weights on
 state sequences, beside the uniform ln|V|) and `semworld eval world` (the three stages on a generated world
-split): argparse and the printed tables; the scoring lives in pipeline.evaluation."""
+split) and `semworld eval compare` (semworld against a pixel-space predictor, issue 13): argparse and the printed
+tables; the scoring lives in pipeline.evaluation."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev_sub = ev.add_subparsers(dest="eval_what", metavar="WHAT")
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
     add_world_parser(ev_sub)  # `semworld eval world`: all three shipped stages on a generated world split
+    add_compare_parser(ev_sub)  # `semworld eval compare`: semworld against the pixel-space baseline
 
     p = ev_sub.add_parser(
         "predictor",
@@ -81,16 +83,21 @@ def run_eval_predictor(ns: argparse.Namespace) -> int:
 def add_world_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `world` to `semworld eval`; its func prints a report (or one JSON object) and returns 0."""
     p = eval_subparsers.add_parser(
-        "world", help="score the shipped (or given) models on a `world generate` directory",
+        "world",
+        help="score the shipped (or given) models on a `world generate` directory",
         description="Captioner exact match, predictor exact match by horizon (predictable steps) and the "
-                    "renderer round trip with PSNR/SSIM, on a directory made by `semworld world generate`.",
+        "renderer round trip with PSNR/SSIM, on a directory made by `semworld world generate`.",
     )
     p.add_argument("--data", required=True, help="directory made by `semworld world generate`")
-    p.add_argument("--weights", default=None, help="weights folder (default: $SEMWORLD_WEIGHTS_DIR or weights/)")
+    p.add_argument(
+        "--weights", default=None, help="weights folder (default: $SEMWORLD_WEIGHTS_DIR or weights/)"
+    )
     p.add_argument("--parts", default=",".join(PARTS), help="comma-separated stages to score (default: all)")
     p.add_argument("--horizon", type=int, default=8, help="predictor horizons 1..H (default %(default)s)")
     p.add_argument("--max-frames", type=int, default=None, help="cap on frames the captioner reads")
-    p.add_argument("--render-states", type=int, default=32, help="distinct states rendered (default %(default)s)")
+    p.add_argument(
+        "--render-states", type=int, default=32, help="distinct states rendered (default %(default)s)"
+    )
     p.add_argument("--steps", type=int, default=None, help="renderer denoising steps (default: its own)")
     p.add_argument("--guidance", type=float, default=None, help="renderer guidance (default: its own)")
     p.add_argument("--seed", type=int, default=0)
@@ -103,10 +110,17 @@ def add_world_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Ar
 
 def run_eval_world(ns: argparse.Namespace) -> int:
     args = EvalWorldArgs(
-        data=ns.data, weights=ns.weights or str(default_weights_dir()),
-        parts=tuple(p.strip() for p in ns.parts.split(",") if p.strip()), horizon=ns.horizon,
-        max_frames=ns.max_frames, render_states=ns.render_states, steps=ns.steps, guidance=ns.guidance,
-        seed=ns.seed, device=ns.device, threads=ns.threads,
+        data=ns.data,
+        weights=ns.weights or str(default_weights_dir()),
+        parts=tuple(p.strip() for p in ns.parts.split(",") if p.strip()),
+        horizon=ns.horizon,
+        max_frames=ns.max_frames,
+        render_states=ns.render_states,
+        steps=ns.steps,
+        guidance=ns.guidance,
+        seed=ns.seed,
+        device=ns.device,
+        threads=ns.threads,
     )
     from pipeline.evaluation.world import evaluate_world
 
@@ -128,8 +142,10 @@ def write_report(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
-    console.print(f"[bold]{result['data']}[/]: {result['clips']} clips, {result['states']} states; "
-                  f"weights {result['weights']}")
+    console.print(
+        f"[bold]{result['data']}[/]: {result['clips']} clips, {result['states']} states; "
+        f"weights {result['weights']}"
+    )
     for part in PARTS:
         res = result.get(part)
         if res is None:
@@ -158,3 +174,104 @@ def write_report(result: dict[str, Any]) -> None:
         for key, value in res.items():
             table.add_row(key, json.dumps(value) if isinstance(value, dict) else _fmt(value))
         console.print(table)
+
+
+def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `compare` to `semworld eval`: semworld, semworld on true states, the pixel model, copy-last, truth."""
+    p = eval_subparsers.add_parser(
+        "compare", help="semworld against the pixel-space predictor on world test clips (issue 13)",
+        description="From the same context frames, h = 1..H: state exact match and object accuracy of each "
+                    "method's frames read back by the captioner, PSNR/SSIM/MSE/MAE per pixel, by family.",
+    )  # fmt: skip
+    p.add_argument(
+        "--data", required=True, help="`semworld world generate --split test --length 12` directory"
+    )
+    p.add_argument(
+        "--weights", default=None, help="weights folder (default: $SEMWORLD_WEIGHTS_DIR or weights/)"
+    )
+    p.add_argument(
+        "--pixel", required=True, help="saved pixel model (or a `semworld train pixel` run folder)"
+    )
+    p.add_argument("--clips", type=int, default=None, help="use the first N usable clips (default: all)")
+    p.add_argument("--horizon", type=int, default=8, help="frames predicted (default %(default)s)")
+    p.add_argument("--steps", type=int, default=None, help="renderer denoising steps (default: its own)")
+    p.add_argument("--seed", type=int, default=0, help="renderer noise seed")
+    p.add_argument("--figures", default=None, help="folder for the horizon plot and the frame grid (PNG)")
+    p.add_argument("--prefix", default="semantic_vs_pixel", help="figure file-name prefix")
+    p.add_argument("--grid-clips", type=int, default=3, help="clips in the frame grid (default %(default)s)")
+    p.add_argument(
+        "--cache",
+        default=None,
+        help="folder keeping semworld's, copy-last's and the truth's frames "
+        "between runs (a retrained pixel model is compared without rendering again)",
+    )
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", default=None, help="also write the result as JSON to this file")
+    p.add_argument("--markdown", default=None, help="also write the tables as Markdown to this file")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_eval_compare)
+    return p
+
+
+def run_eval_compare(ns: argparse.Namespace) -> int:
+    from pipeline.evaluation.compare import CompareArgs, compare
+
+    args = CompareArgs(
+        data=ns.data, weights=ns.weights or str(default_weights_dir()), pixel=ns.pixel, clips=ns.clips,
+        horizon=ns.horizon, steps=ns.steps, seed=ns.seed, figures=ns.figures, prefix=ns.prefix,
+        grid_clips=ns.grid_clips, cache=ns.cache, device=ns.device, threads=ns.threads,
+    )  # fmt: skip
+    result = compare(args)
+    if ns.out:
+        from pipeline.utils import atomic_write_json
+
+        atomic_write_json(ns.out, result)
+    if ns.markdown:
+        from pipeline.evaluation.compare import markdown_tables
+        from pipeline.utils import atomic_write_text
+
+        atomic_write_text(ns.markdown, markdown_tables(result))
+    if ns.json:
+        print(json.dumps(result))
+        return 0
+    write_compare_report(result)
+    return 0
+
+
+def write_compare_report(result: dict[str, Any]) -> None:
+    """Rich tables of a `compare` result: each measure by method and horizon, exact match by family, timing."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from pipeline.evaluation.compare import METHODS
+
+    console = Console()
+    h = result["horizon"]
+    console.print(f"[bold]{result['data']}[/]: {result['clips']} clips {result['families']}, context "
+                  f"{result['context']} frames; weights {result['weights']}, pixel {result['pixel']}")  # fmt: skip
+    for key, title in (("exact", "state exact match of the frames (captioned)"),
+                       ("object_acc", "objects read back exactly"), ("lost", "true objects lost"),
+                       ("invented", "objects invented per frame"), ("psnr", "PSNR (dB)"), ("ssim", "SSIM"),
+                       ("mse", "MSE per pixel ([0, 1] values)"), ("mae", "MAE per pixel")):  # fmt: skip
+        table = Table(title=title)
+        table.add_column("method")
+        for k in range(1, h + 1):
+            table.add_column(f"h={k}", justify="right")
+        table.add_column("all", justify="right")
+        for method in METHODS:
+            res = result["methods"][method]
+            table.add_row(method, *(_fmt(res["by_horizon"][str(k)].get(key)) for k in range(1, h + 1)),
+                          _fmt(res["all"].get(key)))  # fmt: skip
+        console.print(table)
+    for fam in sorted(next(iter(result["methods"].values()))["by_family"]):
+        table = Table(title=f"state exact match, {fam}")
+        table.add_column("method")
+        for k in range(1, h + 1):
+            table.add_column(f"h={k}", justify="right")
+        for method in METHODS:
+            row = result["methods"][method]["by_family"][fam]
+            table.add_row(method, *(_fmt(row[str(k)].get("exact")) for k in range(1, h + 1)))
+        console.print(table)
+    console.print("seconds per predicted frame: " + ", ".join(
+        f"{k} {v:.4f}" for k, v in result["seconds_per_frame"].items()))  # fmt: skip

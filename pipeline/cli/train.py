@@ -1,7 +1,8 @@
-"""`semworld train predictor|captioner|renderer|all`: each command's flags are its arguments dataclass's fields
+"""`semworld train predictor|captioner|renderer|pixel|all`: each command's flags are its arguments dataclass's fields
 (pipeline.training.args), derived by pipeline.cli.flags.
 
-`train predictor` trains the 4-tensor model, the 1-D baseline, or both on state sequences.
+`train predictor` trains the 4-tensor model, the 1-D baseline, or both on state sequences; `train pixel` the
+pixel-space baseline that semworld is compared with (issue 13).
 
 Works under torchrun (`torchrun --nproc_per_node=K -m pipeline.cli train predictor ...`): one replica per
 process, DistributedDataParallel (gloo on CPU, nccl on CUDA), rank 0 writes every file.
@@ -14,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.cli.flags import add_dataclass_flags, dataclass_from_namespace
 from pipeline.data import FORMATS
-from pipeline.training.args import MODEL_KINDS, TrainAllArgs, TrainArgs, TrainCaptionerArgs, TrainRendererArgs
+from pipeline.training.args import (
+    MODEL_KINDS,
+    TrainAllArgs,
+    TrainArgs,
+    TrainCaptionerArgs,
+    TrainPixelArgs,
+    TrainRendererArgs,
+)
 
 if TYPE_CHECKING:
     from pipeline.training.predictor import TrainResult
@@ -29,6 +37,8 @@ COMMANDS: tuple[tuple[str, type, str, str, dict[str, Any]], ...] = (
      "Train the embedded captioner (tiny BLIP) on random world frames; resumable.", {}),
     ("renderer", TrainRendererArgs, "train the embedded diffusion renderer on world frames",
      "Train the embedded renderer (VAE, then UNet + text encoder) on world frames; resumable.", {}),
+    ("pixel", TrainPixelArgs, "train the pixel-space baseline (SimVP-style) on world clips",
+     "Train the pixel-space video predictor that semworld is compared with (issue 13); resumable.", {}),
     ("all", TrainAllArgs, "rebuild every shipped model (captioner, renderer, predictor) from scratch",
      "Rebuild the shipped weights folder from the recipes of models.presets, seeded and resumable "
      "(rerun the same command to resume).", {}),
@@ -41,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     train_sub = train.add_subparsers(dest="train_what", metavar="WHAT")
     train.set_defaults(func=lambda args: (train.print_help(), 2)[1])
     runners = {"predictor": run_train_predictor, "captioner": run_train_captioner,
-               "renderer": run_train_renderer, "all": run_train_all}  # fmt: skip
+               "renderer": run_train_renderer, "pixel": run_train_pixel, "all": run_train_all}  # fmt: skip
     for name, cls, help_text, description, options in COMMANDS:
         p = train_sub.add_parser(name, help=help_text, description=description)
         add_dataclass_flags(p, cls, **options)
@@ -59,6 +69,17 @@ def run_train_renderer(ns: argparse.Namespace) -> int:
     from pipeline.training.renderer import train_renderer
 
     train_renderer(dataclass_from_namespace(TrainRendererArgs, ns))
+    return 0
+
+
+def run_train_pixel(ns: argparse.Namespace) -> int:
+    from pipeline.training.pixel import train_pixel
+
+    summary = train_pixel(dataclass_from_namespace(TrainPixelArgs, ns))
+    print(
+        f"pixel model in {summary['weights']}: {summary['steps_done']} steps, "
+        f"{summary['cpu_seconds_total'] / 60:.1f} CPU-minutes, val rollout MSE {summary['eval']['mse']:.5f}"
+    )
     return 0
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from models.captioner import CaptionerConfig
+from models.pixel import PixelConfig
 from models.presets import STAGES, Recipe
 from models.renderer import RendererConfig
 from pipeline.utils import UserError
@@ -423,6 +424,78 @@ class TrainRendererArgs:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+# ---- the pixel-space baseline (`semworld train pixel`) ----------------------------------------------------
+@dataclass
+class TrainPixelArgs:
+    """Arguments of `semworld train pixel` (each field is a flag: --out, --steps, --batch-size, ...).
+
+    out: run directory: checkpoint.pt (atomic, resumable: rerun the same command), log.jsonl, loss_curve.png,
+        training_summary.json and model/ (config.json + model.safetensors, rewritten at every evaluation).
+    seed: seeds the initialisation and every step's batch (step s draws from (seed, s), so a resumed run sees
+        the batches an uninterrupted one would).
+    clips / length: the training clips, world.sequences("all", clips, seed, length, split="train"): the clips the
+        shipped predictor was trained on (3000 of 20 states); frames are world.render_state of each state.
+    steps / batch_size: optimizer steps and windows per step (a window: context frames + rollout_steps targets
+        from a random clip and start).
+    rollout_steps: the loss is taken on this many autoregressive steps (the model's own frames fed back), so
+        that it learns to continue from its own output and not only from perfect frames.
+    lr / min_lr_ratio / warmup_steps / weight_decay / grad_clip: AdamW, linear warmup, cosine decay over `steps`
+        to lr * min_lr_ratio.
+    object_weight: weight of the pixels that differ from the room (objects, screen, lamp) in the L1 + MSE loss
+        (pipeline.training.renderer.reconstruction_loss); objects cover a few percent of a frame.
+    eval_every / eval_clips: evaluation period (steps) and size (val-split clips: 8-frame rollouts from the first
+        `context` frames).
+    checkpoint_every: steps between atomic checkpoints.
+    minutes: wall-clock cap of this session (0 = none; steps are the reproducible stop); the run ends cleanly.
+    threads: torch intra-op threads (1 leaves the other core to everyone else).
+    progress: draw a progress bar.
+    model: the network's shape (models.pixel.PixelConfig).
+    """
+
+    out: str = "runs/pixel"
+    seed: int = 0
+    clips: int = 3000
+    length: int = 20
+    steps: int = 6000
+    batch_size: int = 16
+    rollout_steps: int = 2
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 200
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    object_weight: float = 10.0
+    eval_every: int = 250
+    eval_clips: int = 32
+    checkpoint_every: int = 100
+    minutes: float = 0.0
+    threads: int = 1
+    progress: bool = True
+    model: PixelConfig = field(default_factory=PixelConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model, dict):
+            self.model = PixelConfig.from_dict(self.model)
+        for name in ("clips", "steps", "batch_size", "rollout_steps", "eval_every", "eval_clips",
+                     "checkpoint_every", "threads"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.length < self.model.context + self.rollout_steps:
+            raise UserError(
+                f"--length {self.length} is shorter than context {self.model.context} + rollout-steps "
+                f"{self.rollout_steps}"
+            )
+        if self.lr <= 0 or not 0 < self.min_lr_ratio <= 1:
+            raise UserError(f"--lr must be > 0 and --min-lr-ratio in (0, 1], got {self.lr}, {self.min_lr_ratio}")
+        if self.object_weight < 1:
+            raise UserError(f"--object-weight must be >= 1, got {self.object_weight}")
+        if self.minutes < 0 or self.warmup_steps < 0 or self.grad_clip <= 0:
+            raise UserError("--minutes and --warmup-steps must be >= 0 and --grad-clip > 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 # ---- every stage (`semworld train all`, `make weights`) -------------------------------------------------

@@ -1,0 +1,55 @@
+"""`PixelPredictor`: the pixel-space baseline (models.pixel) behind a frames-in, frames-out call, for the comparison
+of issue 13. It takes uint8 RGB frames of any square size, resizes them to the network's side, rolls the network
+out autoregressively and hands back uint8 frames at the input's size."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.hub import CONFIG_NAME
+from models.pixel import PixelModel, resize_frames
+
+
+class PixelPredictor:
+    """Context frames -> the next k frames, in pixels."""
+
+    def __init__(self, model: PixelModel, device: torch.device | str = "cpu") -> None:
+        self.model = model.to(device).eval()
+        self.device = torch.device(device)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: torch.device | str = "cpu") -> PixelPredictor:
+        """Load a saved PixelModel; `directory` is the model folder or a `semworld train pixel` run folder
+        (whose model/ holds the weights)."""
+        root = Path(directory)
+        if not (root / CONFIG_NAME).is_file() and (root / "model" / CONFIG_NAME).is_file():
+            root = root / "model"
+        return cls(PixelModel.from_pretrained(root, map_location=device), device)
+
+    @property
+    def context(self) -> int:
+        """T: frames each prediction reads."""
+        return self.model.config.context
+
+    @torch.no_grad()
+    def predict_frames(self, contexts: Sequence[Sequence[np.ndarray]], k: int) -> list[list[np.ndarray]]:
+        """For each context (at least T frames (H, H, 3) uint8; the last T are read), the next `k` frames."""
+        if not contexts:
+            return []
+        t, size = self.context, self.model.config.image_size
+        for i, ctx in enumerate(contexts):
+            if len(ctx) < t:
+                raise ValueError(f"contexts[{i}] has {len(ctx)} frames; the pixel model reads {t}")
+        arr = np.stack([np.stack(list(ctx)[-t:]) for ctx in contexts])  # (B, T, H, W, 3) uint8
+        if arr.ndim != 5 or arr.shape[-1] != 3 or arr.shape[2] != arr.shape[3]:
+            raise ValueError(f"contexts must hold square RGB frames (H, H, 3), got {arr.shape[2:]}")
+        side = arr.shape[2]
+        x = torch.from_numpy(arr).to(self.device).permute(0, 1, 4, 2, 3).float().div(255.0)  # (B, T, C, H, W)
+        pred = self.model.rollout(resize_frames(x, size), k)  # (B, K, C, S, S)
+        pred = resize_frames(pred, side).clamp(0, 1)  # (B, K, C, H, W)
+        out = pred.mul(255.0).round().to(torch.uint8).permute(0, 1, 3, 4, 2).cpu().numpy()  # (B, K, H, W, 3)
+        return [list(clip) for clip in out]

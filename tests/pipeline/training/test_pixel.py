@@ -1,0 +1,78 @@
+"""`semworld train pixel`: the trainer's files, its resume after a stop, and the loss it minimises."""
+
+import json
+
+import pytest
+import torch
+
+from models.pixel import PixelConfig, PixelModel
+from pipeline.training.args import TrainPixelArgs
+from pipeline.training.pixel import rollout_loss, sample_batch, train_pixel
+from pipeline.utils import UserError
+
+TINY = PixelConfig(image_size=32, hid_s=4, hid_t=8, downsample=2, translator_blocks=1, kernel=3)
+
+
+def tiny_args(out, **kw) -> TrainPixelArgs:
+    base = dict(out=str(out), clips=6, steps=4, batch_size=2, warmup_steps=1, eval_every=2, eval_clips=2,
+                checkpoint_every=1, progress=False, model=TINY)  # fmt: skip
+    return TrainPixelArgs(**{**base, **kw})
+
+
+def test_train_writes_weights_log_curve_and_summary(tmp_path):
+    summary = train_pixel(tiny_args(tmp_path))
+    assert summary["steps_done"] == 4 and summary["stopped_by"] == "steps"
+    assert summary["parameters"] == sum(p.numel() for p in PixelModel(TINY).parameters())
+    assert summary["cpu_seconds_total"] > 0
+    assert len(summary["eval"]["mse_by_horizon"]) == 8
+    for name in ("checkpoint.pt", "log.jsonl", "loss_curve.png", "training_summary.json"):
+        assert (tmp_path / name).is_file(), name
+    assert json.loads((tmp_path / "training_summary.json").read_text())["steps_done"] == 4
+    loaded = PixelModel.from_pretrained(tmp_path / "model")
+    assert loaded.config == TINY
+    evals = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in evals if "eval" in r] == [2, 4]
+
+
+def test_a_stopped_run_resumes_to_the_same_weights(tmp_path):
+    train_pixel(tiny_args(tmp_path / "whole"))
+    train_pixel(tiny_args(tmp_path / "split", steps=2))  # as if killed after step 2
+    resumed = train_pixel(tiny_args(tmp_path / "split"))
+    assert resumed["steps_done"] == 4
+    a = PixelModel.from_pretrained(tmp_path / "whole" / "model").state_dict()
+    b = PixelModel.from_pretrained(tmp_path / "split" / "model").state_dict()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0)
+
+
+def test_resume_with_another_model_shape_is_refused(tmp_path):
+    train_pixel(tiny_args(tmp_path, steps=1))
+    other = PixelConfig(image_size=32, hid_s=8, hid_t=8, downsample=2, translator_blocks=1, kernel=3)
+    with pytest.raises(ValueError, match="differs from --model flags"):
+        train_pixel(tiny_args(tmp_path, model=other))
+
+
+def test_batches_are_consecutive_world_frames():
+    import world
+    from pipeline.training.pixel import frames_tensor
+
+    clips = [["red ball top left .", "red ball upper left .", "red ball middle left ."]]
+    batch = sample_batch(clips, 2, 3, 32, torch.Generator().manual_seed(0))  # (B, 3, C, 32, 32)
+    assert batch.shape == (2, 3, 3, 32, 32)
+    torch.testing.assert_close(batch[0], frames_tensor(clips[0], 32))
+    assert world.render_state(clips[0][0]).shape == (128, 128, 3)
+
+
+def test_loss_is_zero_on_the_truth_and_grows_with_error():
+    x = torch.rand(2, 2, 3, 16, 16)
+    assert float(rollout_loss(x, x, 10.0)) == 0.0
+    assert float(rollout_loss((x + 0.2).clamp(0, 1), x, 10.0)) < float(
+        rollout_loss((x + 0.4).clamp(0, 1), x, 10.0)
+    )
+
+
+def test_arguments_name_the_bad_flag(tmp_path):
+    with pytest.raises(UserError, match="--length 5 is shorter"):
+        tiny_args(tmp_path, length=5)
+    with pytest.raises(UserError, match="--batch-size"):
+        tiny_args(tmp_path, batch_size=0)
