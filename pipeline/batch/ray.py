@@ -189,18 +189,22 @@ def actor_threads() -> int:
     return max(1, math.floor(cpus))
 
 
-class DecodeStage:
-    """Reads and samples one clip per call (a row in, a row out)."""
+class _ClipStage:
+    """A CPU stage: one clip (row) per call, in an actor that imports the pipeline once."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
         torch.set_num_threads(actor_threads())
         self.settings = BatchSettings.from_dict(settings)
 
+
+class DecodeStage(_ClipStage):
+    """Reads and samples one clip per call."""
+
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
         return work_to_row(stages.decode(ClipJob.from_row(row), self.settings))
 
 
-class WriteStage(DecodeStage):
+class WriteStage(_ClipStage):
     """Writes one finished clip's folder per call; the row out is its ClipResult as JSON."""
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -265,7 +269,7 @@ def build_dataset(jobs: Sequence[ClipJob], settings: BatchSettings, res: dict[st
         return ActorPoolStrategy(size=r.concurrency) if r.concurrency else ActorPoolStrategy(min_size=1)
 
     sd = settings.to_dict()
-    # One clip per block: a block is the unit a stage hands on, so clips stream through one by one.
+    # One clip per block (up to 256 clips): a block is what a stage hands on, so clips stream one by one.
     ds: Any = ray.data.from_items([j.to_row() for j in jobs], override_num_blocks=max(1, min(len(jobs), 256)))
     ds = ds.map(
         DecodeStage, fn_constructor_kwargs={"settings": sd}, num_cpus=res["decode"].num_cpus,
