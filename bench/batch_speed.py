@@ -9,7 +9,7 @@ on the first --loop-clips clips (its calls are independent, so its rate does not
     .venv/bin/python bench/batch_speed.py                        # 100 clips, shipped weights, ~10 min on 2 cores
     .venv/bin/python bench/batch_speed.py --clips 8 --loop-clips 2 --lengths 6 12 --length-clips 2   # smoke
 
-Writes runs/bench/batch_speed.{json,md}.
+Writes runs/bench/batch_speed.{json,md} and the plot docs/img/batch_cost.png (--plot).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "pipeline.cli"]
-STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO pipeline\.batch\.\w+: \[(\d+)/(\d+)\]")
+# A `--no-progress` line per finished clip, "[7/100] 000006 ok 0.41 s", whatever the log format around it.
+DONE = re.compile(r"\[(\d+)/(\d+)\] \S+ (?:ok|failed)\b")
 
 
 def env(threads: int) -> dict[str, str]:
@@ -48,21 +49,28 @@ def world(out: Path, clips: int, length: int) -> Path:
     return folder / "clips"
 
 
-def timed(argv: list[str], threads: int, shell: bool = False) -> tuple[float, str]:
+Lines = list[tuple[float, str]]  # (seconds since the command started, line) as the line arrived
+
+
+def timed(argv: list[str], threads: int, shell: bool = False) -> tuple[float, Lines]:
+    """Run a command; wall seconds and its output lines (stdout and stderr together), each stamped on arrival.
+    The stamps come from this clock, not from the log format, which a user-facing CLI may change."""
     t = time.perf_counter()
-    run = subprocess.run(
+    run = subprocess.Popen(
         argv if not shell else ["bash", "-c", argv[0]],
         cwd=REPO,
         env=env(threads),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # the log goes to stderr, a line at a time
         text=True,
     )
+    assert run.stdout is not None
+    lines = [(time.perf_counter() - t, line.rstrip("\n")) for line in run.stdout]
     seconds = time.perf_counter() - t
-    if run.returncode != 0:
-        raise SystemExit(
-            f"failed ({run.returncode}): {' '.join(argv)}\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
-        )
-    return seconds, run.stdout + run.stderr
+    if run.wait() != 0:
+        tail = "\n".join(line for _, line in lines[-60:])
+        raise SystemExit(f"failed ({run.returncode}): {' '.join(argv)}\n{tail}")
+    return seconds, lines
 
 
 def shell_loop(clips: list[Path], out: Path, args: argparse.Namespace) -> float:
@@ -79,7 +87,7 @@ def shell_loop(clips: list[Path], out: Path, args: argparse.Namespace) -> float:
 
 def batch(
     inputs: Path, out: Path, args: argparse.Namespace, *extra: str, threads: int
-) -> tuple[float, dict, str]:
+) -> tuple[float, dict, Lines]:
     shutil.rmtree(out, ignore_errors=True)
     argv = [*CLI, "batch", str(inputs), "--out", str(out), "--stride", str(args.stride), "-k", str(args.horizon),
             "--device", "cpu", "--no-progress", *extra]  # fmt: skip
@@ -91,18 +99,67 @@ def batch(
     return seconds, summary, log
 
 
-def completion_times(log: str) -> list[tuple[int, float]]:
-    """(clips done, seconds since the first clip finished) from the `--no-progress` log lines."""
-    points = []
-    for line in log.splitlines():
-        m = STAMP.match(line)
-        if m:
-            t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            points.append((int(m.group(2)), t))
+def completion_times(lines: Lines) -> list[tuple[int, float]]:
+    """(clips done, seconds since the first clip finished) from the `--no-progress` lines of a run."""
+    points = [(int(m.group(1)), t) for t, line in lines if (m := DONE.search(line))]
     if not points:
-        return []
+        raise SystemExit("no '[n/N] clip ok' lines in the batch log: did its --no-progress format change?")
     t0 = points[0][1]
     return [(n, round(t - t0, 3)) for n, t in points]
+
+
+def line_fit(xs: list[float], ys: list[float]) -> dict[str, float]:
+    """Least-squares y = a + b x, with R^2 and the largest residual relative to the y range."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if sxx else 0.0
+    a = my - b * mx
+    res = [y - (a + b * x) for x, y in zip(xs, ys, strict=True)]
+    ss = sum((y - my) ** 2 for y in ys)
+    r2 = 1 - sum(r * r for r in res) / ss if ss else 1.0
+    span = (max(ys) - min(ys)) or 1.0
+    return {
+        "a": round(a, 4),
+        "b": round(b, 5),
+        "r2": round(r2, 4),
+        "max_dev": round(max(map(abs, res)) / span, 4),
+    }
+
+
+def plot(path: Path, growth: list[tuple[int, float]], lengths: list[dict], fits: dict[str, dict]) -> None:
+    """Seconds vs clips done (1 worker) and seconds per clip vs frames per clip, each with its line fit."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    if growth:
+        n, t = zip(*growth, strict=True)
+        left.plot(n, t, ".", ms=4, label="clip finished")
+        f = fits["clips"]
+        left.plot([n[0], n[-1]], [f["a"] + f["b"] * n[0], f["a"] + f["b"] * n[-1]], "-", lw=1,
+                  label=f"fit: {f['b']:.3f} s per clip, R² {f['r2']:.4f}")  # fmt: skip
+        left.set(xlabel="clips done", ylabel="seconds after the first clip", title="cost vs number of clips")
+        left.legend(loc="upper left", fontsize=8)
+    frames = [r["frames"] for r in lengths]
+    bottom = [0.0] * len(lengths)
+    for stage in ("decode", "caption", "predict", "render", "write"):
+        h = [r["per_clip_stage_s"][stage] for r in lengths]
+        right.bar(frames, h, width=min(frames) * 0.6, bottom=bottom, label=stage)
+        bottom = [b + x for b, x in zip(bottom, h, strict=True)]
+    f = fits["length"]
+    right.plot([0, max(frames) * 1.05], [f["a"], f["a"] + f["b"] * max(frames) * 1.05], "k-", lw=1,
+               label=f"fit: {f['a']:.3f} s + {1000 * f['b']:.2f} ms per frame")  # fmt: skip
+    right.set(xlabel="frames per clip (stride 5)", ylabel="seconds per clip (stages summed)",
+              title="cost vs clip length (horizon 8)", xlim=(0, max(frames) * 1.1))  # fmt: skip
+    right.set_ylim(0, max(bottom) * 1.6)  # room for the legend above the bars
+    right.legend(loc="upper left", fontsize=7, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -111,7 +168,7 @@ def main() -> None:
     p.add_argument("--loop-clips", type=int, default=20, help="clips the shell loop is timed on")
     p.add_argument("--length", type=int, default=12, help="states per clip of the throughput runs")
     p.add_argument(
-        "--lengths", type=int, nargs="+", default=[6, 12, 24], help="clip lengths (states) to time"
+        "--lengths", type=int, nargs="+", default=[6, 12, 24, 48], help="clip lengths (states) to time"
     )
     p.add_argument("--length-clips", type=int, default=10, help="clips per length")
     p.add_argument(
@@ -128,6 +185,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=REPO / "runs" / "bench" / "batch")
     p.add_argument("--json", type=Path, default=REPO / "runs" / "bench" / "batch_speed.json")
     p.add_argument("--markdown", type=Path, default=REPO / "runs" / "bench" / "batch_speed.md")
+    p.add_argument("--plot", type=Path, default=REPO / "docs" / "img" / "batch_cost.png")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()
@@ -205,6 +263,15 @@ def main() -> None:
             if length not in best or row["per_clip_s"] < best[length]["per_clip_s"]:
                 best[length] = row
     lengths = [best[n] for n in args.lengths]
+    fits = {"length": line_fit([r["frames"] for r in lengths], [r["per_clip_s"] for r in lengths])}
+    if growth:
+        fits["clips"] = line_fit([n for n, _ in growth], [t for _, t in growth])
+    # The marks of the clips-done line: a quarter, a half, three quarters and all of the run.
+    marks = [
+        (n, t)
+        for n, t in growth
+        if n in {1, len(growth) // 4, len(growth) // 2, 3 * len(growth) // 4, len(growth)}
+    ]
 
     result = {
         "machine": f"{platform.processor() or platform.machine()}, {cpus} CPUs, python {platform.python_version()}",
@@ -214,9 +281,12 @@ def main() -> None:
         "args": {k: str(v) for k, v in vars(args).items()},
         "throughput": rows,
         "local_and_ray_states_equal": same,
+        # The target compares Ray with the local path on the same cores: 2 workers use both, as Ray does.
+        "ray_vs_local_2_workers": round(rows["`semworld batch --ray`"]["seconds"] / rows["`semworld batch --workers 2`"]["seconds"], 2) if rows else None,
         "ray_vs_local_1_worker": round(rows["`semworld batch --ray`"]["seconds"] / rows["`semworld batch --workers 1`"]["seconds"], 2) if rows else None,
         "growth_with_clips": growth,
         "growth_with_length": lengths,
+        "fits": fits,
     }  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2) + "\n")
@@ -232,10 +302,22 @@ def main() -> None:
           + " | ".join(f"{r['per_clip_stage_s'][k]:.3f}" for k in ("decode", "caption", "predict", "render", "write"))
           + " |" for r in lengths],  # fmt: skip
         "",
-        "clips done -> seconds after the first (1 worker): "
-        + ", ".join(f"{n}: {t:.1f}" for n, t in growth if n in {1, len(files) // 4, len(files) // 2, 3 * len(files) // 4, len(files)}),
+        f"cost vs frames per clip: {fits['length']['a']:.3f} s + {1000 * fits['length']['b']:.2f} ms per frame, "
+        f"R^2 {fits['length']['r2']}, largest residual {100 * fits['length']['max_dev']:.1f}% of the range",
+        "",
+        *(["| clips done (1 worker) | " + " | ".join(str(n) for n, _ in marks) + " |",
+           "|---|" + "---:|" * len(marks),
+           "| seconds after the first | " + " | ".join(f"{t:.1f}" for _, t in marks) + " |",
+           "",
+           f"cost vs clips done: {fits['clips']['b']:.3f} s per clip, R^2 {fits['clips']['r2']}, largest residual "
+           f"{100 * fits['clips']['max_dev']:.1f}% of the range"] if growth else []),  # fmt: skip
+        f"Ray / local wall time: {result['ray_vs_local_2_workers']}x vs 2 workers, {result['ray_vs_local_1_worker']}x vs 1 worker"
+        if rows else "",
         f"local and Ray states.jsonl equal: {same}; load average before {result['load_average_before']}, after {result['load_average_after']}",
     ]  # fmt: skip
+    if args.plot:
+        plot(args.plot, growth, lengths, fits)
+        md.append(f"plot: {args.plot}")
     args.markdown.write_text("\n".join(md) + "\n")
     print("\n".join(md))
 

@@ -1,22 +1,27 @@
 """The Ray Data engine: the same stages as the local engine, as a streaming Ray Data pipeline.
 
-    paths -> decode (CPU tasks) -> caption -> predict -> render (map_batches, one callable class per model:
-    the model loads once per actor; concurrency, num_gpus, num_cpus and batch_size set per stage) -> write
+    paths -> decode (CPU) -> caption -> predict -> render (map_batches, one callable class per model: the model
+    loads once per actor; concurrency, num_gpus, num_cpus and batch_size set per stage) -> write (CPU)
 
-A row is one clip; the write stage calls the local engine's writer (pipeline.batch.clip.write_clip), which is
-atomic and idempotent, so a task that Ray retries writes the same folder again. Ray is optional: nothing here
-imports it until a run starts.
+Every stage is a callable class in an actor pool, the CPU ones too: a plain Ray task runs in a pooled worker
+process that Ray ends after a second idle whenever the node runs more workers than it has CPUs (here: always,
+the three model actors), so each decode or write task after a pause started a new Python process and imported
+torch again. A row is one clip; the write stage calls the local engine's writer (pipeline.batch.clip.write_clip),
+which is atomic and idempotent, so a call that Ray retries writes the same folder again. Ray is optional:
+nothing here imports it until a run starts.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
 from pipeline.batch import clip as stages
@@ -44,9 +49,10 @@ def require_ray() -> None:
 
 @dataclass(frozen=True)
 class StageResources:
-    """What one stage asks Ray for. Model stages: `concurrency` actors (replicas), each holding `num_gpus` (a
-    share: 0.5 puts two replicas on one GPU) and `num_cpus`, fed `batch_size` clips per call. CPU stages
-    (decode, write): at most `concurrency` tasks at once (None: as many as the cluster's CPUs allow)."""
+    """What one stage asks Ray for: `concurrency` actors (replicas; None: a pool that grows from one actor as far
+    as the cluster's free CPUs allow), each holding `num_gpus` (a share: 0.5 puts two replicas on one GPU) and
+    `num_cpus` (which also sets the actor's torch threads: floored, at least one), fed `batch_size` clips per
+    call (the CPU stages, decode and write, take one clip per call)."""
 
     concurrency: int | None = 1
     num_gpus: float = 0.0
@@ -70,19 +76,26 @@ def stage_resources(
     The model stages use GPUs when `--device` says cuda, or says nothing and the cluster has GPUs. Their default
     shares add up to one GPU (renderer 0.5, captioner 0.25, predictor 0.25), so that the three stages all start on
     a one-GPU machine; more GPUs are used by raising `concurrency` / `num_gpus` per stage. Without GPUs the three
-    model actors take half a CPU each and the decode and write tasks a quarter each, so that everything fits on
-    two cores instead of waiting for each other.
+    model actors take half a CPU each and one decode and one write actor a quarter each, so that all five fit on
+    two cores at once instead of waiting for each other; with GPUs the decode and write pools grow with the
+    cluster's CPUs.
+
+    Every model stage takes the same `batch_size` by default. A stage bundles its input blocks up to its batch
+    size and returns one block per bundle, so a larger batch downstream (the predictor's former 16) merges the
+    blocks for good: the stages after it then get 16 clips per task, the first clips wait for the sixteenth, and
+    one write task writes all sixteen in a row while the other core idles.
     """
     device = settings.device or ""
     gpu = device.startswith("cuda") or (settings.device in (None, "auto") and cluster_gpus > 0)
     share = {"caption": 0.25, "predict": 0.25, "render": 0.5} if gpu else dict.fromkeys(MODEL_STAGES, 0.0)
     cpus = 1.0 if gpu else 0.5
+    io = None if gpu else 1  # decode and write actors
     res = {
-        "decode": StageResources(concurrency=None, num_cpus=cpus / 2, batch_size=1),
+        "decode": StageResources(concurrency=io, num_cpus=cpus / 2, batch_size=1),
         "caption": StageResources(num_gpus=share["caption"], num_cpus=cpus, batch_size=4),
-        "predict": StageResources(num_gpus=share["predict"], num_cpus=cpus, batch_size=16),
+        "predict": StageResources(num_gpus=share["predict"], num_cpus=cpus, batch_size=4),
         "render": StageResources(num_gpus=share["render"], num_cpus=cpus, batch_size=4),
-        "write": StageResources(concurrency=None, num_cpus=cpus / 2, batch_size=1),
+        "write": StageResources(concurrency=io, num_cpus=cpus / 2, batch_size=1),
     }
     unknown = sorted(set(overrides) - set(RAY_STAGES))
     if unknown:
@@ -165,14 +178,38 @@ def works_to_batch(works: list[ClipWork]) -> Batch:
     return {k: _column([r[k] for r in rows]) for k in rows[0]}
 
 
-# ---- the stages: functions for CPU tasks, callable classes for the models --------------------------------------
-def decode_row(row: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
-    return work_to_row(stages.decode(ClipJob.from_row(row), BatchSettings.from_dict(settings)))
+# ---- the stages: one callable class each, so that each actor imports and loads once -------------------------------
+def actor_threads() -> int:
+    """Torch threads for this actor: the CPUs Ray gave it, floored, at least one (Ray's own rule for
+    OMP_NUM_THREADS, which it applies only when the variable is unset; a driver started with
+    OMP_NUM_THREADS=2 would otherwise give each of the three model actors two threads on two cores)."""
+    import ray
+
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
+    return max(1, math.floor(cpus))
 
 
-def write_row(row: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
-    result = stages.write_clip(row_to_work(row), BatchSettings.from_dict(settings))
-    return {"result": json.dumps(asdict(result))}
+class _ClipStage:
+    """A CPU stage: one clip (row) per call, in an actor that imports the pipeline once."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        torch.set_num_threads(actor_threads())
+        self.settings = BatchSettings.from_dict(settings)
+
+
+class DecodeStage(_ClipStage):
+    """Reads and samples one clip per call."""
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        return work_to_row(stages.decode(ClipJob.from_row(row), self.settings))
+
+
+class WriteStage(_ClipStage):
+    """Writes one finished clip's folder per call; the row out is its ClipResult as JSON."""
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        result = stages.write_clip(row_to_work(row), self.settings)
+        return {"result": json.dumps(asdict(result))}
 
 
 class _ModelStage:
@@ -181,6 +218,7 @@ class _ModelStage:
     component = ""
 
     def __init__(self, settings: dict[str, Any]) -> None:
+        torch.set_num_threads(actor_threads())
         self.settings = BatchSettings.from_dict(settings)
         self.pipe = stages.load_pipeline(self.settings, components=(self.component,))
 
@@ -225,13 +263,17 @@ MODEL_STAGES: dict[str, type[_ModelStage]] = {
 def build_dataset(jobs: Sequence[ClipJob], settings: BatchSettings, res: dict[str, StageResources]) -> Any:
     """The lazy Ray Dataset of the run: one output row {"result": ClipResult as JSON} per clip."""
     import ray.data
-    from ray.data import ActorPoolStrategy, TaskPoolStrategy
+    from ray.data import ActorPoolStrategy
+
+    def pool(r: StageResources) -> ActorPoolStrategy:
+        return ActorPoolStrategy(size=r.concurrency) if r.concurrency else ActorPoolStrategy(min_size=1)
 
     sd = settings.to_dict()
+    # One clip per block (up to 256 clips): a block is what a stage hands on, so clips stream one by one.
     ds: Any = ray.data.from_items([j.to_row() for j in jobs], override_num_blocks=max(1, min(len(jobs), 256)))
     ds = ds.map(
-        decode_row, fn_kwargs={"settings": sd}, num_cpus=res["decode"].num_cpus,
-        compute=TaskPoolStrategy(size=res["decode"].concurrency),
+        DecodeStage, fn_constructor_kwargs={"settings": sd}, num_cpus=res["decode"].num_cpus,
+        compute=pool(res["decode"]),
     )  # fmt: skip
     for stage in settings.stages:
         r = res[stage]
@@ -242,11 +284,11 @@ def build_dataset(jobs: Sequence[ClipJob], settings: BatchSettings, res: dict[st
             batch_format="numpy",
             num_cpus=r.num_cpus,
             num_gpus=r.num_gpus,
-            compute=ActorPoolStrategy(size=r.concurrency or 1),
+            compute=pool(r),
         )
     return ds.map(
-        write_row, fn_kwargs={"settings": sd}, num_cpus=res["write"].num_cpus,
-        compute=TaskPoolStrategy(size=res["write"].concurrency),
+        WriteStage, fn_constructor_kwargs={"settings": sd}, num_cpus=res["write"].num_cpus,
+        compute=pool(res["write"]),
     )  # fmt: skip
 
 

@@ -105,9 +105,15 @@ def test_ray_stage_defaults_fit_one_gpu_or_two_cores(tmp_path):
 
     cpu = stage_resources(BatchSettings(out=tmp_path, device="cpu"), {}, cluster_gpus=8)
     assert all(r.num_gpus == 0 for r in cpu.values())
-    assert sum(cpu[s].num_cpus for s in ("caption", "predict", "render")) + cpu["decode"].num_cpus <= 2
+    # All five stages' actors start at once on two cores (none waits for another's CPU share).
+    assert all(r.concurrency == 1 for r in cpu.values())
+    assert sum(r.num_cpus for r in cpu.values()) <= 2
+    # One batch size for the model stages: a larger one downstream would merge the blocks of clips for good.
+    assert len({cpu[s].batch_size for s in ("caption", "predict", "render")}) == 1
     auto = stage_resources(BatchSettings(out=tmp_path), {}, cluster_gpus=1)
     assert sum(r.num_gpus for r in auto.values()) == 1.0 and auto["render"].num_gpus == 0.5
+    # With GPUs the decode and write pools grow with the cluster's CPUs.
+    assert auto["decode"].concurrency is None and auto["write"].concurrency is None
     assert all(r.num_gpus == 0 for r in stage_resources(BatchSettings(out=tmp_path), {}).values())
     sized = stage_resources(BatchSettings(out=tmp_path), {"render": {"concurrency": 3, "num_gpus": 1.0}}, 4)
     assert (sized["render"].concurrency, sized["render"].num_gpus, sized["caption"].num_gpus) == (
