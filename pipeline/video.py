@@ -236,6 +236,9 @@ def _encode_to(path: str, frames: Sequence[np.ndarray], rate: Fraction) -> None:
         stream.width, stream.height = first.shape[1], first.shape[0]
         stream.pix_fmt = "yuv420p"
         stream.options = {"crf": "20", "preset": "veryfast"}
+        # One encoder thread: the same frames give the same bytes whatever the machine's load (a retried batch
+        # write must reproduce its folder); clips here are small, so threads would buy little.
+        stream.codec_context.thread_count = 1
         for frame in frames:
             vf = av.VideoFrame.from_ndarray(_even_frame(frame), format="rgb24")
             for packet in stream.encode(vf):
