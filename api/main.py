@@ -67,6 +67,7 @@ def _load_pipeline(app: FastAPI, settings: Settings) -> WorldModelPipeline:
             settings.weights_dir,
             device=settings.device,
             dtype=_DTYPES[settings.dtype] if settings.dtype else None,
+            project=settings.project,
             **options,
         )
     if stages is None:

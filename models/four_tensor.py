@@ -701,6 +701,26 @@ class FourTensorModel(nn.Module):
         return cut_at_end(ids, self.config.end_ids, pad)
 
     @torch.no_grad()
+    def next_logits(self, token_ids: Tensor, state: object | None = None) -> tuple[Tensor, object | None]:
+        """(B, T, N) window -> the logits (B, N, V) of the next state S(T), slot by slot, and the recurrent state.
+
+        The numbers predict_next decodes (it is their argmax, cut at the first end id); a caller that wants
+        another decoding (e.g. a grammar-constrained search, pipeline/projection.py) reads them here. `state` as
+        in predict_next.
+        """
+        self._check_ids(token_ids, self.config.T, "T")
+        B, T, N = token_ids.shape
+        if self.memory is not None:
+            X_dense, new_state = self.memory_hidden_states(token_ids, cast(MemoryState | None, state))
+            return X_dense[:, :, -1].flatten(-2) @ self.readout_matrix(), new_state  # (B, N, V)
+        with torch.inference_mode():
+            wanted = torch.zeros(B, N, T, dtype=torch.bool, device=token_ids.device)
+            wanted[:, :, -1] = True
+            X_norm = self.packed_hidden_states(token_ids, wanted)  # (B*N, d_x, d_t) in (b, x) order
+            logits = (X_norm.flatten(-2) @ self.readout_matrix()).view(B, N, self.config.vocab_size)
+        return logits.clone(), state  # a normal tensor again
+
+    @torch.no_grad()
     def predict_next(self, token_ids: Tensor, state: object | None = None) -> tuple[Tensor, object | None]:
         """(B, T, N) window -> next state S(T) ids (B, N), padded with padding_idx, and the recurrent state.
 
@@ -710,19 +730,8 @@ class FourTensorModel(nn.Module):
         unchanged; with memory it is the (h, c) before this window (None: empty) and the one returned has this
         window's slice 0 written, ready for the slid window.
         """
-        self._check_ids(token_ids, self.config.T, "T")
-        B, T, N = token_ids.shape
-        if self.memory is not None:
-            X_dense, new_state = self.memory_hidden_states(token_ids, cast(MemoryState | None, state))
-            logits = X_dense[:, :, -1].flatten(-2) @ self.readout_matrix()  # (B, N, V)
-            return self._decode(logits), new_state
-        with torch.inference_mode():
-            wanted = torch.zeros(B, N, T, dtype=torch.bool, device=token_ids.device)
-            wanted[:, :, -1] = True
-            X_norm = self.packed_hidden_states(token_ids, wanted)  # (B*N, d_x, d_t) in (b, x) order
-            logits = (X_norm.flatten(-2) @ self.readout_matrix()).view(B, N, self.config.vocab_size)
-            ids = self._decode(logits)
-        return ids.clone(), state  # a normal tensor again, free to be edited by the caller
+        logits, state = self.next_logits(token_ids, state)  # (B, N, V)
+        return self._decode(logits), state
 
     # --- files ----------------------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | Path) -> None:

@@ -1,17 +1,20 @@
 """Rolling a trained predictor forward: k future states from a history of states, by sliding the window.
 
 Each new window is the last T states, embedded again at positions 0..T-1 (section 2.3); the recurrent state
-that `predict_next` returns (None today, a tensor memory later) is handed to the next window's call.
+that `predict_next` returns (None today, a tensor memory later) is handed to the next window's call. With a
+projection (pipeline/projection.py) each predicted state is first made a valid state of the weights' grammar, and
+that state is what the next window reads.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
+from pipeline.projection import GrammarProjection, projection_for
 from pipeline.tokenizer import PAD_ID, StateTokenizer
 from pipeline.utils import UserError, resolve_device
 
@@ -22,20 +25,32 @@ class Predictor:
     """A predictor model plus its tokenizer: text histories in, predicted text states out.
 
     Notation: B histories, T states per window, N token slots per state.
+
+    projection: None (the model's own argmax decoding, `predict_next`) or a GrammarProjection that turns each
+    predicted state's logits (`next_logits`) into a valid state; the rollout feeds the projected state back.
     """
 
-    def __init__(self, model: Any, tokenizer: StateTokenizer, device: torch.device | str = "cpu") -> None:
+    def __init__(self, model: Any, tokenizer: StateTokenizer, device: torch.device | str = "cpu",
+                 projection: GrammarProjection | None = None) -> None:
         if model.config.vocab_size != tokenizer.vocab_size:
             raise ValueError(
                 f"model vocab_size {model.config.vocab_size} != tokenizer vocab_size {tokenizer.vocab_size}"
             )
+        if projection is not None and not hasattr(model, "next_logits"):
+            raise ValueError(f"projection: {type(model).__name__} has no next_logits to project")
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
+        self.projection = projection
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, device: torch.device | str | None = None) -> Predictor:
-        """Load weights (either model kind) and tokenizer.json from a training output directory."""
+    def from_pretrained(cls, directory: str | Path, device: torch.device | str | None = None,
+                        grammar: str | None = None, project: bool = True) -> Predictor:
+        """Load weights (either model kind) and tokenizer.json from a training output directory.
+
+        grammar: the grammar the weights were trained on (model_index.json's "grammar"; None: none). With one
+        and `project` (the default), predicted states are projected onto its valid states (pipeline/projection.py).
+        """
         from models.hub import load_predictor
 
         dev = resolve_device(device)
@@ -44,7 +59,9 @@ class Predictor:
             tokenizer = StateTokenizer.from_file(directory)
         except (FileNotFoundError, ValueError) as err:  # the user's folder: one line, like the other stages
             raise UserError(f"predictor weights {err}") from None
-        return cls(model, tokenizer, dev)
+        n_slots = int(cast(Any, model).config.N)  # nn.Module's typing does not see the config
+        projection = projection_for(grammar, tokenizer, n_slots, tokenizer.end_ids) if project else None
+        return cls(model, tokenizer, dev, projection)
 
     @property
     def T(self) -> int:
@@ -96,7 +113,11 @@ class Predictor:
         window = window.to(self.device)
         predicted = []
         for _ in range(k):
-            next_ids, state = self.model.predict_next(window, state)  # (B, N)
+            if self.projection is None:
+                next_ids, state = self.model.predict_next(window, state)  # (B, N)
+            else:
+                logits, state = self.model.next_logits(window, state)  # (B, N, V)
+                next_ids = self.projection(logits)  # (B, N): valid states of the grammar
             predicted.append(next_ids)
             # Slide: drop the oldest state, append the prediction; the model re-embeds slots 0..T-1.
             window = torch.cat([window[:, 1:], next_ids[:, None, :].to(window.dtype)], dim=1)  # (B, T, N)

@@ -263,6 +263,7 @@ class WorldModelPipeline:
         predictor: str | Path | None = None,
         renderer: str | Path | None = None,
         stages: Collection[str] = STAGES,
+        project: bool = True,
         **kwargs: Any,
     ) -> WorldModelPipeline:
         """Load the three stages named by `weights_dir/model_index.json` (offline, local files only).
@@ -272,6 +273,8 @@ class WorldModelPipeline:
         for every stage. The index's `state_rate` becomes `default_state_rate` unless kwargs give one.
         `stages` picks which of captioner, predictor and renderer to load (e.g. only the captioner to turn
         videos into states); the others are stand-ins that raise if called, and need no entry in the index.
+        `project`: when the index names a grammar, each predicted state is projected onto its valid states and
+        fed back as such (pipeline/projection.py); False keeps the predictor's raw argmax states.
         """
         weights_dir = Path(weights_dir) if weights_dir is not None else default_weights_dir()
         overrides = {"captioner": captioner, "predictor": predictor, "renderer": renderer}
@@ -292,7 +295,8 @@ class WorldModelPipeline:
             HFCaptioner.from_pretrained(folders["captioner"], device=device, dtype=dtype)
             if "captioner" in stages
             else NotLoaded("captioner"),
-            TensorPredictor.from_pretrained(folders["predictor"], device=device)
+            TensorPredictor.from_pretrained(folders["predictor"], device=device, grammar=kwargs["grammar"],
+                                            project=project)
             if "predictor" in stages
             else NotLoaded("predictor"),
             HFRenderer.from_pretrained(folders["renderer"], device=device, dtype=dtype)

@@ -158,6 +158,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also draw the last N observed states (default: every state given with --states, none for a clip, "
         "whose frames are shown)",
     )  # fmt: skip
+    p.add_argument(
+        "--no-project", dest="project", action="store_false",
+        help="keep the predictor's raw argmax states instead of projecting each onto the closest valid state of "
+        "the grammar the weights' model_index.json names (default: project)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     p.set_defaults(func=run_predict)
 
@@ -232,7 +237,7 @@ def run_predict(args: argparse.Namespace) -> int:
     own = {stage: folder if overrides[stage] is not None else None for stage, folder in folders.items()}
     pipe = WorldModelPipeline.from_pretrained(
         weights, device=device, limits=limits, default_state_rate=default_rate,
-        captioner=own["captioner"], predictor=own["predictor"], renderer=own["renderer"],
+        captioner=own["captioner"], predictor=own["predictor"], renderer=own["renderer"], project=args.project,
     )  # fmt: skip
     output = pipe(
         clip,

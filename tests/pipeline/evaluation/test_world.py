@@ -214,3 +214,29 @@ def test_train_all_quick_predictor_resumes_and_writes_the_index(tmp_path, monkey
     assert ta.train_all(args)["predictor"]["epochs_run"] == 1
     with pytest.raises(UserError, match="--stages: unknown painter"):
         ta.TrainAllArgs(stages=("painter",))
+
+
+def test_eval_world_projects_for_world_weights_unless_told_not_to(world_dir, tiny_weights, tmp_path):
+    """An index with "grammar": "world": every predicted state is valid (the tiny random predictor's raw ones
+    are not) and the share changed is reported; --no-project scores the raw states; no grammar, no projection."""
+    weights = tmp_path / "w"
+    shutil.copytree(tiny_weights, weights)
+    plain = evaluate_world(EvalWorldArgs(data=str(world_dir), weights=str(weights), parts=("predictor",),
+                                         horizon=2, device="cpu"))["predictor"]  # fmt: skip
+    assert plain["projection"] is False and "projected" not in plain
+    index = json.loads((weights / "model_index.json").read_text())
+    (weights / "model_index.json").write_text(json.dumps({**index, "grammar": "world"}))
+    parser = argparse.ArgumentParser()
+    add_world_parser(parser.add_subparsers())
+    results = {}
+    for flag in ([], ["--no-project"]):
+        ns = parser.parse_args(["world", "--data", str(world_dir), "--weights", str(weights), "--parts",
+                                "predictor", "--horizon", "2", "--device", "cpu", "--json", *flag])  # fmt: skip
+        results[bool(flag)] = evaluate_world(EvalWorldArgs(
+            data=ns.data, weights=ns.weights, parts=("predictor",), horizon=ns.horizon, device=ns.device,
+            project=ns.project))["predictor"]  # fmt: skip
+    on, off = results[False], results[True]
+    assert on["projection"] is True and on["valid_h1"] == 1.0 and on["valid_by_horizon"] == {"1": 1.0, "2": 1.0}
+    assert on["projected"] > 0.5  # a random predictor's argmax states almost never parse
+    assert off["projection"] is False and off == {**plain, "seconds": off["seconds"]}
+    assert off["valid_h1"] < 0.5
