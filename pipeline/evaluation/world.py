@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from pipeline import utils
-from pipeline.evaluation.metrics import psnr, ssim
+from pipeline.evaluation.metrics import psnr, scene_groups, ssim
 from pipeline.interfaces import Predictor
 from pipeline.utils import (
     MODEL_INDEX,
@@ -214,7 +214,8 @@ def score_renderer(renderer: Any, clips: Sequence[Clip], captioner: Any | None =
                    seed: int = 0, steps: int | None = None, guidance: float | None = None,
                    batch_size: int = 8) -> dict[str, Any]:
     """Render up to `max_states` distinct true states (first seen first); PSNR and SSIM against the world's
-    frame of each at the rendered size and, with a captioner, the round trip (caption == requested state)."""
+    frame of each at the rendered size and, with a captioner, the round trip (caption == requested state); both
+    also by object count, screen and lamp (`scene_groups`)."""
     from world import render_state
 
     seen: dict[str, None] = {}
@@ -242,7 +243,12 @@ def score_renderer(renderer: Any, clips: Sequence[Clip], captioner: Any | None =
         out["roundtrip"] = "skipped: no captioner weights to read the frames back"
     else:
         read = captioner.caption(frames)
-        out["roundtrip_acc"] = _rate([canonical_state(r) == canonical_state(s) for r, s in zip(read, states)])
+        hits = [canonical_state(r) == canonical_state(s) for r, s in zip(read, states)]
+        out["roundtrip_acc"] = _rate(hits)
+        out["roundtrip_by_scene"] = {k: _rate([hits[i] for i in idx]) for k, idx in scene_groups(states).items()}
+    out["psnr_by_scene"] = {k: round(psnr(np.stack([truth[i] for i in idx]), np.stack([frames[i] for i in idx])), 3)
+                            for k, idx in scene_groups(states).items()}  # fmt: skip
+    out["states_by_scene"] = {k: len(idx) for k, idx in scene_groups(states).items()}
     return out
 
 
