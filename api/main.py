@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-import torch
 from fastapi import Depends, FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -48,9 +47,6 @@ attention predictor, and draws them with a diffusion renderer.
 Errors are JSON `{"detail": "..."}`. If the server has an API key, send it as `X-API-Key` or a Bearer token.
 """
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
 def _load_pipeline(app: FastAPI, settings: Settings) -> WorldModelPipeline:
     """The service's pipeline, made with the service's limits and batch sizes whatever stages it runs."""
     options: dict[str, Any] = {
@@ -66,14 +62,20 @@ def _load_pipeline(app: FastAPI, settings: Settings) -> WorldModelPipeline:
         return WorldModelPipeline.from_pretrained(
             settings.weights_dir,
             device=settings.device,
-            dtype=_DTYPES[settings.dtype] if settings.dtype else None,
+            dtype=settings.dtype,
+            stage_devices=settings.stage_devices,
+            stage_dtypes=settings.stage_dtypes,
+            compile=settings.compile,
             project=settings.project,
             **options,
         )
     if stages is None:
         module, _, func = (settings.pipeline_factory or "").partition(":")
         stages = getattr(importlib.import_module(module), func or "make_pipeline")()
-    return WorldModelPipeline(stages.captioner, stages.predictor, stages.renderer, **options)
+    # what the stages speak and read at goes with them (their grammar, state rate and confidence threshold)
+    spoken = {"grammar": stages.grammar, "default_state_rate": stages.default_state_rate,
+              "confidence_threshold": stages.confidence_threshold}  # fmt: skip
+    return WorldModelPipeline(stages.captioner, stages.predictor, stages.renderer, **options, **spoken)
 
 
 def _prepare_samples(app: FastAPI, settings: Settings) -> None:

@@ -1,5 +1,5 @@
 """Prometheus metrics of the service: per-stage latency, predictions, queue depth, jobs by state, the disk used by
-job files, and how long the model stayed busy past synchronous deadlines.
+job files, how long the model stayed busy past synchronous deadlines, and GPU memory when the models are on CUDA.
 
 Request latency comes from prometheus-fastapi-instrumentator; everything lives in one registry per app, so
 several apps in one process (tests) do not collide.
@@ -30,6 +30,34 @@ class _JobsCollector(Collector):
             by_state.add_metric([state], n)
         yield by_state
         yield GaugeMetricFamily("semworld_queue_depth", "Jobs waiting to run", value=counts.get("queued", 0))
+
+
+class _GpuMemoryCollector(Collector):
+    """torch.cuda's memory counters per GPU, read at scrape time; nothing until this process has used CUDA (a
+    scrape never creates a CUDA context of its own)."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        import torch
+
+        if not torch.cuda.is_initialized():
+            return
+        names = {
+            "allocated": ("semworld_gpu_memory_allocated_bytes", "GPU memory held by tensors",
+                          torch.cuda.memory_allocated),
+            "reserved": ("semworld_gpu_memory_reserved_bytes", "GPU memory reserved by the caching allocator",
+                         torch.cuda.memory_reserved),
+            "peak": ("semworld_gpu_memory_peak_allocated_bytes", "Most GPU memory held by tensors since start",
+                     torch.cuda.max_memory_allocated),
+        }  # fmt: skip
+        families = {key: GaugeMetricFamily(name, doc, labels=["device"]) for key, (name, doc, _) in names.items()}
+        total = GaugeMetricFamily("semworld_gpu_memory_total_bytes", "GPU memory of the device", labels=["device"])
+        for index in range(torch.cuda.device_count()):
+            label = [f"cuda:{index}"]
+            for key, (_, _, read) in names.items():
+                families[key].add_metric(label, float(read(index)))
+            total.add_metric(label, float(torch.cuda.get_device_properties(index).total_memory))
+        yield from families.values()
+        yield total
 
 
 class _CallbackGauge(Collector):
@@ -76,6 +104,7 @@ class Metrics:
             "(or batch) that was running then: at most 1 plus the time to unwind",
             lambda: self.max_overrun_units,
         ))  # fmt: skip
+        self.registry.register(_GpuMemoryCollector())
 
     def observe_overrun(self, seconds: float, unit_s: float | None = None) -> None:
         """A run that held the model ended `seconds` past its deadline; `unit_s`: its last unit of work."""

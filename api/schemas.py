@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.settings import GUIDANCE_MAX, HORIZON_LIMIT, SEED_MAX, STATES_LIMIT, STEPS_MAX
 from pipeline.outputs import png_bytes
+from pipeline.timeline import timeline
 from pipeline.world_model import WorldModelOutput
 
 THUMB_SIDE = 192  # observed frames come back scaled down to this longest side
@@ -36,11 +37,38 @@ class ErrorResponse(BaseModel):
     detail: str = Field(examples=["the file is empty"])
 
 
-class PredictResponse(BaseModel):
-    """Observed and predicted states; frames are base64-encoded PNG images."""
+class StatesResponse(BaseModel):
+    """What /v1/predict, a job's result and /v1/rollout say about their states, under the same names: how sure
+    each observed state is, whether the states parse under the weights' grammar, and the semantic timeline."""
 
     observed_states: list[str] = Field(examples=[_STATES_EXAMPLE])
     predicted_states: list[str] = Field(examples=[_PREDICTED_EXAMPLE])
+    observed_confidence: list[float | None] = Field(
+        default_factory=list,
+        description="per observed state: the captioner's mean token log-probability (0 is sure); null for "
+        "states given in words or a captioner that does not score",
+    )
+    observed_parses: list[bool | None] = Field(
+        default_factory=list,
+        description="per observed state: whether it parses under the weights' grammar (null: no grammar)",
+    )
+    predicted_parses: list[bool | None] = Field(
+        default_factory=list,
+        description="per predicted state: whether it parses under the weights' grammar (null: no grammar)",
+    )
+    confidence_threshold: float | None = Field(None, description="below it a read state is unsure")
+    warnings: list[str] = Field(default_factory=list, description="e.g. that the clip is outside what the models know")
+    changes: list[list[str]] = Field(
+        default_factory=list,
+        description="the semantic timeline: per step (observed states, then predicted), what changed since the "
+        "step before, in words ([] for the first step and for no change)",
+        examples=[[[], ["orange ball moved from top midleft to top center"]]],
+    )
+
+
+class PredictResponse(StatesResponse):
+    """Observed and predicted states; frames are base64-encoded PNG images."""
+
     frames: list[str] = Field(description="predicted frames, base64 PNG, one per predicted state")
     observed_frames: list[str] = Field(
         default_factory=list, description=f"sampled input frames, base64 PNG, at most {THUMB_SIDE} px"
@@ -54,14 +82,6 @@ class PredictResponse(BaseModel):
     timings: dict[str, float] = Field(
         default_factory=dict, description="seconds per stage", examples=[{"caption": 0.12, "total": 0.4}]
     )
-    observed_confidence: list[float | None] = Field(
-        default_factory=list, description="per observed state: the captioner's mean token log-probability (0 is sure)"
-    )
-    observed_parses: list[bool | None] = Field(
-        default_factory=list, description="per observed state: whether it parses under the weights' grammar"
-    )
-    confidence_threshold: float | None = Field(None, description="below it a read state is unsure")
-    warnings: list[str] = Field(default_factory=list, description="e.g. that the clip is outside what the models know")
 
 
 class RolloutRequest(BaseModel):
@@ -95,9 +115,9 @@ class RolloutRequest(BaseModel):
     )
 
 
-class RolloutResponse(BaseModel):
-    observed_states: list[str] = Field(examples=[_STATES_EXAMPLE])
-    predicted_states: list[str] = Field(examples=[_PREDICTED_EXAMPLE])
+class RolloutResponse(StatesResponse):
+    """The given states (observed_states) and the predicted ones, with the fields /v1/predict gives."""
+
     frames: list[str] = Field(description="predicted frames, base64 PNG")
     context_frames: list[str] = Field(
         default_factory=list, description="frames of the last render_context states"
@@ -161,15 +181,24 @@ def thumbnail(frame: np.ndarray, side: int = THUMB_SIDE) -> np.ndarray:
 def predict_payload(output: WorldModelOutput) -> dict[str, Any]:
     """The JSON body of a prediction (also what a finished job stores as result.json)."""
     return PredictResponse(
-        observed_states=output.observed_states,
-        predicted_states=output.predicted_states,
         frames=[b64png(f) for f in output.predicted_frames],
         observed_frames=[b64png(thumbnail(f)) for f in output.observed_frames],
         state_rate=output.state_rate,
         source_indices=output.source_indices,
         timings={k: round(v, 4) for k, v in output.timings.items()},
-        observed_confidence=output.observed_confidence,
-        observed_parses=output.observed_parses,
-        confidence_threshold=output.confidence_threshold,
-        warnings=output.warnings,
+        **states_fields(output),
     ).model_dump()
+
+
+def states_fields(output: WorldModelOutput) -> dict[str, Any]:
+    """The StatesResponse fields of an output (the timeline runs over observed then predicted states)."""
+    return {
+        "observed_states": output.observed_states,
+        "predicted_states": output.predicted_states,
+        "observed_confidence": output.observed_confidence,
+        "observed_parses": output.observed_parses,
+        "predicted_parses": output.predicted_parses,
+        "confidence_threshold": output.confidence_threshold,
+        "warnings": output.warnings,
+        "changes": timeline([*output.observed_states, *output.predicted_states]),
+    }

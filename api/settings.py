@@ -35,6 +35,18 @@ class Settings(BaseSettings):
     dtype: str | None = Field(
         default=None, description="float32, float16 or bfloat16; default per stage and device"
     )
+    stage_devices: dict[str, str] = Field(
+        default_factory=dict,
+        description='per-stage devices that override `device`, as JSON: {"captioner": "cpu"}',
+    )
+    stage_dtypes: dict[str, str] = Field(
+        default_factory=dict,
+        description='per-stage dtypes that override `dtype`, as JSON: {"predictor": "float32"}',
+    )
+    compile: bool = Field(
+        default=False,
+        description="torch.compile the predictor's rollout step (CUDA graphs on a GPU; eager if it cannot compile)",
+    )
     pipeline_factory: str | None = Field(
         default=None,
         description="'module:function' returning a WorldModelPipeline, instead of loading weights_dir",
@@ -102,6 +114,22 @@ class Settings(BaseSettings):
     def _check_dtype(cls, v: str | None) -> str | None:
         if v is not None and v not in ("float32", "float16", "bfloat16"):
             raise ValueError(f"dtype must be float32, float16 or bfloat16, got {v!r}")
+        return v
+
+    @field_validator("stage_devices", "stage_dtypes")
+    @classmethod
+    def _check_stages(cls, v: dict[str, str]) -> dict[str, str]:
+        from pipeline.placement import parse_stage_options
+
+        return parse_stage_options(v, "stage option")  # an unknown stage name: one line
+
+    @field_validator("stage_dtypes")
+    @classmethod
+    def _check_stage_dtypes(cls, v: dict[str, str]) -> dict[str, str]:
+        from pipeline.placement import parse_dtype
+
+        for stage, name in v.items():
+            parse_dtype(name, f"stage_dtypes {stage}=")
         return v
 
     @field_validator("api_key", mode="before")

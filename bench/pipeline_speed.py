@@ -81,7 +81,7 @@ def stage_fps(
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--weights", type=Path, default=Path(__file__).resolve().parents[1] / "weights")
     ap.add_argument("--tiny", action="store_true", help="tiny random stages instead of the weights")
@@ -92,7 +92,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batches", default="1,8,32", help="batch sizes for the frames/s table")
     ap.add_argument("--json", type=Path, default=Path("runs/bench/pipeline_speed.json"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -52,6 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2, help="untimed runs of each model before timing")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is steadiest on a shared box)")
     p.add_argument("--pad-fraction", type=float, default=0.39, help="mean padding fraction (ROCStories: 0.3876)")
+    p.add_argument("--mac-windows", type=int, default=256, help="windows the multiply-adds are averaged over")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", type=Path, default=Path("runs/bench/predictor_speed.json"), help="JSON output")
@@ -60,7 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.preset is not None:
         from models.presets import get_preset
 
-        pr = get_preset(args.preset)
+        pr = get_preset(args.preset).dims
         args.d_x, args.d_t, args.N, args.T = pr.d_x, pr.d_t, pr.N, pr.T
         args.vocab, args.layers, args.heads = pr.vocab_size, pr.n_layers, pr.n_heads
     return args
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
           f"threads={args.threads} device={dev}")
 
     results: dict[str, dict] = {}
-    sample = make_windows(256, args.T, args.N, args.vocab, args.pad_fraction, g)
+    sample = make_windows(args.mac_windows, args.T, args.N, args.vocab, args.pad_fraction, g)
     live_prefix = 1.0 + float((sample[:, : args.T] != 0).sum(dim=(1, 2)).float().mean())
     four.eval()
     base.eval()

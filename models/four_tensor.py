@@ -229,6 +229,11 @@ class LayerStep(NamedTuple):
     excluded: Tensor  # (B, 1, 1|W_q, W_k) bool: grid filler and slice-causal future keys (-inf)
 
 
+def _at_least_fp32(x: Tensor) -> Tensor:
+    """bf16/fp16 scores (autocast) up to float32 for the softmax; float32 and float64 as they are."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
 def _rank4_weights(n_heads: int, d_x: int, d_t: int) -> nn.Parameter:
     """(H, m, p, n, q) weights; Xavier uniform on each head's flat (m p, n q) matrix, then viewed to rank 4.
 
@@ -277,7 +282,8 @@ class FourTensorAttention(nn.Module):
         if future_mask is not None:
             # Every query keeps its own sentence unmasked here, so -inf never empties a row.
             scores = scores.masked_fill(future_mask, float("-inf"))
-        return F.softmax(scores, dim=-1), V
+        # The softmax in float32 whatever the matmuls ran in (bf16/fp16 autocast on a GPU); a no-op in float32.
+        return F.softmax(_at_least_fp32(scores), dim=-1).to(V.dtype), V
 
     def forward(self, X: Tensor, key_mask: Tensor, future_mask: Tensor | None = None) -> Tensor:
         """X (B, N, T, d_x, d_t) -> summed head outputs, same shape."""
@@ -285,6 +291,23 @@ class FourTensorAttention(nn.Module):
         A, V = self.probabilities(X, key_mask, future_mask)
         heads = A @ V  # (B, H, NT, d)
         return heads.sum(dim=1).view(B, N, T, d_x, d_t)  # plain sum over heads
+
+    def last_slice(self, X: Tensor, key_mask: Tensor) -> Tensor:
+        """The attention of the last sentence's queries over every key, in fixed shapes (the rollout step):
+        X (B, N, T, d_x, d_t) normalised, key_mask (B, N, T) -> summed heads at t = T-1, (B, N, d).
+
+        No key lies after the last sentence, so the slice-causal mask removes nothing here; padding keys get the
+        smallest finite score as in forward(), and the softmax runs in float32.
+        """
+        B, N, T, d_x, d_t = X.shape
+        d = d_x * d_t
+        Q = self._contract(X[:, :, -1].reshape(B, N, d), self.W_Q)  # (B, H, N, d): the last slice only
+        X_flat = X.reshape(B, N * T, d)  # (B, NT, d)
+        K = self._contract(X_flat, self.W_K)  # (B, H, NT, d)
+        V = self._contract(X_flat, self.W_V)
+        scores = _at_least_fp32(self.scale * (Q @ K.transpose(-1, -2)))  # (B, H, N, NT)
+        scores = scores.masked_fill(key_mask.reshape(B, 1, 1, N * T), torch.finfo(scores.dtype).min)
+        return (F.softmax(scores, dim=-1).to(V.dtype) @ V).sum(dim=1)  # (B, N, d), plain sum over heads
 
     def packed(self, h_q: Tensor, h_k: Tensor, step: LayerStep) -> Tensor:
         """The same attention for packed slots: queries h_q (n_q, d), keys/values h_k (n_k, d) -> (n_q, d).
@@ -349,6 +372,14 @@ class FourTensorLayer(nn.Module):
     def forward(self, X: Tensor, key_mask: Tensor, future_mask: Tensor | None = None) -> Tensor:
         X = self.attend(X, key_mask, future_mask)
         return X + self.dropout(self.mlp(X))
+
+    def last_slice(self, X: Tensor, key_mask: Tensor) -> Tensor:
+        """The same layer with only the last sentence as queries: X (B, N, T, d_x, d_t) -> (B, N, d_x, d_t)."""
+        assert isinstance(self.attention, FourTensorAttention)  # Attentime runs the dense path only
+        attn = self.attention.last_slice(fiber_norm(self.ln_attn, X), key_mask)  # (B, N, d)
+        Xq = X[:, :, -1]  # (B, N, d_x, d_t)
+        Xq = Xq + self.dropout(attn.view_as(Xq))
+        return Xq + self.dropout(self.mlp(Xq))
 
     def packed(self, X: Tensor, step: LayerStep) -> Tensor:
         """The same layer on a packed stream X (n, d_x, d_t); returns the stream at step.queries (n_q, d_x, d_t)."""
@@ -695,43 +726,98 @@ class FourTensorModel(nn.Module):
         }, state
 
     def _decode(self, last_logits: Tensor) -> Tensor:
-        """(B, N, V) -> ids (B, N): argmax over non-padding ids, then the sentence cut at the first end id."""
-        pad = self.config.padding_idx
-        ids = last_logits.index_fill(-1, torch.tensor([pad], device=last_logits.device), float("-inf")).argmax(-1)
-        return cut_at_end(ids, self.config.end_ids, pad)
+        """(B, N, V) -> ids (B, N): argmax over non-padding ids, then the sentence cut at the first end id.
+
+        The padding column is masked with the model's own (V,) buffer: no tensor is made from host data here, so
+        the step can run inside a CUDA graph."""
+        pad_column = self.input_construction.keep_rows == 0  # (V,) True at padding_idx
+        ids = last_logits.masked_fill(pad_column, float("-inf")).argmax(-1)
+        return cut_at_end(ids, self.config.end_ids, self.config.padding_idx)
+
+    def last_slice_hidden_states(self, token_ids: Tensor) -> Tensor:
+        """X_norm of the last sentence only, in fixed shapes: token_ids (B, T, N) -> (B, N, d_x, d_t).
+
+        The same numbers as hidden_states(token_ids)[:, :, -1] (and as the packed path): every layer but the last
+        runs densely; the last computes queries, residuals and the MLP for slice T-1 only. Unlike the packed path
+        it never asks the host how many slots are live, so a rollout step stays on the device.
+        """
+        c = self.config
+        if c.attention == "attentime":  # no last-slice Attentime path: the dense one
+            return self.hidden_states(token_ids)[:, :, -1]
+        key_mask = build_pad_mask(token_ids, c.padding_idx)  # (B, N, T)
+        future = self.future_mask if c.slice_causal else None
+        layers = cast(list[FourTensorLayer], list(self.layers))
+        X = self.input_construction(token_ids)  # (B, N, T, d_x, d_t)
+        for layer in layers[:-1]:
+            X = layer(X, key_mask, future)
+        return fiber_norm(self.final_norm, layers[-1].last_slice(X, key_mask))  # (B, N, d_x, d_t)
 
     @torch.no_grad()
-    def next_logits(self, token_ids: Tensor, state: object | None = None) -> tuple[Tensor, object | None]:
+    def next_logits(self, token_ids: Tensor, state: object | None = None, readout: Tensor | None = None) -> tuple[
+            Tensor, object | None]:
         """(B, T, N) window -> the logits (B, N, V) of the next state S(T), slot by slot, and the recurrent state.
 
         The numbers predict_next decodes (it is their argmax, cut at the first end id); a caller that wants
-        another decoding (e.g. a grammar-constrained search, pipeline/projection.py) reads them here. `state` as
-        in predict_next.
+        another decoding (e.g. a grammar-constrained search, pipeline/projection.py) reads them here. `state` and
+        `readout` as in predict_next.
         """
         self._check_ids(token_ids, self.config.T, "T")
         B, T, N = token_ids.shape
+        M = readout if readout is not None else self.readout_matrix()  # (d, V)
         if self.memory is not None:
             X_dense, new_state = self.memory_hidden_states(token_ids, cast(MemoryState | None, state))
-            return X_dense[:, :, -1].flatten(-2) @ self.readout_matrix(), new_state  # (B, N, V)
+            return X_dense[:, :, -1].flatten(-2) @ M, new_state  # (B, N, V)
         with torch.inference_mode():
             wanted = torch.zeros(B, N, T, dtype=torch.bool, device=token_ids.device)
             wanted[:, :, -1] = True
             X_norm = self.packed_hidden_states(token_ids, wanted)  # (B*N, d_x, d_t) in (b, x) order
-            logits = (X_norm.flatten(-2) @ self.readout_matrix()).view(B, N, self.config.vocab_size)
+            logits = (X_norm.flatten(-2) @ M).view(B, N, self.config.vocab_size)
         return logits.clone(), state  # a normal tensor again
 
     @torch.no_grad()
-    def predict_next(self, token_ids: Tensor, state: object | None = None) -> tuple[Tensor, object | None]:
+    def decode_step(self, token_ids: Tensor, readout: Tensor, state: object | None = None) -> tuple[
+            Tensor, object | None]:
+        """One rollout step: (B, T, N) window and the readout matrix M (d, V) that the caller materialised once
+        for the whole rollout (paper 3.5.1) -> next state ids (B, N) and the recurrent state, like predict_next.
+
+        Fixed shapes and no host synchronisation (no .item(), no nonzero()), so the step can be compiled with
+        static shapes and replayed as a CUDA graph; the ids equal predict_next's.
+        """
+        self._check_ids(token_ids, self.config.T, "T")
+        if self.memory is not None:
+            X_dense, state = self.memory_hidden_states(token_ids, cast(MemoryState | None, state))
+            X_last = X_dense[:, :, -1]  # (B, N, d_x, d_t)
+        else:
+            X_last = self.last_slice_hidden_states(token_ids)  # (B, N, d_x, d_t)
+        return self._decode(X_last.flatten(-2) @ readout), state  # (B, N, V) -> (B, N)
+
+    @torch.no_grad()
+    def predict_next(self, token_ids: Tensor, state: object | None = None, readout: Tensor | None = None) -> tuple[
+            Tensor, object | None]:
         """(B, T, N) window -> next state S(T) ids (B, N), padded with padding_idx, and the recurrent state.
 
         Only the last slice of the logits is formed, on the slots that can reach it (packed_hidden_states); the
         ids equal those decoded from self(token_ids)[:, :, -1]. The window is embedded at positions 0..T-1 on
         every call (section 2.3), so a rollout slides it and calls again. Without memory `state` is carried
         unchanged; with memory it is the (h, c) before this window (None: empty) and the one returned has this
-        window's slice 0 written, ready for the slid window.
+        window's slice 0 written, ready for the slid window. readout: M (d, V) materialised by the caller once
+        for a whole rollout (None: materialised here). On CPU this packed path is the fastest at large batches;
+        it asks the host how many slots are live, so a rollout on a GPU uses decode_step instead.
         """
-        logits, state = self.next_logits(token_ids, state)  # (B, N, V)
-        return self._decode(logits), state
+        self._check_ids(token_ids, self.config.T, "T")
+        B, T, N = token_ids.shape
+        M = readout if readout is not None else self.readout_matrix()  # (d, V)
+        if self.memory is not None:
+            X_dense, new_state = self.memory_hidden_states(token_ids, cast(MemoryState | None, state))
+            logits = X_dense[:, :, -1].flatten(-2) @ M  # (B, N, V)
+            return self._decode(logits), new_state
+        with torch.inference_mode():
+            wanted = torch.zeros(B, N, T, dtype=torch.bool, device=token_ids.device)
+            wanted[:, :, -1] = True
+            X_norm = self.packed_hidden_states(token_ids, wanted)  # (B*N, d_x, d_t) in (b, x) order
+            logits = (X_norm.flatten(-2) @ M).view(B, N, self.config.vocab_size)
+            ids = self._decode(logits)
+        return ids.clone(), state  # a normal tensor again, free to be edited by the caller
 
     # --- files ----------------------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | Path) -> None:

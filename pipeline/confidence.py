@@ -88,6 +88,11 @@ def check_written_states(
                 raise UserError(f"{label}[{i}]: {err}")
             continue
         words = spelled.split()
+        if vocabulary is not None and "[unk]" in text.lower():  # what a predictor writes for a word it lacks
+            raise UserError(
+                f"{label}[{i}]: {text!r} holds [UNK], the predictor's mark for a word outside its vocabulary "
+                "(a forecast can contain it): replace it with a word"
+            )
         if vocabulary is not None:
             unknown = [w for w in words if w not in vocabulary]
             if unknown:

@@ -51,8 +51,9 @@ def png_bytes(frame: np.ndarray) -> bytes:
 
 
 def states_document(output: WorldModelOutput) -> dict[str, Any]:
-    """The states JSON: both lists, and one entry per step: observed or predicted, its confidence when read, and
-    what changed since the step before (pipeline.timeline)."""
+    """The states JSON: both lists, and one entry per step: observed or predicted, its confidence when read,
+    whether it parses under the weights' grammar (None: no grammar), and what changed since the step before
+    (pipeline.timeline)."""
     n_obs = len(output.observed_states)
     indices: list[int | None] = list(output.source_indices) or [None] * n_obs
     confidence = list(output.observed_confidence) or [None] * n_obs
@@ -61,8 +62,10 @@ def states_document(output: WorldModelOutput) -> dict[str, Any]:
         {"step": i, "kind": "observed", "state": s, "frame_index": idx, "confidence": c, "parses": ok}
         for i, (s, idx, c, ok) in enumerate(zip(output.observed_states, indices, confidence, parses, strict=True))
     ]
+    predicted_parses = list(output.predicted_parses) or [None] * len(output.predicted_states)
     steps += [
-        {"step": n_obs + j, "kind": "predicted", "state": s} for j, s in enumerate(output.predicted_states)
+        {"step": n_obs + j, "kind": "predicted", "state": s, "parses": ok}
+        for j, (s, ok) in enumerate(zip(output.predicted_states, predicted_parses, strict=True))
     ]
     for step, changed in zip(steps, timeline([*output.observed_states, *output.predicted_states]), strict=True):
         step["changes"] = changed  # what changed since the step before, in words
@@ -96,13 +99,15 @@ def fit(frame: np.ndarray, width: int, height: int, background: tuple[int, int, 
 
 
 def _tile(frame: np.ndarray | None, state: str, label: str, height: int, width: int, colour: tuple[int, int, int],
-          changes: Sequence[str] = ()) -> Image.Image:  # fmt: skip
+          changes: Sequence[str] | None = None) -> Image.Image:  # fmt: skip
     """One cell of the strip: the frame fitted into width x height, a label, the whole state wrapped below it,
-    then what changed since the step before (grey)."""
+    then what changed since the step before (grey; "no change" when nothing did, nothing when `changes` is None:
+    the first step, or no timeline)."""
     font = _font(11)
     chars = max(8, width // 6)
     state_lines = textwrap.wrap(state, width=chars) or [""]
-    change_lines = [line for c in changes for line in textwrap.wrap(c, width=chars, subsequent_indent="  ")]
+    said = [] if changes is None else list(changes) or ["no change"]
+    change_lines = [line for c in said for line in textwrap.wrap(c, width=chars, subsequent_indent="  ")]
     lines = [(label, colour), *[(t, (20, 20, 20)) for t in state_lines], *[(t, (120, 120, 120)) for t in change_lines]]
     tile = Image.new("RGB", (width, height + 14 * len(lines) + 8), "white")
     if frame is not None:
@@ -139,7 +144,7 @@ def make_strip(
               *(predicted_frames[j] if j < len(predicted_frames) else None for j in range(len(predicted_states)))]  # fmt: skip
     tiles = [
         _tile(frames[t], state, f"{'observed' if t < n else 'predicted'} t={t}", height, width,
-              OBSERVED_COLOUR if t < n else PREDICTED_COLOUR, changes[t] if changes else ())  # fmt: skip
+              OBSERVED_COLOUR if t < n else PREDICTED_COLOUR, changes[t] if changes and t else None)  # fmt: skip
         for t, state in enumerate(steps)
     ]
     gap, bar = 2, 6

@@ -1,14 +1,21 @@
 """Rolling a trained predictor forward: k future states from a history of states, by sliding the window.
 
 Each new window is the last T states, embedded again at positions 0..T-1 (section 2.3); the recurrent state
-that `predict_next` returns (None today, a tensor memory later) is handed to the next window's call. With a
-projection (pipeline/projection.py) each predicted state is first made a valid state of the weights' grammar, and
-that state is what the next window reads.
+that each step returns (None, or the tensor memory's (h, c)) is handed to the next window's call.
+
+On the device: a model with `decode_step` (the 4-tensor one) gets its readout matrix M materialised once per
+rollout and a fixed-shape step with no host round trip; the whole rollout stays on the device and may be compiled
+(`compile=True`: torch.compile, CUDA graphs on a GPU) and run in bfloat16/float16 under autocast (`dtype`).
+
+With a projection (pipeline/projection.py) each predicted state is first made a valid state of the weights'
+grammar, from the model's per-slot logits (`next_logits`), and that state is what the next window reads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,6 +25,9 @@ from pipeline.projection import GrammarProjection, projection_for
 from pipeline.tokenizer import PAD_ID, StateTokenizer
 from pipeline.utils import UserError, resolve_device
 
+Step = Callable[[torch.Tensor, torch.Tensor, object | None], tuple[torch.Tensor, object | None]]  # (w, M, state)
+Advance = Callable[[torch.Tensor, object | None], tuple[torch.Tensor, object | None]]  # (window, state)
+
 logger = logging.getLogger(__name__)
 
 
@@ -25,27 +35,62 @@ class Predictor:
     """A predictor model plus its tokenizer: text histories in, predicted text states out.
 
     Notation: B histories, T states per window, N token slots per state.
-
-    projection: None (the model's own argmax decoding, `predict_next`) or a GrammarProjection that turns each
-    predicted state's logits (`next_logits`) into a valid state; the rollout feeds the projected state back.
     """
 
-    def __init__(self, model: Any, tokenizer: StateTokenizer, device: torch.device | str = "cpu",
-                 projection: GrammarProjection | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: StateTokenizer,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype | None = None,
+        compile: bool = False,
+        projection: GrammarProjection | None = None,
+    ) -> None:
+        """dtype: the compute dtype of the matrix products (None or float32: plain float32; bfloat16/float16:
+        autocast, the weights and the softmax stay float32). compile: torch.compile the rollout step (static
+        shapes; mode reduce-overhead, i.e. CUDA graphs, on a GPU); if compiling fails the step runs eagerly.
+        projection: None (the model's own argmax decoding) or a GrammarProjection that turns each predicted
+        state's logits (`next_logits`) into a valid state; the rollout feeds the projected state back (it runs
+        the packed next_logits step, never the compiled one)."""
         if model.config.vocab_size != tokenizer.vocab_size:
             raise ValueError(
                 f"model vocab_size {model.config.vocab_size} != tokenizer vocab_size {tokenizer.vocab_size}"
             )
         if projection is not None and not hasattr(model, "next_logits"):
             raise ValueError(f"projection: {type(model).__name__} has no next_logits to project")
+        if dtype is not None and dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise ValueError(f"dtype must be torch.float32, torch.bfloat16 or torch.float16, got {dtype!r}")
         self.device = torch.device(device)
+        self.dtype = dtype or torch.float32
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.projection = projection
+        self.compile = bool(compile)
+        self._compiled: Step | None = None
+        # The fixed-shape step (no host round trip) off the CPU or when compiled; on the CPU the packed
+        # predict_next, which skips padding slots, is faster at large batches (docs/benchmarks.md, GPU section).
+        self.fixed_shapes = hasattr(model, "decode_step") and (self.device.type != "cpu" or self.compile)
+        if self.compile and hasattr(model, "decode_step"):
+            # Fixed shapes per (batch, T, N): one graph per batch size, no dynamic-shape tracing.
+            mode = "reduce-overhead" if self.device.type == "cuda" else None
+            try:
+                self._compiled = torch.compile(self._eager_step, mode=mode, dynamic=False)
+            except Exception as err:  # torch.compile unsupported here (Python version, platform)
+                logger.warning("predictor: torch.compile is not available (%s); the rollout runs eagerly", err)
+        elif self.compile:
+            logger.warning("predictor: compile=True, but %s has no decode_step; it runs eagerly",
+                           type(model).__name__)  # fmt: skip
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, device: torch.device | str | None = None,
-                        grammar: str | None = None, project: bool = True) -> Predictor:
+    def from_pretrained(
+        cls,
+        directory: str | Path,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        compile: bool = False,
+        grammar: str | None = None,
+        project: bool = True,
+    ) -> Predictor:
         """Load weights (either model kind) and tokenizer.json from a training output directory.
 
         grammar: the grammar the weights were trained on (model_index.json's "grammar"; None: none). With one
@@ -61,7 +106,7 @@ class Predictor:
             raise UserError(f"predictor weights {err}") from None
         n_slots = int(cast(Any, model).config.N)  # nn.Module's typing does not see the config
         projection = projection_for(grammar, tokenizer, n_slots, tokenizer.end_ids) if project else None
-        return cls(model, tokenizer, dev, projection)
+        return cls(model, tokenizer, dev, dtype=dtype, compile=compile, projection=projection)
 
     @property
     def T(self) -> int:
@@ -105,23 +150,85 @@ class Predictor:
             window[b, T - len(recent) :] = enc.ids  # shorter histories: empty states in front
         return window
 
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """Autocast to the compute dtype (float32: none, so the 'meta' device and plain runs need no autocast)."""
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def readout(self) -> torch.Tensor:
+        """The readout matrix M (d, V), materialised once per rollout in the compute dtype (paper 3.5.1)."""
+        with torch.no_grad():
+            return self.model.readout_matrix().to(self.dtype)  # type: ignore[no-any-return]
+
+    def _eager_step(self, window: torch.Tensor, readout: torch.Tensor, state: object | None) -> tuple[
+            torch.Tensor, object | None]:
+        with self._autocast():
+            return self.model.decode_step(window, readout, state)  # type: ignore[no-any-return]
+
+    def _step(self, window: torch.Tensor, readout: torch.Tensor, state: object | None) -> tuple[
+            torch.Tensor, object | None]:
+        """One step, compiled when asked; a compile failure is one warning, then every step runs eagerly."""
+        if self._compiled is not None:
+            try:
+                if self.device.type == "cuda":
+                    torch.compiler.cudagraph_mark_step_begin()  # a new replay: the last step's outputs are copied
+                ids, state = self._compiled(window, readout, state)
+                # CUDA graph outputs live in the graph's memory and the next replay overwrites them: copy them
+                # before they are fed back.
+                return ids.clone(), _clone_state(state)
+            except Exception as err:  # no C compiler, no Triton, an unsupported op: run eagerly from now on
+                first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                logger.warning("predictor: torch.compile failed (%s: %s); the rollout runs eagerly",
+                               type(err).__name__, first[:200])  # fmt: skip
+                self._compiled = None
+        return self._eager_step(window, readout, state)
+
     @torch.no_grad()
     def predict_ids(
         self, window: torch.Tensor, k: int, state: object | None = None
     ) -> tuple[torch.Tensor, object | None]:
-        """window (B, T, N) -> k >= 1 predicted states (B, k, N), and the recurrent state after the last window."""
+        """window (B, T, N) -> k >= 1 predicted states (B, k, N), and the recurrent state after the last window.
+
+        Everything stays on the device: no value is read back to the host inside the loop."""
         window = window.to(self.device)
-        predicted = []
-        for _ in range(k):
-            if self.projection is None:
-                next_ids, state = self.model.predict_next(window, state)  # (B, N)
-            else:
-                logits, state = self.model.next_logits(window, state)  # (B, N, V)
-                next_ids = self.projection(logits)  # (B, N): valid states of the grammar
-            predicted.append(next_ids)
+        B, _, N = window.shape
+        predicted = window.new_empty(B, k, N)  # (B, k, N)
+        if hasattr(self.model, "readout_matrix"):
+            readout = self.readout()  # once per rollout, not per step (paper 3.5.1)
+        if self.projection is not None:  # per-slot logits, then the nearest valid state (host-side search)
+            step: Advance = lambda w, s: self._projected_next(  # noqa: E731
+                w, s, readout if hasattr(self.model, "readout_matrix")
+                else None)  # fmt: skip
+        elif self.fixed_shapes:
+            step = lambda w, s: self._step(w, readout, s)  # noqa: E731
+        elif hasattr(self.model, "decode_step"):  # the 4-tensor model on the CPU: the packed path, same ids
+            step = lambda w, s: self._predict_next(w, s, readout)  # noqa: E731
+        else:  # a model with predict_next only (the baseline, stand-ins)
+            step = lambda w, s: self._predict_next(w, s)  # noqa: E731
+        for j in range(k):
+            next_ids, state = step(window, state)  # (B, N)
+            predicted[:, j] = next_ids
             # Slide: drop the oldest state, append the prediction; the model re-embeds slots 0..T-1.
             window = torch.cat([window[:, 1:], next_ids[:, None, :].to(window.dtype)], dim=1)  # (B, T, N)
-        return torch.stack(predicted, dim=1), state  # (B, k, N)
+        return predicted, state  # (B, k, N)
+
+    def _projected_next(self, window: torch.Tensor, state: object | None, readout: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, object | None]:
+        assert self.projection is not None
+        with self._autocast():
+            if readout is None:
+                logits, state = self.model.next_logits(window, state)  # (B, N, V)
+            else:
+                logits, state = self.model.next_logits(window, state, readout=readout)
+        return self.projection(logits), state  # (B, N): valid states of the grammar
+
+    def _predict_next(self, window: torch.Tensor, state: object | None, readout: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, object | None]:
+        with self._autocast():
+            if readout is None:
+                return self.model.predict_next(window, state)  # type: ignore[no-any-return]
+            return self.model.predict_next(window, state, readout=readout)  # type: ignore[no-any-return]
 
     def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
         """Roll out k future states for each history; returns B lists of k states in the canonical spelling
@@ -139,3 +246,15 @@ class Predictor:
             window = self.encode_histories(states, truncate=truncate)
             ids, _ = self.predict_ids(window, k)
         return [[self.tokenizer.spell(ids[b, j]) for j in range(k)] for b in range(ids.shape[0])]
+
+
+def _clone_state(state: object | None) -> object | None:
+    """A copy of a recurrent state: None, a tensor, or a tuple of tensors such as MemoryState (h, c)."""
+    if isinstance(state, torch.Tensor):
+        return state.clone()
+    if isinstance(state, tuple):
+        items = [_clone_state(x) for x in state]
+        if hasattr(state, "_fields"):  # a NamedTuple: rebuilt field by field
+            return type(state)(*items)  # type: ignore[arg-type]
+        return tuple(items)
+    return state

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from pipeline.confidence import (
     state_parses,
 )
 from pipeline.interfaces import Captioner, Predictor, ProgressCallback, Renderer, ScoringCaptioner
+from pipeline.placement import resolve_placement
 from pipeline.utils import (
     MODEL_INDEX,
     STAGES,
@@ -32,7 +33,6 @@ from pipeline.utils import (
     default_weights_dir,
     read_model_index,
     read_user_json,
-    resolve_device,
     stage_folder,
 )
 from pipeline.video import SampledClip, VideoLimits, VideoSource, check_sampling, encode_mp4, read_video
@@ -55,9 +55,12 @@ class WorldModelOutput:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage, and "total"
     video: bytes | None = None  # H.264 MP4 of the predicted frames, when asked for
     # Per observed state: the captioner's mean token log-probability (None: given in words, or a captioner that
-    # does not score), and whether it parses under the weights' grammar (None: no grammar, or given in words).
+    # does not score), and whether it parses under the weights' grammar (None: no grammar; states given in words
+    # are refused unless they parse, so under a grammar they are True).
     observed_confidence: list[float | None] = field(default_factory=list)
     observed_parses: list[bool | None] = field(default_factory=list)
+    # Per predicted state: whether it parses under the weights' grammar (None: the weights name no grammar).
+    predicted_parses: list[bool | None] = field(default_factory=list)
     confidence_threshold: float | None = None  # below it a read state is unsure
     warnings: list[str] = field(default_factory=list)  # said once per call (also logged)
     context_frames: list[np.ndarray] = field(default_factory=list)  # drawn for the last N observed states
@@ -187,6 +190,21 @@ def check_written_states_for(
                          label=label)  # fmt: skip
 
 
+def predictor_vocabulary(predictor: object) -> tuple[set[str] | None, int | None]:
+    """The words a loaded predictor can read and its token slots per state, when it says (the shipped adapter
+    carries a StateTokenizer and N); (None, None) for a stand-in that does not."""
+    from pipeline.tokenizer import PAD_TOKEN, UNK_TOKEN, StateTokenizer
+
+    if isinstance(predictor, NotLoaded):
+        return None, None
+    tokenizer = getattr(predictor, "tokenizer", None)
+    vocabulary = None
+    if isinstance(tokenizer, StateTokenizer):
+        vocabulary = set(tokenizer.backend.get_vocab()) - {PAD_TOKEN, UNK_TOKEN}
+    n = getattr(predictor, "N", None)
+    return vocabulary, n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
 class NotLoaded:
     """Stands in for a stage `from_pretrained` was told not to load; using it is a bug of the caller."""
 
@@ -258,7 +276,10 @@ class WorldModelPipeline:
         weights_dir: str | Path | None = None,
         *,
         device: str | torch.device | None = None,
-        dtype: torch.dtype | None = None,
+        dtype: str | torch.dtype | None = None,
+        stage_devices: Iterable[str] | Mapping[str, str] | None = None,
+        stage_dtypes: Iterable[str] | Mapping[str, str] | None = None,
+        compile: bool = False,
         captioner: str | Path | None = None,
         predictor: str | Path | None = None,
         renderer: str | Path | None = None,
@@ -269,8 +290,10 @@ class WorldModelPipeline:
         """Load the three stages named by `weights_dir/model_index.json` (offline, local files only).
 
         `weights_dir` defaults to `$SEMWORLD_WEIGHTS_DIR`, else the shipped weights. `captioner`, `predictor`
-        or `renderer` load that stage from its own folder instead. `device` (None: CUDA when present) holds
-        for every stage. The index's `state_rate` becomes `default_state_rate` unless kwargs give one.
+        or `renderer` load that stage from its own folder instead. `device` (None: CUDA when present) and
+        `dtype` (None: per stage) hold for every stage; `stage_devices` / `stage_dtypes` ('predictor=cpu' items or
+        a mapping) override them per stage and `compile` compiles the predictor's rollout step
+        (pipeline.placement.resolve_placement chooses them all). The index's `state_rate` becomes `default_state_rate` unless kwargs give one.
         `stages` picks which of captioner, predictor and renderer to load (e.g. only the captioner to turn
         videos into states); the others are stand-ins that raise if called, and need no entry in the index.
         `project`: when the index names a grammar, each predicted state is projected onto its valid states and
@@ -283,7 +306,10 @@ class WorldModelPipeline:
         kwargs.setdefault("grammar", check_grammar(index.get("grammar"), weights_dir / MODEL_INDEX))
         if isinstance(index.get("confidence_threshold"), int | float):
             kwargs.setdefault("confidence_threshold", float(index["confidence_threshold"]))
-        device = resolve_device(device)  # one check for all stages (a device this machine lacks: one line)
+        # One choice for all stages (a device this machine lacks, a bad dtype: one line).
+        place = resolve_placement(device, dtype, stage_devices=stage_devices, stage_dtypes=stage_dtypes,
+                                  compile=compile)  # fmt: skip
+        logger.info("placement: %s", place.describe())
 
         # The stage modules are imported here so that the pipeline itself stays cheap to import.
         from pipeline.captioner import Captioner as HFCaptioner
@@ -292,19 +318,32 @@ class WorldModelPipeline:
 
         t0 = time.perf_counter()
         loaded = (
-            HFCaptioner.from_pretrained(folders["captioner"], device=device, dtype=dtype)
+            HFCaptioner.from_pretrained(folders["captioner"], device=place.captioner.device,
+                                        dtype=place.captioner.dtype)  # fmt: skip
             if "captioner" in stages
             else NotLoaded("captioner"),
-            TensorPredictor.from_pretrained(folders["predictor"], device=device, grammar=kwargs["grammar"],
-                                            project=project)
+            TensorPredictor.from_pretrained(folders["predictor"], device=place.predictor.device,
+                                            dtype=place.predictor.dtype, compile=place.compile,
+                                            grammar=kwargs["grammar"], project=project)  # fmt: skip
             if "predictor" in stages
             else NotLoaded("predictor"),
-            HFRenderer.from_pretrained(folders["renderer"], device=device, dtype=dtype)
+            HFRenderer.from_pretrained(folders["renderer"], device=place.renderer.device,
+                                       dtype=place.renderer.dtype)  # fmt: skip
             if "renderer" in stages
             else NotLoaded("renderer"),
         )
         logger.info("loaded %s from %s in %.1f s", ", ".join(stages), weights_dir, time.perf_counter() - t0)
         return cls(*loaded, **kwargs)
+
+    def check_states(self, states: Sequence[str], label: str = "states") -> None:
+        """Refuse states given in words that the models cannot read (a UserError naming the state and the word):
+        under the pipeline's grammar when it has one, else words outside the predictor's vocabulary; either way
+        a state longer than the predictor's token slots. Needs no forward pass: the API runs it before queueing."""
+        vocabulary, n = predictor_vocabulary(self.predictor)
+        if self.grammar:
+            check_written_states(states, grammar=self.grammar, label=label)
+            vocabulary = None  # the grammar has named any unknown word already
+        check_written_states(states, grammar=None, vocabulary=vocabulary, max_tokens=n, label=label)
 
     # ---- step 1 ---------------------------------------------------------------------------------------------
     def check_inputs(
@@ -393,9 +432,8 @@ class WorldModelPipeline:
                 warnings.append(warning)
         else:
             observed = [s.strip() for s in states or ()]
-            if self.grammar:
-                check_written_states(observed, grammar=self.grammar)
-            confidence, parses = [None] * len(observed), [None] * len(observed)
+            self.check_states(observed)  # refused here unless they parse: then each is a valid state
+            confidence, parses = [None] * len(observed), [True if self.grammar else None] * len(observed)
 
         # 4. predict
         notify("predict", 0, 1)
@@ -403,6 +441,7 @@ class WorldModelPipeline:
         # Captions of out-of-domain frames may run past the predictor's token slots: cut those; states a user
         # wrote are never cut silently (the predictor names the long one instead).
         predicted = self.predict(observed, horizon, truncate=clip is not None)
+        predicted_parses = [state_parses(s, self.grammar) if self.grammar else None for s in predicted]
         timings["predict"] = time.perf_counter() - t
         notify("predict", 1, 1)
 
@@ -443,6 +482,7 @@ class WorldModelPipeline:
             video=mp4,
             observed_confidence=confidence,
             observed_parses=parses,
+            predicted_parses=predicted_parses,
             confidence_threshold=self.confidence_threshold,
             warnings=warnings,
             context_frames=context_frames,

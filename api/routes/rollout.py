@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import torch
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, HTTPException, status
 
 from api.deps import EngineDep, PipelineDep, SettingsDep, require_api_key
 from api.routes.predict import run_model
-from api.schemas import ErrorResponse, RolloutRequest, RolloutResponse, b64png
+from api.schemas import ErrorResponse, RolloutRequest, RolloutResponse, b64png, states_fields
 from api.uploads import ERROR_RESPONSES, KEY_RESPONSES, check_params, check_sync_cost
 from pipeline.interfaces import ProgressCallback
+from pipeline.utils import UserError
 
 router = APIRouter(
     prefix="/v1", tags=["rollout"], dependencies=[Depends(require_api_key)], responses=KEY_RESPONSES
@@ -31,6 +32,10 @@ async def rollout(
 ) -> RolloutResponse:
     """Predict `horizon` states after `states` and render them; edit any state and call again to re-roll."""
     check_params(settings, body.states, horizon=body.horizon, steps=body.steps, guidance=body.guidance)
+    try:  # words the models cannot read: refused before any work is queued
+        pipeline.check_states([s.strip() for s in body.states])
+    except UserError as err:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
     n_context = min(body.render_context, len(body.states)) if body.render else 0
     if body.render:
         check_sync_cost(body.horizon + n_context, body.steps, pipeline, settings)
@@ -60,8 +65,7 @@ async def rollout(
     out, context = await run_model(engine, settings, work, "rollout")
     engine.metrics.observe_timings(out.timings)
     return RolloutResponse(
-        observed_states=out.observed_states,
-        predicted_states=out.predicted_states,
+        **states_fields(out),
         frames=[b64png(f) for f in out.predicted_frames],
         context_frames=[b64png(f) for f in context],
         timings={k: round(v, 4) for k, v in out.timings.items()},

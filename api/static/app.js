@@ -78,6 +78,13 @@ function frameCard(src, state, label, editable, index, extra = {}) {
     c.textContent = ` ${extra.unsure ? "unsure" : "sure"} (${extra.confidence.toFixed(3)})`;
     cap.appendChild(c);
   }
+  if (extra.parses === false) {
+    const g = document.createElement("span");
+    g.className = "grammar";
+    g.textContent = " · not a world state";
+    g.title = "this state does not parse under the weights' grammar";
+    cap.appendChild(g);
+  }
   if (editable) {
     const area = document.createElement("textarea");
     area.className = "state";
@@ -96,13 +103,31 @@ function frameCard(src, state, label, editable, index, extra = {}) {
     p.textContent = state;
     cap.appendChild(p);
   }
+  if (extra.changes) cap.appendChild(changeList(extra.changes, index === 0 && !editable));
   card.appendChild(cap);
   return card;
+}
+
+function changeList(changes, first) {
+  // The semantic timeline beside each frame: what changed since the step before, in words.
+  const list = document.createElement("ul");
+  list.className = "changes";
+  list.title = "what changed since the step before";
+  const items = changes.length ? changes : [first ? "(first step)" : "no change"];
+  for (const text of items) {
+    const li = document.createElement("li");
+    li.textContent = text;
+    if (!changes.length) li.className = "none";
+    list.appendChild(li);
+  }
+  return list;
 }
 
 function showResult(result) {
   current.confidence = result.observed_confidence || [];
   current.parses = result.observed_parses || [];
+  current.predictedParses = result.predicted_parses || [];
+  current.changes = result.changes || [];
   current.threshold = result.confidence_threshold;
   current.edited = null;
   current.observed = result.observed_states;
@@ -120,13 +145,17 @@ function render() {
     const c = current.confidence[i];
     const unsure = (c !== undefined && c !== null && current.threshold !== null && c < current.threshold) ||
       current.parses[i] === false;
-    obs.appendChild(frameCard(current.observedFrames[i], s, `t=${i}`, false, i, { confidence: c, unsure }));
+    obs.appendChild(frameCard(current.observedFrames[i], s, `t=${i}`, false, i,
+      { confidence: c, unsure, parses: current.parses[i], changes: current.changes[i] }));
   });
   const pred = $("#predicted");
   pred.innerHTML = "";
   const n = current.observed.length;
-  current.predicted.forEach((s, j) =>
-    pred.appendChild(frameCard(current.predictedFrames[j], s, `t=${n + j}`, true, j, { edited: j === current.edited })));
+  current.predicted.forEach((s, j) => {
+    const parses = current.predictedParses[j];
+    pred.appendChild(frameCard(current.predictedFrames[j], s, `t=${n + j}`, true, j,
+      { edited: j === current.edited, unsure: parses === false, parses, changes: current.changes[n + j] }));
+  });
 }
 
 async function reroll(index, edited) {
@@ -147,6 +176,12 @@ async function reroll(index, edited) {
     })).json();
     current.predicted = [...current.predicted.slice(0, index), edited, ...res.predicted_states];
     current.predictedFrames = [...current.predictedFrames.slice(0, index), res.context_frames[0], ...res.frames];
+    const given = res.observed_parses || [];
+    current.predictedParses = [...current.predictedParses.slice(0, index), given[given.length - 1],
+                               ...(res.predicted_parses || [])];
+    // the timeline of the edited state (against the one before it) and of the new forecast
+    const n = current.observed.length;
+    current.changes = [...current.changes.slice(0, n + index), ...(res.changes || []).slice(-(horizon + 1))];
     current.edited = index;
     render();
     setStatus(`re-rolled from t=${current.observed.length + index} in ${res.timings.total.toFixed(2)} s`);

@@ -81,7 +81,7 @@ def _sureness(output: WorldModelOutput, i: int) -> str:
 
     c = output.observed_confidence[i] if i < len(output.observed_confidence) else None
     ok = output.observed_parses[i] if i < len(output.observed_parses) else None
-    if c is None and ok is None:
+    if not output.source_indices or (c is None and ok is None):  # given in words (checked already), or unknown
         return ""
     mark = "?" if unsure(c, ok, output.confidence_threshold or 0.0) else " "
     return f"[{'  n/a ' if c is None else f'{c:+.3f}'}]{mark} "
@@ -99,6 +99,22 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
     return value
+
+
+def add_placement_flags(p: argparse.ArgumentParser, env: bool = False) -> None:
+    """--dtype, --stage-device, --stage-dtype and --compile (pipeline.placement.resolve_placement)."""
+    names = (" (SEMWORLD_DTYPE)", " (SEMWORLD_STAGE_DEVICES)", " (SEMWORLD_STAGE_DTYPES)", " (SEMWORLD_COMPILE)")
+    say = names if env else ("",) * 4
+    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
+                   help="compute dtype of every stage (default: bf16 on a CUDA GPU that has it, else fp32; "
+                   "the predictor's softmax stays fp32)" + say[0])  # fmt: skip
+    p.add_argument("--stage-device", action="append", default=None, metavar="STAGE=DEVICE",
+                   help="put one stage on another device, e.g. captioner=cpu (repeatable)" + say[1])  # fmt: skip
+    p.add_argument("--stage-dtype", action="append", default=None, metavar="STAGE=DTYPE",
+                   help="one stage's dtype, e.g. predictor=float32 (repeatable)" + say[2])  # fmt: skip
+    p.add_argument("--compile", action="store_true", default=None,
+                   help="torch.compile the predictor's rollout step (CUDA graphs on a GPU; eager if it cannot "
+                   "compile)" + say[3])  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -134,6 +150,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--device", default=None, help="torch device for every stage (default: cuda if available, else cpu)"
     )
+    add_placement_flags(p)
     p.add_argument("--seed", type=int, default=0, help="renderer seed (default 0)")
     p.add_argument(
         "--steps", type=_positive_int, default=None, help="denoising steps (default: the renderer's)"
@@ -177,6 +194,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--port", type=int, default=int(os.environ.get("SEMWORLD_PORT", "8000")))
     s.add_argument("--weights", type=Path, default=None, help="weights directory (SEMWORLD_WEIGHTS_DIR)")
     s.add_argument("--device", default=None, help="torch device (SEMWORLD_DEVICE)")
+    add_placement_flags(s, env=True)
     s.add_argument(
         "--data-dir", type=Path, default=None, help="jobs database and results (SEMWORLD_DATA_DIR)"
     )
@@ -191,7 +209,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_predict(args: argparse.Namespace) -> int:
     from pipeline.outputs import write_outputs
-    from pipeline.utils import MODEL_INDEX, resolve_device
+    from pipeline.placement import resolve_placement
+    from pipeline.timeline import timeline
+    from pipeline.utils import MODEL_INDEX
     from pipeline.video import TooManyStatesError, VideoLimits
     from pipeline.world_model import (
         WorldModelPipeline,
@@ -210,7 +230,9 @@ def run_predict(args: argparse.Namespace) -> int:
         logger.info("--stride/--state-rate ignored: starting from states")
 
     # Everything that needs no model is checked before any loads: the device, the folders, the clip.
-    device = resolve_device(args.device)
+    # (the devices and dtypes: a device this machine lacks or a bad STAGE=VALUE is one line, before any load)
+    resolve_placement(args.device, args.dtype, stage_devices=args.stage_device,
+                      stage_dtypes=args.stage_dtype)  # fmt: skip
     weights = args.weights or default_weights_dir()
     overrides = {stage: getattr(args, stage) for stage in ("captioner", "predictor", "renderer")}
     folders, index = stage_folders(weights, overrides)
@@ -236,7 +258,9 @@ def run_predict(args: argparse.Namespace) -> int:
                         f"{render_context}")  # fmt: skip
     own = {stage: folder if overrides[stage] is not None else None for stage, folder in folders.items()}
     pipe = WorldModelPipeline.from_pretrained(
-        weights, device=device, limits=limits, default_state_rate=default_rate,
+        weights, device=args.device, dtype=args.dtype,
+        stage_devices=args.stage_device, stage_dtypes=args.stage_dtype, compile=bool(args.compile), limits=limits,
+        default_state_rate=default_rate,
         captioner=own["captioner"], predictor=own["predictor"], renderer=own["renderer"], project=args.project,
     )  # fmt: skip
     output = pipe(
@@ -264,6 +288,8 @@ def run_predict(args: argparse.Namespace) -> int:
                     "confidence_threshold": output.confidence_threshold,
                     "warnings": output.warnings,
                     "predicted_states": output.predicted_states,
+                    "predicted_parses": output.predicted_parses,
+                    "changes": timeline([*output.observed_states, *output.predicted_states]),
                     "frames": [str(p) for p in files.predicted_frames],
                     "video": str(files.video) if files.video else None,
                     "states_file": str(files.states),
@@ -284,9 +310,11 @@ def run_predict(args: argparse.Namespace) -> int:
                                                  if any(c is not None for c in output.observed_confidence) else ":"))
         for i, s in enumerate(output.observed_states):
             print(f"  t={i:<3d} {_sureness(output, i)}{s}")
-        print(f"predicted {len(output.predicted_states)} states:")
+        outside = [ok is False for ok in output.predicted_parses] or [False] * len(output.predicted_states)
+        print(f"predicted {len(output.predicted_states)} states" + (" (? : not a world state):" if any(outside)
+                                                                     else ":"))  # fmt: skip
         for j, s in enumerate(output.predicted_states):
-            print(f"  t={n + j:<3d} {s}")
+            print(f"  t={n + j:<3d} {'? ' if outside[j] else ''}{s}")
     else:
         print("(= matches the ground truth, x differs)")
         read_hits, read_n = compare(f"read {n} states from {source}", output.observed_states, truth, 0)
@@ -340,7 +368,14 @@ def run_serve(args: argparse.Namespace) -> int:
     from api.settings import Settings
 
     # SEMWORLD_* variables (and .env) first; the flags override them, passed in, not through the environment.
-    flags = {"weights_dir": args.weights, "device": args.device, "data_dir": args.data_dir}
+    flags = {"weights_dir": args.weights, "device": args.device, "data_dir": args.data_dir, "dtype": args.dtype,
+             "compile": args.compile}
+    from pipeline.placement import parse_stage_options
+
+    if args.stage_device:
+        flags["stage_devices"] = parse_stage_options(args.stage_device, "--stage-device")
+    if args.stage_dtype:
+        flags["stage_dtypes"] = parse_stage_options(args.stage_dtype, "--stage-dtype")
     settings = Settings(**{k: v for k, v in flags.items() if v is not None})
     key = settings.api_key.get_secret_value() if settings.api_key is not None else ""
     check_bind(args.host, bool(key), args.serve_without_key)

@@ -48,7 +48,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     options = {name: getattr(args, name) for name in ("clips", "seed", "split", "length", "size", "workers")}
     path = generate(args.out, args.scenario, **options, progress=not (args.no_progress or args.quiet))
-    print(f"wrote {args.clips} clips of {args.scenario} to {args.out}, states in {path}")
+    print(f"wrote {args.clips} clip{'' if args.clips == 1 else 's'} of {args.scenario} to {args.out}, states in {path}")
     return 0
 
 

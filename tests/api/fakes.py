@@ -27,6 +27,47 @@ class EchoPredictor:
         return [[f"next {i} after {seq[-1]}" for i in range(k)] for seq in states]
 
 
+class WorldCaptioner:
+    """Frames as states of the built-in world: a red ball in the middle row, its column from the brightness."""
+
+    def caption(self, frames: list[np.ndarray]) -> list[str]:
+        from world.grammar import COLUMNS
+
+        return [f"red ball middle {COLUMNS[int(f.mean()) // 8 % 5]} , lamp on ." for f in frames]
+
+
+def world_step(state: str) -> str:
+    """The next state of WorldPredictor: every object one column right (from the right edge back to the left),
+    the lamp switched, the screen taken away (so that no object stands in front of it). After "empty ." it says
+    "empty room .", which is not a world state (a predictor may write such states; they are marked, not hidden)."""
+    import dataclasses
+
+    from pipeline.utils import canonical_state
+    from world.grammar import GRID, Scene, caption, parse_state
+
+    try:
+        scene = parse_state(canonical_state(state))
+    except ValueError:
+        return state  # not a world state: it stays as it is
+    if not scene.objects and scene.lamp is None:
+        return "empty room ."
+    moved = tuple(sorted(dataclasses.replace(o, col=(o.col + 1) % GRID) for o in scene.objects))
+    return caption(Scene(moved, False, None if scene.lamp is None else not scene.lamp))
+
+
+class WorldPredictor:
+    """World states in, the next ones by `world_step` out (a stand-in for the shipped predictor)."""
+
+    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
+        out = []
+        for history in states:
+            rolled = [history[-1]]
+            for _ in range(k):
+                rolled.append(world_step(rolled[-1]))
+            out.append(rolled[1:])
+        return out
+
+
 class NoiseRenderer:
     """Seeded noise frames; `delay` seconds per batch, and an optional gate it waits on (to hold a job).
 
@@ -67,14 +108,19 @@ class NoiseRenderer:
         return [(torch.rand(24, 32, 3, generator=g) * 255).to(torch.uint8).numpy() for _ in states]
 
 
-def make_pipeline(delay: float | None = None, step_delay: float | None = None) -> WorldModelPipeline:
+def make_pipeline(
+    delay: float | None = None, step_delay: float | None = None, world: bool | None = None
+) -> WorldModelPipeline:
     """The stand-in pipeline; FAKE_RENDER_DELAY (seconds per batch) and FAKE_STEP_DELAY (seconds per denoising
-    step) slow it down for servers in a subprocess."""
+    step) slow it down for servers in a subprocess; FAKE_WORLD=1 (or `world`) speaks the built-in world's
+    language (WorldCaptioner, WorldPredictor, grammar "world") instead of free sentences."""
     delay = float(os.environ.get("FAKE_RENDER_DELAY", "0")) if delay is None else delay
     step_delay = float(os.environ.get("FAKE_STEP_DELAY", "0")) if step_delay is None else step_delay
-    return WorldModelPipeline(
-        BrightnessCaptioner(), EchoPredictor(), NoiseRenderer(delay, step_delay=step_delay), render_batch_size=2
-    )
+    world = os.environ.get("FAKE_WORLD", "") == "1" if world is None else world
+    renderer = NoiseRenderer(delay, step_delay=step_delay)
+    if world:
+        return WorldModelPipeline(WorldCaptioner(), WorldPredictor(), renderer, render_batch_size=2, grammar="world")
+    return WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), renderer, render_batch_size=2)
 
 
 def build_tiny_weights(root: Path) -> Path:

@@ -1,7 +1,9 @@
 """The web page in a real browser: Debian's chromium driven by playwright, against `semworld serve`.
 
-Upload a clip, watch the job finish, check the observed and predicted frames, edit a predicted state and
-re-roll the future from it. Saves a screenshot (into $SEMWORLD_SCREENSHOT_DIR when set, else tmp_path).
+Upload a clip, watch the job finish, check the observed and predicted frames with the semantic timeline beside
+them, edit a predicted state and re-roll the future from it (a misspelt edit is refused by name). The stand-in
+stages speak the built-in world's language (FAKE_WORLD=1), so the timeline has moves and switches to show.
+Saves screenshots at desktop and phone widths (into $SEMWORLD_SCREENSHOT_DIR when set, else tmp_path).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.timeline import timeline
 from tests.api.conftest import REAL_CLIP
+from tests.api.fakes import world_step
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
@@ -23,6 +27,13 @@ FLAGS = [
     "--no-first-run",
     "--disable-quic",
 ]
+
+
+# Every card's timeline lies inside the card, under its frame (beside it, not in a list far below).
+TIMELINE_INSIDE_CARDS = """cards => cards.every(c => {
+  const u = c.querySelector('ul.changes').getBoundingClientRect(), r = c.getBoundingClientRect(),
+        img = c.querySelector('img').getBoundingClientRect();
+  return u.left >= r.left - 1 && u.right <= r.right + 1 && u.bottom <= r.bottom + 1 && u.top >= img.bottom; })"""
 
 
 @pytest.fixture
@@ -40,7 +51,7 @@ def browser_page():
 
 
 def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tmp_path):
-    server = start_server(FAKE_RENDER_DELAY="0.1")
+    server = start_server(FAKE_RENDER_DELAY="0.1", FAKE_WORLD="1")
     page = browser_page
     page.set_default_timeout(30_000)
     errors: list[str] = []
@@ -74,7 +85,17 @@ def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tm
     ]
     observed = page.locator("#observed .frame p.state").all_inner_texts()
     predicted = page.locator("#predicted textarea.state").evaluate_all("els => els.map(e => e.value)")
-    assert predicted == [f"next {i} after {observed[-1]}" for i in range(3)]
+    expected = [world_step(observed[-1])]
+    expected += [world_step(expected[0]), world_step(world_step(expected[0]))]
+    assert predicted == expected
+    # The semantic timeline beside every frame: what changed since the step before, as the result JSON says.
+    steps = timeline([*observed, *predicted])
+    shown = page.locator(".frame ul.changes").evaluate_all(
+        "els => els.map(ul => [...ul.querySelectorAll('li')].map(li => li.textContent))"
+    )
+    assert shown == [["(first step)"], *[c or ["no change"] for c in steps[1:]]]
+    first = page.locator("#predicted .frame ul.changes").first.inner_text()
+    assert "red ball moved from middle" in first and "lamp switched off" in first
     assert "predicted 3 states" in page.inner_text("#status")
     statuses = page.evaluate("window.statuses")
     assert any(" running: " in t for t in statuses), statuses  # not "queued" while it runs
@@ -90,25 +111,41 @@ def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tm
     icon = page.evaluate("async () => { const r = await fetch('/favicon.ico'); return [r.status, r.headers.get('content-type')]; }")
     assert icon == [200, "image/svg+xml"]
 
+    # A misspelt edit is refused, naming the word, and leaves the forecast as it was.
+    page.locator("#predicted textarea.state").nth(1).fill("red bal top left .")
+    page.locator("#predicted button.reroll").nth(1).click()
+    page.wait_for_function("document.querySelector('#status').textContent.startsWith('re-roll failed')")
+    assert "422" in page.inner_text("#status") and "unknown word 'bal'" in page.inner_text("#status")
+    assert page.locator("#status.error").count() == 1
+    assert page.locator("#predicted .frame.edited").count() == 0
+
     # What if: edit the second predicted state and re-roll the future from it.
-    page.locator("#predicted textarea.state").nth(1).fill("a red ball at the left.")
+    page.locator("#predicted textarea.state").nth(1).fill("empty .")
     page.locator("#predicted button.reroll").nth(1).click()
     page.wait_for_function("document.querySelector('#status').textContent.startsWith('re-rolled')")
     predicted = page.locator("#predicted textarea.state").evaluate_all("els => els.map(e => e.value)")
-    assert predicted == [
-        f"next 0 after {observed[-1]}",
-        "a red ball at the left.",
-        "next 0 after a red ball at the left.",
-    ]
+    assert predicted == [expected[0], "empty .", "empty room ."]
     assert page.locator("#predicted .frame img").count() == 3
     assert page.locator("#predicted .frame.edited").count() == 1  # the edited state is marked
-    assert "edited" in page.locator("#predicted .frame").nth(1).inner_text()
+    cards = page.locator("#predicted .frame")
+    assert "edited" in cards.nth(1).inner_text()
+    # the timeline follows the edit: what the edit took away, then a forecast outside the world's grammar
+    assert cards.nth(1).locator("ul.changes li").all_inner_texts() == [
+        f"red ball vanished from {expected[0].split(' , ')[0].removeprefix('red ball ')}",
+        "lamp gone",
+    ]
+    assert cards.nth(2).locator("ul.changes li").all_inner_texts() == ["changed (not a world state)"]
+    assert "not a world state" in cards.nth(2).locator("figcaption").inner_text()
+    assert cards.nth(2).evaluate("e => e.classList.contains('unsure')")
+    assert not cards.nth(0).evaluate("e => e.classList.contains('unsure')")
 
+    assert page.locator(".frame").evaluate_all(TIMELINE_INSIDE_CARDS)
     shots = Path(os.environ.get("SEMWORLD_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(shots / "web-page.png"), full_page=True)
     assert (shots / "web-page.png").stat().st_size > 10_000
     page.set_viewport_size({"width": 390, "height": 844})  # a phone
     assert page.locator("#predicted").evaluate("e => e.scrollWidth <= e.clientWidth")
+    assert page.locator(".frame").evaluate_all(TIMELINE_INSIDE_CARDS)
     page.screenshot(path=str(shots / "web-page-phone.png"), full_page=True)
     assert errors == []

@@ -203,3 +203,103 @@ def test_too_many_sync_requests_is_429(make_client):
     gate.set()
     held.join(30)
     assert first[0].status_code == 200
+
+
+def test_rollout_says_what_predict_says_about_its_states(make_client):
+    """/v1/rollout carries /v1/predict's confidence fields under the same names, and the semantic timeline."""
+    from pipeline.confidence import DEFAULT_CONFIDENCE_THRESHOLD
+    from tests.api.fakes import make_pipeline
+
+    client = make_client(pipeline=make_pipeline(0.0, world=True))
+    given = ["red ball top left , lamp on .", "red ball top midleft , lamp on ."]
+    r = client.post("/v1/rollout", json={"states": given, "horizon": 2, "render": False})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["predicted_states"] == ["red ball top center , lamp off .", "red ball top midright , lamp on ."]
+    assert body["observed_confidence"] == [None, None]  # given in words: nothing was read
+    assert body["observed_parses"] == [True, True] and body["predicted_parses"] == [True, True]
+    assert body["confidence_threshold"] == DEFAULT_CONFIDENCE_THRESHOLD and body["warnings"] == []
+    assert body["changes"] == [
+        [],
+        ["red ball moved from top left to top midleft"],
+        ["red ball moved from top midleft to top center", "lamp switched off"],
+        ["red ball moved from top center to top midright", "lamp switched on"],
+    ]
+    # a forecast outside the grammar is said to be, not hidden
+    r = client.post("/v1/rollout", json={"states": ["empty ."], "horizon": 1, "render": False})
+    assert r.json()["predicted_states"] == ["empty room ."] and r.json()["predicted_parses"] == [False]
+    assert r.json()["changes"] == [[], ["changed (not a world state)"]]
+    # weights that name no grammar: no verdict either way
+    plain = make_client(pipeline=make_pipeline(0.0)).post("/v1/rollout", json={"states": ["a."], "render": False})
+    assert plain.json()["observed_parses"] == [None] and plain.json()["predicted_parses"] == [None] * 8
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    fields = {"observed_confidence", "observed_parses", "predicted_parses", "confidence_threshold", "warnings",
+              "changes"}  # fmt: skip
+    assert fields <= set(schemas["RolloutResponse"]["properties"]) & set(schemas["PredictResponse"]["properties"])
+
+
+def test_predict_and_job_results_carry_the_timeline(make_client):
+    from pipeline.timeline import timeline
+    from tests.api.conftest import wait_job
+    from tests.api.fakes import make_pipeline, world_step
+
+    client = make_client(pipeline=make_pipeline(0.0, world=True))
+    body = post_clip(client, REAL_CLIP.read_bytes(), horizon="2", stride="4").json()
+    steps = [*body["observed_states"], *body["predicted_states"]]
+    assert body["predicted_states"][0] == world_step(body["observed_states"][-1])
+    assert body["changes"] == timeline(steps) and len(body["changes"]) == 6
+    assert "lamp switched off" in body["changes"][4] and body["observed_parses"] == [True] * 4
+    r = client.post("/v1/jobs", files={"file": ("c.mp4", REAL_CLIP.read_bytes(), "video/mp4")},
+                    data={"horizon": "2", "stride": "4"})  # fmt: skip
+    job = wait_job(client, r.json()["id"])
+    result = client.get(job["result_url"], params={"format": "json"}).json()
+    assert result["changes"] == body["changes"] and result["predicted_parses"] == [True, True]
+
+
+def _tiny_word_predictor(words: list[str], n: int):
+    """A real (random, untrained) 4-tensor predictor with a tokenizer of `words`, reading `n` tokens per state."""
+    import torch
+
+    from models.four_tensor import FourTensorConfig, FourTensorModel
+    from pipeline.predictor import Predictor
+    from pipeline.tokenizer import StateTokenizer
+
+    torch.manual_seed(0)
+    tokenizer = StateTokenizer.build([" ".join(words)])
+    config = FourTensorConfig(vocab_size=tokenizer.vocab_size, d_x=8, d_t=4, n_heads=2, n_layers=1, N=n, T=3,
+                              end_ids=tokenizer.end_ids)  # fmt: skip
+    return Predictor(FourTensorModel(config), tokenizer)
+
+
+def test_rollout_refuses_words_a_non_world_predictor_does_not_know(make_client):
+    """Weights without "grammar": "world": a word outside the tokenizer's vocabulary is a 422 naming it, and a
+    state past the predictor's token slots a 422 saying how to fix it, before the predictor runs."""
+    from pipeline.utils import UserError
+    from pipeline.world_model import WorldModelPipeline
+    from tests.api.fakes import BrightnessCaptioner, NoiseRenderer
+
+    predictor = _tiny_word_predictor(["the", "cat", "sat", "on", "mat", "."], n=6)
+    calls: list[int] = []
+    real_predict = predictor.predict
+    predictor.predict = lambda *a, **k: calls.append(1) or real_predict(*a, **k)  # type: ignore[method-assign]
+    renderer = NoiseRenderer()
+    pipe = WorldModelPipeline(BrightnessCaptioner(), predictor, renderer)
+    client = make_client(pipeline=pipe, warmup=False)
+
+    r = client.post("/v1/rollout", json={"states": ["The cat sat.", "the dog sat ."], "horizon": 1})
+    assert r.status_code == 422
+    assert r.json()["detail"] == (
+        "states[1]: unknown word 'dog' in 'the dog sat .' (not in the predictor's vocabulary)"
+    )
+    r = client.post("/v1/rollout", json={"states": ["the cat sat on the mat ."], "horizon": 1})
+    assert r.status_code == 422
+    detail = r.json()["detail"]
+    assert "has 7 words and marks; the predictor reads at most 6 per state: shorten" in detail
+    assert "truncate" not in detail
+    assert calls == [] and renderer.calls == 0  # refused before any model ran
+    r = client.post("/v1/rollout", json={"states": ["The cat sat on the mat"], "horizon": 2, "render": False})
+    assert r.status_code == 200, r.text  # case and spacing as the tokenizer reads them
+    assert len(r.json()["predicted_states"]) == 2 and r.json()["observed_parses"] == [None]
+    assert calls == [1]
+    with pytest.raises(UserError, match="unknown word 'dog'"):  # the Python API refuses the same way
+        pipe(states=["the dog ."], horizon=1)

@@ -80,6 +80,8 @@ def test_written_states_are_checked_by_the_grammar_or_the_vocabulary():
         UserError, match=r"states\[0\]: unknown word 'bal' .*not in the predictor's vocabulary"
     ):
         check_written_states(["red bal ."], grammar=None, vocabulary=vocab)
+    with pytest.raises(UserError, match=r"states\[0\]: 'red \[UNK\] .' holds \[UNK\], the predictor's mark"):
+        check_written_states(["red [UNK] ."], grammar=None, vocabulary=vocab)  # as a forecast may spell it
     with pytest.raises(
         UserError, match=r"has 6 words and marks; the predictor reads at most 5 per state: shorten"
     ):

@@ -65,3 +65,21 @@ def test_context_then_forecast_marks_the_forecast_and_truth_sits_beside_it(tmp_p
     assert len(pairs) == 2 and pairs[0].shape[1] == 2 * frames[1].shape[1]
     files = write_outputs(out, tmp_path, truth_frames=[_square((0, 255, 0))] * 2)
     assert len(read_video(files.versus).frames) == 2
+
+
+def test_states_json_says_whether_each_predicted_state_parses_and_the_strip_says_no_change(tmp_path):
+    from pipeline.outputs import PREDICTED_COLOUR, _tile
+    from tests.api.fakes import WorldPredictor
+
+    pipe = WorldModelPipeline(BrightnessCaptioner(), WorldPredictor(), NoiseRenderer(), grammar="world")
+    out = pipe(states=["red ball top left , lamp on .", "empty ."], horizon=2, render=False)
+    assert out.observed_parses == [True, True] and out.predicted_parses == [False, False]
+    steps = json.loads(write_outputs(out, tmp_path).states.read_text())["steps"]
+    assert [s["parses"] for s in steps] == [True, True, False, False]
+    assert steps[3]["changes"] == []  # "empty room ." twice: nothing changed
+    plain = WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), NoiseRenderer())(states=["a ."], horizon=1)
+    assert plain.observed_parses == [None] and plain.predicted_parses == [None]
+    # a step where nothing changed says so in the strip (one more text line); the first step says nothing
+    frame = _square()
+    quiet, said = (_tile(frame, "a .", "t=1", 40, 64, PREDICTED_COLOUR, c).height for c in (None, []))
+    assert said == quiet + 14

@@ -284,8 +284,9 @@ def test_from_pretrained_runs_real_tiny_stages(tiny_weights, tmp_path):
     assert a.predicted_states == b.predicted_states and np.array_equal(
         a.predicted_frames[0], b.predicted_frames[0]
     )
-    with pytest.raises(ValueError, match="the model reads at most N=12 tokens per state"):
-        pipe(states=["red " * 20 + "."], horizon=1)  # a state a user wrote is never cut silently
+    # a state a user wrote is never cut silently, and is refused with advice a user can act on
+    with pytest.raises(UserError, match=r"states\[0\] has 21 words and marks; the predictor reads at most 12 per state: shorten"):
+        pipe(states=["red " * 20 + "."], horizon=1)
     files = write_outputs(out, tmp_path)
     assert len(read_video(files.video).frames) == 2
 
