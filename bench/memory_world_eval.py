@@ -7,6 +7,7 @@ family and scenario. A folder whose model has a memory is scored a second time w
 
     python bench/memory_world_eval.py --predictor no_memory=weights/predictor \\
         --predictor memory=runs/memory/ft_memory --out runs/memory/world_eval.json
+    python bench/memory_world_eval.py --predictor shipped=weights/predictor --seed 1 --copy-last   # fresh seed
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import world  # noqa: E402
-from pipeline.evaluation.world import clips_from_records, score_predictor  # noqa: E402
+from pipeline.evaluation.world import Clip, CopyLast, score_predictor  # noqa: E402
 from pipeline.predictor import Predictor  # noqa: E402
 
 
@@ -41,13 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--predictor", action="append", required=True, help="LABEL=FOLDER (repeatable)")
     p.add_argument("--clips", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0, help="test-split seed (0: the documented test set)")
+    p.add_argument("--copy-last", action="store_true", help="also score the copy-last-state reference")
     p.add_argument("--horizon", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="runs/memory/world_eval.json")
     ns = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(ns.threads)
-    clips = clips_from_records(world.sequences("all", ns.clips, seed=0, length=20, split="test"))
+    records = world.sequences("all", ns.clips, seed=ns.seed, length=20, split="test")
+    clips = [Clip(i, r["states"], [bool(p) for p in r["predictable"]], r["scenario"], None)
+             for i, r in enumerate(records)]
     results: dict[str, dict[str, Any]] = {}
     for spec in ns.predictor:
         label, folder = spec.split("=", 1)
@@ -57,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         if predictor.has_memory:
             predictor.model.memory_read_off = True
             results[f"{label}, memory read zeroed"] = score_predictor(predictor, clips, ns.horizon, predictor.T)
+    if ns.copy_last:
+        results["copy last state"] = score_predictor(CopyLast(), clips, ns.horizon, 4)
     Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
     Path(ns.out).write_text(json.dumps(results, indent=2) + "\n")
     first = next(iter(results.values()))

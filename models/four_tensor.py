@@ -658,8 +658,9 @@ class FourTensorModel(nn.Module):
         self._check_ids(token_ids_full, self.config.T + 1, "T+1")
         return token_ids_full[:, :-1, :], token_ids_full[:, 1:, :].contiguous()
 
-    def training_step(self, token_ids_full: Tensor) -> Tensor:
-        """(B, T+1, N) -> teacher-forced window cross-entropy over S(1..T), padding ignored (selection loss).
+    def training_step(self, token_ids_full: Tensor, last_only: bool = False) -> Tensor:
+        """(B, T+1, N) -> teacher-forced window cross-entropy over S(1..T), padding ignored (selection loss);
+        with last_only, over S(T) alone (beyond the paper: the slice the window cannot see).
 
         Equal to window_cross_entropy(self(prefix), Y): slots whose target is padding are ignored by that loss,
         so their logits are never formed (packed_hidden_states keeps every slot they could influence).
@@ -670,6 +671,8 @@ class FourTensorModel(nn.Module):
         token_ids, Y = self.split_window(token_ids_full)
         tgt = rearrange(Y, "b t x -> b x t")  # (B, N, T), the target of slot (x, t)
         wanted = tgt != self.config.padding_idx
+        if last_only:
+            wanted[:, :, :-1] = False
         X_norm = self.packed_hidden_states(token_ids, wanted)  # (n, d_x, d_t)
         logits = X_norm.flatten(-2) @ self.readout_matrix()  # (n, V); M materialised first
         return F.cross_entropy(logits, tgt[wanted])  # mean over the non-padding targets

@@ -87,14 +87,26 @@ def build_predictor(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
     from pipeline.training.predictor import train_predictor
 
     recipe = _recipe(args, "predictor")
+    common = dict(seed=args.seed, device=args.device, threads=args.threads, progress=args.progress)
+    phases: dict[str, Any] = {}
+    init_from = None
+    if recipe.init_from is not None:  # a fine-tune: its base recipe first, into run/base
+        base = get_recipe(recipe.init_from)
+        base_data = predictor_data(run / "base" / "train.jsonl", args.seed, base.data["clips"], base.data["length"])
+        bargs = args_from_recipe(base, data=str(base_data), out=str(run / "base" / "model"), **common)
+        assert isinstance(bargs, TrainArgs)
+        base_result = train_predictor(bargs)[bargs.model]
+        phases[base.name] = {"args": dataclasses.asdict(bargs), "data": dict(base.data), "best": base_result.best,
+                             "epochs_run": len(base_result.history), "stopped_by": base_result.stopped_by}
+        init_from = bargs.out
     data = predictor_data(run / "train.jsonl", args.seed, recipe.data["clips"], recipe.data["length"])
-    targs = args_from_recipe(recipe, data=str(data), out=str(run / "model"), seed=args.seed, device=args.device,
-                             threads=args.threads, progress=args.progress)
+    targs = args_from_recipe(recipe, data=str(data), out=str(run / "model"), init_from=init_from, **common)
     assert isinstance(targs, TrainArgs)
     result = train_predictor(targs)[targs.model]
     _replace_dir(run / "model", out, PREDICTOR_FILES)
     return {"recipe": recipe.name, "args": dataclasses.asdict(targs), "data": dict(recipe.data),
-            "best": result.best, "epochs_run": len(result.history), "stopped_by": result.stopped_by}
+            "best": result.best, "epochs_run": len(result.history), "stopped_by": result.stopped_by,
+            "phases": phases}
 
 
 # ---- the weights folder --------------------------------------------------------------------------------

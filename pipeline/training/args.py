@@ -54,6 +54,17 @@ class TrainArgs:
     forget_bias: initial forget-gate bias of the memory (beyond the seed, whose bias is 0).
     memory_lr_scale: the memory's parameters train at lr x this.
     init_from: start from the weights of this saved predictor (a memory model may start from one without memory).
+    lr_schedule: constant (the paper's) or cosine: linear warmup over warmup_steps, then cosine decay to
+        lr * min_lr_ratio at the last step of the epoch budget.
+    warmup_steps: optimizer steps of linear warmup (cosine schedule only).
+    min_lr_ratio: the cosine schedule's final learning rate as a share of lr.
+    target_slices: 4-tensor only: all (the paper's window loss over S(1..T)) or last (only S(T), the one slot
+        that is never visible to the window without --causal-slices; the stopping rule and the choice of epoch
+        then use the validation L_S(T)).
+    rollout_steps: 4-tensor only, scheduled sampling at the state level: windows carry K more states, and in a
+        share rollout_prob of each batch the last k (1..K, drawn per batch) context states are the model's own
+        rollout from the true states before them; the target stays the true state (needs --target-slices last).
+    rollout_prob: the share of each batch trained on rolled-out contexts.
     """
 
     # what is trained, on what, into where
@@ -93,6 +104,13 @@ class TrainArgs:
     forget_bias: float = 0.0
     memory_lr_scale: float = 1.0
     init_from: str | None = None
+    # beyond the paper: schedule, loss slots, rollout-aware training (docs/predictor_world.md)
+    lr_schedule: str = "constant"
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.05
+    target_slices: str = "all"
+    rollout_steps: int = 0
+    rollout_prob: float = 0.5
 
     def __post_init__(self) -> None:
         if self.model not in (*MODEL_KINDS, "both"):
@@ -122,6 +140,21 @@ class TrainArgs:
             raise UserError(
                 "--causal-slices applies to the 4-tensor model only (the baseline is causal already)"
             )
+        if self.lr_schedule not in ("constant", "cosine"):
+            raise UserError(f"--lr-schedule {self.lr_schedule!r}: expected constant or cosine")
+        if self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise UserError(f"need --warmup-steps >= 0 and --min-lr-ratio in [0, 1], got {self.warmup_steps}, "
+                            f"{self.min_lr_ratio}")
+        if self.target_slices not in ("all", "last"):
+            raise UserError(f"--target-slices {self.target_slices!r}: expected all or last")
+        if self.rollout_steps < 0 or not 0.0 <= self.rollout_prob <= 1.0:
+            raise UserError(f"need --rollout-steps >= 0 and --rollout-prob in [0, 1], got {self.rollout_steps}, "
+                            f"{self.rollout_prob}")
+        if (self.target_slices != "all" or self.rollout_steps) and (self.model != "four_tensor" or self.memory):
+            raise UserError("--target-slices last and --rollout-steps apply to the 4-tensor model without memory")
+        if self.rollout_steps and self.target_slices != "last":
+            raise UserError("--rollout-steps needs --target-slices last (earlier slots of a rolled-out window "
+                            "would be trained on the model's own states)")
         if self.memory:
             if self.model != "four_tensor":
                 raise UserError(f"--memory applies to the 4-tensor model only, got --model {self.model}")
@@ -162,6 +195,11 @@ class TrainArgs:
             d.pop("attention")
         if self.init_from is None:
             d.pop("init_from")
+        defaults = {"lr_schedule": "constant", "warmup_steps": 0, "min_lr_ratio": 0.05, "target_slices": "all",
+                    "rollout_steps": 0, "rollout_prob": 0.5}
+        for key, value in defaults.items():  # runs with the paper's rule keep the fingerprint they had
+            if d[key] == value:
+                d.pop(key)
         if not self.memory:  # runs without memory keep the fingerprint they had before the memory knobs
             for key in ("memory", "mem_channels", "mem_shape", "chunk_size", "sigma_scale",
                         "memory_every_n_layers", "bptt_windows", "forget_bias", "memory_lr_scale"):

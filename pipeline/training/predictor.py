@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import shutil
@@ -167,7 +168,8 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
     split = split_sequences(sequences, args.val_fraction, seed=args.seed)
     if tokenizer is None:
         tokenizer = StateTokenizer.build((s for seq in sequences for s in seq.states), args.min_frequency)
-    train = make_windows(split.train, tokenizer, T, N)
+    # rollout-aware training: K more states per training window, the rolled-out context's true past
+    train = make_windows(split.train, tokenizer, T + args.rollout_steps, N)
     val = make_windows(split.val, tokenizer, T, N)
     full_train, full_val = len(train), len(val)
     if args.max_windows is not None and args.memory:  # whole clips, for the memory's in-order training
@@ -189,7 +191,9 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
         "val_windows": len(val),
         "train_windows_before_cap": full_train,
         "val_windows_before_cap": full_val,
-        "pad_fraction": round(float((torch.cat([train.ids, val.ids]) == 0).float().mean()), 4),
+        "pad_fraction": round(
+            float(((train.ids == 0).sum() + (val.ids == 0).sum()) / (train.ids.numel() + val.ids.numel())), 4
+        ),
         "states": train.states + val.states,
         "truncated_sentences": train.truncated + val.truncated,
         "skipped_sequences": train.skipped + val.skipped,
@@ -246,11 +250,14 @@ def build_model(
 class _StepModule(nn.Module):
     """forward = training_step, so DistributedDataParallel's hooks see the loss computation."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, last_only: bool = False) -> None:
         super().__init__()
         self.model = model
+        self.last_only = last_only
 
     def forward(self, token_ids_full: torch.Tensor) -> torch.Tensor:
+        if self.last_only:
+            return self.model.training_step(token_ids_full, last_only=True)
         return self.model.training_step(token_ids_full)
 
 
@@ -305,6 +312,54 @@ def train_clip_batch(
         loss_total += float(loss.detach()) * sum(part)
         seen += sum(part)
     return loss_total, seen
+
+
+def learning_rate_factor(args: TrainArgs, step: int, total_steps: int) -> float:
+    """The schedule's multiplier on each group's base lr at optimizer step `step` (zero-based) of total_steps:
+    1 for the constant schedule; linear warmup, then cosine decay to min_lr_ratio for the cosine one."""
+    if args.lr_schedule == "constant":
+        return 1.0
+    if step < args.warmup_steps:
+        return (step + 1) / args.warmup_steps
+    progress = min(1.0, (step - args.warmup_steps) / max(1, total_steps - args.warmup_steps))
+    return args.min_lr_ratio + (1.0 - args.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, args: TrainArgs, step: int, total_steps: int) -> None:
+    """Set every group's lr to its base lr times the schedule's factor (stateless: a resumed run continues it)."""
+    factor = learning_rate_factor(args, step, total_steps)
+    for group in optimizer.param_groups:
+        group["lr"] = group["base_lr"] * factor
+
+
+@torch.no_grad()
+def rollout_windows(model: Any, long: torch.Tensor, K: int, prob: float) -> torch.Tensor:
+    """Scheduled sampling at the state level. long (B, T+K+1, N) true states -> windows (B, T+1, N) whose
+    target (last state) is the true one; in each row drawn with probability `prob`, the last k context states
+    (k in 1..K, one draw per batch) are the model's own rollout (eval mode, argmax) from the true T states
+    before them. Draws use torch's global generator (seeded per epoch, saved in checkpoints)."""
+    T = long.shape[1] - K - 1
+    out = long[:, K:].clone()  # the true window of the last T+1 states
+    rows = torch.rand(long.shape[0]) < prob  # (B,)
+    if K == 0 or not bool(rows.any()):
+        return out
+    k = int(torch.randint(1, K + 1, ()))
+    ctx = long[rows, K - k : K - k + T]  # (b, T, N): true states up to just before position K+T-k
+    was_training = model.training
+    model.eval()
+    for _ in range(k):
+        nxt, _ = model.predict_next(ctx)  # (b, N)
+        ctx = torch.cat([ctx[:, 1:], nxt[:, None]], dim=1)
+    model.train(was_training)
+    out[rows, :T] = ctx  # positions K..K+T-1, the last k of them predicted
+    return out
+
+
+def init_tokenizer(directory: str | Path) -> StateTokenizer:
+    """The tokenizer saved beside the --init-from weights (their embedding rows are numbered by it)."""
+    if not (Path(directory) / "tokenizer.json").is_file():
+        raise UserError(f"--init-from {directory}: no tokenizer.json there (the weights' ids need it)")
+    return StateTokenizer.from_file(directory)
 
 
 def init_weights(model: Any, directory: str | Path) -> None:
@@ -498,7 +553,11 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
         history = ckpt["history"]
         logger.info("%s: resuming %s after epoch %d", LABELS[kind], out, len(history))
 
-    step_module: nn.Module = _SegmentModule(model) if args.memory else _StepModule(model)
+    # what the schedule scales (saved in, and restored from, checkpoints)
+    for group in optimizer.param_groups:
+        group.setdefault("base_lr", group["lr"])
+    step_module: nn.Module = (_SegmentModule(model) if args.memory
+                              else _StepModule(model, last_only=args.target_slices == "last"))
     if ctx.distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -539,7 +598,9 @@ def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
         disable=not (args.progress and ctx.is_main),
         unit="batch",
     )
-    for i in bar:
+    steps_per_epoch = -(-len(order) // per_batch)
+    for step, i in enumerate(bar):
+        set_learning_rate(run.optimizer, args, epoch * steps_per_epoch + step, args.epochs * steps_per_epoch)
         if args.memory:
             group = [run.train_clips[int(k)] for k in order[i : i + per_batch]]
             seg_loss, seg_windows = train_clip_batch(run.step_module, run.optimizer, group, args.bptt_windows,
@@ -548,7 +609,9 @@ def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
             n_seen += seg_windows
             bar.set_postfix(loss=f"{loss_sum / max(n_seen, 1):.3f}")
             continue
-        batch = run.data.train.ids[order[i : i + args.batch_size]].to(ctx.device)  # (B, T+1, N)
+        batch = run.data.train.ids[order[i : i + args.batch_size]].to(ctx.device)  # (B, T+1(+K), N)
+        if args.rollout_steps:
+            batch = rollout_windows(model, batch, args.rollout_steps, args.rollout_prob)  # (B, T+1, N)
         loss = run.step_module(batch)
         run.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -572,10 +635,11 @@ def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
         dist.broadcast_object_list(metrics, src=0)
     m = metrics[0]
     assert m is not None
+    selection = m["last_ce"] if args.target_slices == "last" else m["selection_loss"]
     return {
         "epoch": epoch + 1,
         "train_loss": round(train_loss, 6),
-        "val_selection_loss": round(m["selection_loss"], 6),
+        "val_selection_loss": round(selection, 6),  # what the 8.2 rule and the choice of epoch read
         "val_last_ce": round(m["last_ce"], 6),
         "val_token_acc": round(m["token_acc"], 6),
         "val_exact_acc": round(m["exact_acc"], 6),
@@ -676,6 +740,9 @@ def train_predictor(args: TrainArgs, on_epoch_end: EpochHook | None = None) -> d
     # A resumed run reuses the saved tokenizer, so its ids cannot drift from the checkpoint's.
     saved = next((d for d in dirs.values() if (d / CHECKPOINT_DIR / CHECKPOINT_FILE).is_file()), None)
     tokenizer = StateTokenizer.from_file(saved) if saved is not None else None
+    if tokenizer is None and args.init_from is not None:
+        # Weights taken over keep their ids: a tokenizer built afresh may number the same words differently.
+        tokenizer = init_tokenizer(args.init_from)
     data = prepare_data(args, tokenizer)
     results = {k: _train_one(k, args, data, dirs[k], ctx, on_epoch_end) for k in kinds}
     if args.model == "both" and ctx.is_main:

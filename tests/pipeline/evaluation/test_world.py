@@ -242,6 +242,8 @@ def test_train_all_quick_predictor_resumes_and_writes_the_index(tmp_path, monkey
     assert Predictor.from_pretrained(folder, device="cpu").predict([["red ball top left ."]], 1)
     monkeypatch.setattr(ta, "build_predictor", lambda *a: pytest.fail("a built stage was rebuilt"))
     assert ta.train_all(args)["predictor"]["epochs_run"] == 1
+    assert list(report["predictor"]["phases"]) == ["quick-predictor-base"]  # the fine-tune trained its base first
+    assert report["predictor"]["args"]["init_from"] == str(tmp_path / "r" / "predictor" / "base" / "model")
     with pytest.raises(UserError, match="--stages: unknown painter"):
         ta.TrainAllArgs(stages=("painter",))
 

@@ -48,6 +48,8 @@ def test_the_shipped_recipes_cover_every_stage_and_the_finetune_names_its_base()
     assert {RECIPES[s].stage for s in STAGES} == set(STAGES)
     assert {RECIPES[f"quick-{s}"].stage for s in STAGES} == set(STAGES)
     assert get_recipe("captioner").init_from == "captioner-base"
+    assert get_recipe("predictor").init_from == "predictor-base"
+    assert get_recipe("quick-predictor").init_from == "quick-predictor-base"
     assert get_recipe("renderer").model == RendererConfig()  # the shipped renderer is the config's defaults
     with pytest.raises(ValueError, match="unknown recipe 'nope'"):
         get_recipe("nope")

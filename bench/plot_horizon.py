@@ -1,0 +1,59 @@
+"""Exact match against horizon, one line per predictor, from the JSON files `bench/memory_world_eval.py` writes.
+
+    python bench/plot_horizon.py runs/forecast/eval/ep1_seed0.json runs/forecast/eval/ft_seed0.json \\
+        --drop "ft epoch1" --rename "shipped=4-tensor, paper's rule (before)" --out docs/img/horizon.png
+
+Draws the "all" panel and one panel per family; a label seen in several files keeps its first result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("results", nargs="+", type=Path)
+    p.add_argument("--drop", action="append", default=[], help="a label to leave out (repeatable)")
+    p.add_argument("--rename", action="append", default=[], help="OLD=NEW (repeatable)")
+    p.add_argument("--title", default="exact match of the whole state, test split, predictable steps")
+    p.add_argument("--out", type=Path, default=Path("docs/img/horizon.png"))
+    ns = p.parse_args(argv)
+    names = dict(r.split("=", 1) for r in ns.rename)
+    runs: dict[str, dict] = {}
+    for path in ns.results:
+        for label, res in json.loads(path.read_text()).items():
+            if label not in ns.drop:
+                runs.setdefault(names.get(label, label), res)
+    families = sorted(next(iter(runs.values()))["by_family"])
+    fig, axes = plt.subplots(1, 1 + len(families), figsize=(4.2 * (1 + len(families)), 3.8), sharey=True)
+    for ax, fam in zip(axes, ["all", *families], strict=True):
+        for label, res in runs.items():
+            rates = res["by_horizon"] if fam == "all" else res["by_family"][fam]
+            hs = sorted(int(h) for h in rates if rates[h] is not None)
+            ax.plot(hs, [100 * rates[str(h)] for h in hs], marker="o", ms=3, label=label)
+        ax.set_title(fam)
+        ax.set_xlabel("horizon h")
+        ax.set_xticks(range(1, 9))
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("exact match (%)")
+    axes[0].set_ylim(0, 101)
+    fig.suptitle(ns.title)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    ns.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(ns.out, dpi=110)
+    print(ns.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
