@@ -38,8 +38,8 @@ def main() -> None:
 
     raw = Predictor.from_pretrained(args.weights, device="cpu")  # no grammar: the model's argmax states
     tok = raw.tokenizer
-    projected = Predictor(raw.model, tok, "cpu", projection_for("world", tok, raw.N, tok.end_ids, args.top_k,
-                                                                args.beam))
+    projected = Predictor(raw.model, tok, "cpu", projection=projection_for("world", tok, raw.N, tok.end_ids,
+                                                                           args.top_k, args.beam))
     results = []
     for seed in args.seeds:
         records = world.sequences("all", args.clips, seed=seed, length=args.length, split="test")
