@@ -66,6 +66,7 @@ def _load_pipeline(app: FastAPI, settings: Settings) -> WorldModelPipeline:
             stage_devices=settings.stage_devices,
             stage_dtypes=settings.stage_dtypes,
             compile=settings.compile,
+            project=settings.project,
             **options,
         )
     if stages is None:

@@ -52,6 +52,10 @@ class Settings(BaseSettings):
         description="'module:function' returning a WorldModelPipeline, instead of loading weights_dir",
     )
     warmup: bool = Field(default=True, description="run every stage once at startup before /ready says yes")
+    project: bool = Field(
+        default=True,
+        description="project predicted states onto the valid states of the grammar model_index.json names",
+    )
 
     data_dir: Path = Field(default=Path("data/api"), description="jobs database, uploads and results")
     samples_dir: Path | None = Field(default=None, description="built-in sample clips for the web page")

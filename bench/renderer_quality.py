@@ -6,6 +6,13 @@ had before (the trainer's Gaussian over the valid region only, `semworld eval wo
 beside it on the same frames, so the figures written with them can be restated.
 
     python bench/renderer_quality.py --states 200 --seed 2000 --steps 2 4 8
+
+`--set varied` scores instead a fixed validation set of varied scenes (issue 11): the six states without objects
+and `--per-count` distinct random valid scenes each of 1, 2 and 3 objects (uniform identities and cells, screen
+and lamp drawn as the renderer's training pool draws them), and reports the round trip and PSNR by object count,
+screen and lamp:
+
+    python bench/renderer_quality.py --set varied --per-count 100 --steps 1 2 4 8 --guidance 1 2
 """
 
 from __future__ import annotations
@@ -23,9 +30,28 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from pipeline.captioner import Captioner  # noqa: E402
-from pipeline.evaluation.metrics import evaluate_frames  # noqa: E402
+from pipeline.evaluation.metrics import evaluate_frames, psnr, scene_groups  # noqa: E402
 from pipeline.renderer import Renderer  # noqa: E402
-from pipeline.training.renderer import eval_states  # noqa: E402
+from pipeline.training.renderer import eval_states, scene_states  # noqa: E402
+
+VARIED_SEED = 2026  # the varied set's seed (the renderer's training pool is scene_states(0, ...))
+
+
+def varied_states(per_count: int, seed: int = VARIED_SEED) -> list[str]:
+    """The fixed validation set of varied scenes: every state without objects, then `per_count` distinct random
+    valid states with exactly 1, 2 and 3 objects."""
+    states = ["empty .", "screen .", "lamp on .", "lamp off .", "screen , lamp on .", "screen , lamp off ."]
+    for count in (1, 2, 3):
+        weights = [1.0 if k == count else 0.0 for k in range(4)]
+        seen: dict[str, None] = {}
+        draw = 0
+        while len(seen) < per_count:
+            for s in scene_states(seed + 10 * count + draw, 4 * per_count, weights):
+                if len(seen) < per_count:
+                    seen.setdefault(s, None)
+            draw += 1
+        states += list(seen)
+    return states
 
 
 def ssim_gaussian_valid(a: np.ndarray, b: np.ndarray) -> float:
@@ -57,28 +83,52 @@ def main() -> None:
     ap.add_argument("--states", type=int, default=200)
     ap.add_argument("--seed", type=int, default=2000, help="seed of the test-split states (eval_states)")
     ap.add_argument("--steps", type=int, nargs="+", default=[2, 4, 8])
+    ap.add_argument("--guidance", type=float, nargs="+", default=[None],
+                    help="guidance scales (default: the renderer's); each is run at every step count")
+    ap.add_argument("--set", dest="state_set", choices=("test", "varied"), default="test",
+                    help="test: --states distinct test-split states (seed --seed); varied: the fixed varied set")
+    ap.add_argument("--per-count", type=int, default=100, help="varied set: states per object count 1, 2, 3")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None, help="also write the rows as one JSON file")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    import world
+
     renderer = Renderer.from_pretrained(args.weights / "renderer", device="cpu")
     captioner = Captioner.from_pretrained(args.weights / "captioner", device="cpu")
-    states = eval_states(args.seed, args.states)
+    states = eval_states(args.seed, args.states) if args.state_set == "test" else varied_states(args.per_count)
+    groups = scene_groups(states)
+    print(json.dumps({"set": args.state_set, "states": len(states), "by_scene": {k: len(v) for k, v in
+                                                                                groups.items()}}), flush=True)
     rows = []
-    for steps in args.steps:
-        t = time.perf_counter()
-        frames: list[np.ndarray] = []
-        generator = torch.Generator("cpu").manual_seed(0)
-        for i in range(0, len(states), 16):
-            frames += renderer.render(states[i : i + 16], generator=generator, steps=steps)
-        seconds = (time.perf_counter() - t) / len(states)
-        m = evaluate_frames(states, frames, captioner)
-        import world
-
-        truth = [world.render_state(s, size=f.shape[0]) for s, f in zip(states, frames)]
-        m["ssim_former_trainer"] = float(np.mean([ssim_gaussian_valid(a, b) for a, b in zip(truth, frames)]))
-        m["ssim_former_eval_world"] = float(np.mean([ssim_uniform7(a, b) for a, b in zip(truth, frames)]))
-        rows.append({"steps": steps, "s_per_frame": round(seconds, 4), **{k: round(v, 4) for k, v in m.items()}})
-        print(json.dumps(rows[-1]), flush=True)
+    for guidance in args.guidance:
+        for steps in args.steps:
+            t = time.perf_counter()
+            frames: list[np.ndarray] = []
+            generator = torch.Generator("cpu").manual_seed(0)
+            for i in range(0, len(states), 16):
+                frames += renderer.render(states[i : i + 16], generator=generator, steps=steps, guidance=guidance)
+            seconds = (time.perf_counter() - t) / len(states)
+            m = evaluate_frames(states, frames, captioner)
+            truth = [world.render_state(s, size=f.shape[0]) for s, f in zip(states, frames)]
+            m["ssim_former_trainer"] = float(np.mean([ssim_gaussian_valid(a, b) for a, b in zip(truth, frames)]))
+            m["ssim_former_eval_world"] = float(np.mean([ssim_uniform7(a, b) for a, b in zip(truth, frames)]))
+            read = captioner.caption(list(frames))
+            hits = [r.strip() == s.strip() for r, s in zip(read, states)]
+            row = {"steps": steps, "guidance": guidance, "s_per_frame": round(seconds, 4),
+                   **{k: round(v, 4) for k, v in m.items()}}
+            row["roundtrip_by_scene"] = {k: round(float(np.mean([hits[i] for i in idx])), 4)
+                                         for k, idx in groups.items()}
+            row["psnr_by_scene"] = {k: round(psnr(np.stack([truth[i] for i in idx]),
+                                                  np.stack([frames[i] for i in idx])), 2)
+                                    for k, idx in groups.items()}  # fmt: skip
+            row["misread"] = [(s, r) for s, r, h in zip(states, read, hits) if not h][:12]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows},
+                                       indent=1))
 
 
 if __name__ == "__main__":

@@ -438,6 +438,21 @@ class BaselineModel(nn.Module):
         hat[hat >= cfg.vocab_size] = cfg.padding_idx
         return hat, None
 
+    @torch.no_grad()
+    def next_logits(self, token_ids: Tensor, state: object | None = None) -> tuple[Tensor, object | None]:
+        """(B, T, N) prefix -> logits (B, N, V) of the N greedy decoding steps over the content vocabulary
+        ([BOS]/[EOS] columns dropped), and the unused state.
+
+        Step i is conditioned on the greedy tokens 0..i-1, so these are the distributions along predict_next's
+        own path, not independent per-slot marginals as in the 4-tensor model: a search over them (e.g.
+        pipeline/projection.py) is an approximation for this model. An [EOS] at step i is what ends the state.
+        """
+        cfg = self.config
+        self._check_ids(token_ids, cfg.T, "token_ids")
+        res = self.free_run(self.pack(token_ids), n_steps=cfg.N, return_logits=True)
+        assert res.logits is not None
+        return res.logits[:, :, : cfg.vocab_size], None  # (B, N, V)
+
     # Save / load -----------------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | Path) -> None:
         """Write config.json ("semworld_model": "baseline") and model.safetensors into `directory`."""

@@ -756,6 +756,28 @@ class FourTensorModel(nn.Module):
         return fiber_norm(self.final_norm, layers[-1].last_slice(X, key_mask))  # (B, N, d_x, d_t)
 
     @torch.no_grad()
+    def next_logits(self, token_ids: Tensor, state: object | None = None, readout: Tensor | None = None) -> tuple[
+            Tensor, object | None]:
+        """(B, T, N) window -> the logits (B, N, V) of the next state S(T), slot by slot, and the recurrent state.
+
+        The numbers predict_next decodes (it is their argmax, cut at the first end id); a caller that wants
+        another decoding (e.g. a grammar-constrained search, pipeline/projection.py) reads them here. `state` and
+        `readout` as in predict_next.
+        """
+        self._check_ids(token_ids, self.config.T, "T")
+        B, T, N = token_ids.shape
+        M = readout if readout is not None else self.readout_matrix()  # (d, V)
+        if self.memory is not None:
+            X_dense, new_state = self.memory_hidden_states(token_ids, cast(MemoryState | None, state))
+            return X_dense[:, :, -1].flatten(-2) @ M, new_state  # (B, N, V)
+        with torch.inference_mode():
+            wanted = torch.zeros(B, N, T, dtype=torch.bool, device=token_ids.device)
+            wanted[:, :, -1] = True
+            X_norm = self.packed_hidden_states(token_ids, wanted)  # (B*N, d_x, d_t) in (b, x) order
+            logits = (X_norm.flatten(-2) @ M).view(B, N, self.config.vocab_size)
+        return logits.clone(), state  # a normal tensor again
+
+    @torch.no_grad()
     def decode_step(self, token_ids: Tensor, readout: Tensor, state: object | None = None) -> tuple[
             Tensor, object | None]:
         """One rollout step: (B, T, N) window and the readout matrix M (d, V) that the caller materialised once

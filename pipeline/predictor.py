@@ -6,6 +6,9 @@ that each step returns (None, or the tensor memory's (h, c)) is handed to the ne
 On the device: a model with `decode_step` (the 4-tensor one) gets its readout matrix M materialised once per
 rollout and a fixed-shape step with no host round trip; the whole rollout stays on the device and may be compiled
 (`compile=True`: torch.compile, CUDA graphs on a GPU) and run in bfloat16/float16 under autocast (`dtype`).
+
+With a projection (pipeline/projection.py) each predicted state is first made a valid state of the weights'
+grammar, from the model's per-slot logits (`next_logits`), and that state is what the next window reads.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
+from pipeline.projection import GrammarProjection, projection_for
 from pipeline.tokenizer import PAD_ID, StateTokenizer
 from pipeline.utils import UserError, resolve_device
 
@@ -40,20 +44,27 @@ class Predictor:
         device: torch.device | str = "cpu",
         dtype: torch.dtype | None = None,
         compile: bool = False,
+        projection: GrammarProjection | None = None,
     ) -> None:
         """dtype: the compute dtype of the matrix products (None or float32: plain float32; bfloat16/float16:
         autocast, the weights and the softmax stay float32). compile: torch.compile the rollout step (static
-        shapes; mode reduce-overhead, i.e. CUDA graphs, on a GPU); if compiling fails the step runs eagerly."""
+        shapes; mode reduce-overhead, i.e. CUDA graphs, on a GPU); if compiling fails the step runs eagerly.
+        projection: None (the model's own argmax decoding) or a GrammarProjection that turns each predicted
+        state's logits (`next_logits`) into a valid state; the rollout feeds the projected state back (it runs
+        the packed next_logits step, never the compiled one)."""
         if model.config.vocab_size != tokenizer.vocab_size:
             raise ValueError(
                 f"model vocab_size {model.config.vocab_size} != tokenizer vocab_size {tokenizer.vocab_size}"
             )
+        if projection is not None and not hasattr(model, "next_logits"):
+            raise ValueError(f"projection: {type(model).__name__} has no next_logits to project")
         if dtype is not None and dtype not in (torch.float32, torch.bfloat16, torch.float16):
             raise ValueError(f"dtype must be torch.float32, torch.bfloat16 or torch.float16, got {dtype!r}")
         self.device = torch.device(device)
         self.dtype = dtype or torch.float32
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
+        self.projection = projection
         self.compile = bool(compile)
         self._compiled: Step | None = None
         # The fixed-shape step (no host round trip) off the CPU or when compiled; on the CPU the packed
@@ -77,8 +88,14 @@ class Predictor:
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         compile: bool = False,
+        grammar: str | None = None,
+        project: bool = True,
     ) -> Predictor:
-        """Load weights (either model kind) and tokenizer.json from a training output directory."""
+        """Load weights (either model kind) and tokenizer.json from a training output directory.
+
+        grammar: the grammar the weights were trained on (model_index.json's "grammar"; None: none). With one
+        and `project` (the default), predicted states are projected onto its valid states (pipeline/projection.py).
+        """
         from models.hub import load_predictor
 
         dev = resolve_device(device)
@@ -87,7 +104,9 @@ class Predictor:
             tokenizer = StateTokenizer.from_file(directory)
         except (FileNotFoundError, ValueError) as err:  # the user's folder: one line, like the other stages
             raise UserError(f"predictor weights {err}") from None
-        return cls(model, tokenizer, dev, dtype=dtype, compile=compile)
+        n_slots = int(cast(Any, model).config.N)  # nn.Module's typing does not see the config
+        projection = projection_for(grammar, tokenizer, n_slots, tokenizer.end_ids) if project else None
+        return cls(model, tokenizer, dev, dtype=dtype, compile=compile, projection=projection)
 
     @property
     def T(self) -> int:
@@ -177,8 +196,12 @@ class Predictor:
         predicted = window.new_empty(B, k, N)  # (B, k, N)
         if hasattr(self.model, "readout_matrix"):
             readout = self.readout()  # once per rollout, not per step (paper 3.5.1)
-        if self.fixed_shapes:
-            step: Advance = lambda w, s: self._step(w, readout, s)  # noqa: E731
+        if self.projection is not None:  # per-slot logits, then the nearest valid state (host-side search)
+            step: Advance = lambda w, s: self._projected_next(  # noqa: E731
+                w, s, readout if hasattr(self.model, "readout_matrix")
+                else None)  # fmt: skip
+        elif self.fixed_shapes:
+            step = lambda w, s: self._step(w, readout, s)  # noqa: E731
         elif hasattr(self.model, "decode_step"):  # the 4-tensor model on the CPU: the packed path, same ids
             step = lambda w, s: self._predict_next(w, s, readout)  # noqa: E731
         else:  # a model with predict_next only (the baseline, stand-ins)
@@ -189,6 +212,16 @@ class Predictor:
             # Slide: drop the oldest state, append the prediction; the model re-embeds slots 0..T-1.
             window = torch.cat([window[:, 1:], next_ids[:, None, :].to(window.dtype)], dim=1)  # (B, T, N)
         return predicted, state  # (B, k, N)
+
+    def _projected_next(self, window: torch.Tensor, state: object | None, readout: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, object | None]:
+        assert self.projection is not None
+        with self._autocast():
+            if readout is None:
+                logits, state = self.model.next_logits(window, state)  # (B, N, V)
+            else:
+                logits, state = self.model.next_logits(window, state, readout=readout)
+        return self.projection(logits), state  # (B, N): valid states of the grammar
 
     def _predict_next(self, window: torch.Tensor, state: object | None, readout: torch.Tensor | None = None
                       ) -> tuple[torch.Tensor, object | None]:

@@ -284,6 +284,7 @@ class WorldModelPipeline:
         predictor: str | Path | None = None,
         renderer: str | Path | None = None,
         stages: Collection[str] = STAGES,
+        project: bool = True,
         **kwargs: Any,
     ) -> WorldModelPipeline:
         """Load the three stages named by `weights_dir/model_index.json` (offline, local files only).
@@ -295,6 +296,8 @@ class WorldModelPipeline:
         (pipeline.placement.resolve_placement chooses them all). The index's `state_rate` becomes `default_state_rate` unless kwargs give one.
         `stages` picks which of captioner, predictor and renderer to load (e.g. only the captioner to turn
         videos into states); the others are stand-ins that raise if called, and need no entry in the index.
+        `project`: when the index names a grammar, each predicted state is projected onto its valid states and
+        fed back as such (pipeline/projection.py); False keeps the predictor's raw argmax states.
         """
         weights_dir = Path(weights_dir) if weights_dir is not None else default_weights_dir()
         overrides = {"captioner": captioner, "predictor": predictor, "renderer": renderer}
@@ -320,7 +323,8 @@ class WorldModelPipeline:
             if "captioner" in stages
             else NotLoaded("captioner"),
             TensorPredictor.from_pretrained(folders["predictor"], device=place.predictor.device,
-                                            dtype=place.predictor.dtype, compile=place.compile)  # fmt: skip
+                                            dtype=place.predictor.dtype, compile=place.compile,
+                                            grammar=kwargs["grammar"], project=project)  # fmt: skip
             if "predictor" in stages
             else NotLoaded("predictor"),
             HFRenderer.from_pretrained(folders["renderer"], device=place.renderer.device,

@@ -103,6 +103,9 @@ def add_world_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Ar
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-project", dest="project", action="store_false",
+                   help="score the predictor's raw argmax states, without projecting them onto the grammar that "
+                        "model_index.json names (default: project)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_eval_world)
     return p
@@ -121,6 +124,7 @@ def run_eval_world(ns: argparse.Namespace) -> int:
         seed=ns.seed,
         device=ns.device,
         threads=ns.threads,
+        project=ns.project,
     )
     from pipeline.evaluation.world import evaluate_world
 
@@ -167,6 +171,9 @@ def write_report(result: dict[str, Any]) -> None:
             table.add_row("copy-last", *(_fmt(ref.get(str(k))) for k in range(1, h + 1)))
             table.add_row("steps", *(str(res["steps"][str(k)]) for k in range(1, h + 1)))
             console.print(table)
+            projected = (f", projected onto the grammar: {_fmt(res.get('projected'))} of predicted states changed"
+                         if res.get("projection") else ", not projected")
+            console.print(f"valid states at h = 1: {_fmt(res['valid_h1'])}{projected}")
             continue
         table = Table(title=part)
         table.add_column("metric")

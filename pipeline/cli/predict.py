@@ -175,6 +175,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also draw the last N observed states (default: every state given with --states, none for a clip, "
         "whose frames are shown)",
     )  # fmt: skip
+    p.add_argument(
+        "--no-project", dest="project", action="store_false",
+        help="keep the predictor's raw argmax states instead of projecting each onto the closest valid state of "
+        "the grammar the weights' model_index.json names (default: project)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     p.set_defaults(func=run_predict)
 
@@ -256,7 +261,7 @@ def run_predict(args: argparse.Namespace) -> int:
         weights, device=args.device, dtype=args.dtype,
         stage_devices=args.stage_device, stage_dtypes=args.stage_dtype, compile=bool(args.compile), limits=limits,
         default_state_rate=default_rate,
-        captioner=own["captioner"], predictor=own["predictor"], renderer=own["renderer"],
+        captioner=own["captioner"], predictor=own["predictor"], renderer=own["renderer"], project=args.project,
     )  # fmt: skip
     output = pipe(
         clip,

@@ -1,6 +1,7 @@
 """The metrics of every stage, one copy each: PSNR and SSIM of frames, exact match of states (overall and by
-object count), the captioner-free layout and shape checks of a drawn world frame, and `evaluate_frames`, which
-combines them (with the round trip through a captioner) for the renderer's trainer and `semworld eval world`.
+object count), the captioner-free layout and shape checks of a drawn world frame, `evaluate_frames`, which
+combines them (with the round trip through a captioner) for the renderer's trainer and `semworld eval world`, and
+`scene_groups`, the object-count / screen / lamp groups the round trip is reported by.
 """
 
 from __future__ import annotations
@@ -122,3 +123,22 @@ def exact_match(predicted: Sequence[str], states: Sequence[str]) -> dict[str, fl
     for k in sorted(by_count):
         result[f"objects={k}"] = sum(by_count[k]) / len(by_count[k])
     return result
+
+
+def scene_groups(states: Sequence[str]) -> dict[str, list[int]]:
+    """Indices of `states` by kind of world scene: "objects=K" for each object count, "screen" / "no screen",
+    "lamp on" / "lamp off" / "no lamp" (a state that does not parse is in group "invalid" only)."""
+    from world.grammar import parse_state
+
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(states):
+        try:
+            scene = parse_state(s)
+        except ValueError:
+            groups.setdefault("invalid", []).append(i)
+            continue
+        lamp = "no lamp" if scene.lamp is None else "lamp on" if scene.lamp else "lamp off"
+        for key in (f"objects={len(scene.objects)}", "screen" if scene.screen else "no screen", lamp):
+            groups.setdefault(key, []).append(i)
+    order = lambda k: (not k.startswith("objects="), k)  # noqa: E731 (object counts first)
+    return {k: groups[k] for k in sorted(groups, key=order)}

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from pipeline import utils
-from pipeline.evaluation.metrics import psnr, ssim
+from pipeline.evaluation.metrics import psnr, scene_groups, ssim
 from pipeline.interfaces import Predictor
 from pipeline.utils import (
     MODEL_INDEX,
@@ -150,7 +150,8 @@ def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 
     Every clip position s >= `min_history` starts a rollout from the true states 0..s-1; the state predicted
     at horizon h is compared with true state s+h-1 when that exists and is flagged predictable. Reported
     overall, by family and by scenario (each a {horizon: rate} map with counts), plus horizon-1 results on
-    unpredictable steps and the share of horizon-1 predictions that are valid world states. `by_horizon_chain`
+    unpredictable steps and the share of predictions that are valid world states (at horizon 1, and at every
+horizon over all rollouts). `by_horizon_chain`
     keeps only targets whose every step since the rollout began is predictable (no object appeared meanwhile).
     """
     if horizon < 1 or min_history < 1:
@@ -161,6 +162,7 @@ def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 
     hits: dict[tuple[str, str, int], list[bool]] = {}
     unpredictable: list[bool] = []
     valid: list[bool] = []
+    valid_by_h: dict[int, list[bool]] = {}  # every rollout's state at each horizon, predictable or not
     t0 = time.perf_counter()
     for i in range(0, len(starts), batch_size):
         chunk = starts[i:i + batch_size]
@@ -170,6 +172,8 @@ def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 
             family = family_of(clip.scenario)
             future = [canonical_state(f) for f in future]
             valid.append(is_valid_state(future[0]))
+            for h, f in enumerate(future, start=1):
+                valid_by_h.setdefault(h, []).append(is_valid_state(f))
             for h in range(1, horizon + 1):
                 t = s + h - 1
                 if t >= len(clip.states):
@@ -199,7 +203,8 @@ def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 
         "family_steps": {f: counts("family", f) for f in families},
         "by_scenario": {s: table("scenario", s) for s in scenarios},
         "unpredictable_h1": _rate(unpredictable), "unpredictable_steps": len(unpredictable),
-        "valid_h1": _rate(valid), "rollouts": len(starts), "min_history": min_history,
+        "valid_h1": _rate(valid), "valid_by_horizon": {str(h): _rate(v) for h, v in sorted(valid_by_h.items())},
+        "rollouts": len(starts), "min_history": min_history,
         "seconds": round(time.perf_counter() - t0, 2),
     }
 
@@ -209,7 +214,8 @@ def score_renderer(renderer: Any, clips: Sequence[Clip], captioner: Any | None =
                    seed: int = 0, steps: int | None = None, guidance: float | None = None,
                    batch_size: int = 8) -> dict[str, Any]:
     """Render up to `max_states` distinct true states (first seen first); PSNR and SSIM against the world's
-    frame of each at the rendered size and, with a captioner, the round trip (caption == requested state)."""
+    frame of each at the rendered size and, with a captioner, the round trip (caption == requested state); both
+    also by object count, screen and lamp (`scene_groups`)."""
     from world import render_state
 
     seen: dict[str, None] = {}
@@ -237,7 +243,12 @@ def score_renderer(renderer: Any, clips: Sequence[Clip], captioner: Any | None =
         out["roundtrip"] = "skipped: no captioner weights to read the frames back"
     else:
         read = captioner.caption(frames)
-        out["roundtrip_acc"] = _rate([canonical_state(r) == canonical_state(s) for r, s in zip(read, states)])
+        hits = [canonical_state(r) == canonical_state(s) for r, s in zip(read, states)]
+        out["roundtrip_acc"] = _rate(hits)
+        out["roundtrip_by_scene"] = {k: _rate([hits[i] for i in idx]) for k, idx in scene_groups(states).items()}
+    out["psnr_by_scene"] = {k: round(psnr(np.stack([truth[i] for i in idx]), np.stack([frames[i] for i in idx])), 3)
+                            for k, idx in scene_groups(states).items()}  # fmt: skip
+    out["states_by_scene"] = {k: len(idx) for k, idx in scene_groups(states).items()}
     return out
 
 
@@ -248,7 +259,9 @@ class EvalWorldArgs:
     model_index.json naming a folder per stage (or plain captioner/ predictor/ renderer/ folders). parts: the
     stages to score. horizon: predictor horizons 1..horizon. max_frames: cap on captioned frames (None: all).
     render_states: distinct states rendered. steps/guidance: renderer overrides (None: its saved defaults).
-    seed: renderer noise. device: "auto", "cpu", "cuda"... threads: torch CPU threads (None: torch's)."""
+    seed: renderer noise. device: "auto", "cpu", "cuda"... threads: torch CPU threads (None: torch's).
+    project: project predicted states onto the grammar model_index.json names (pipeline/projection.py; no
+    grammar: nothing to project)."""
 
     data: str
     weights: str = "weights"
@@ -261,6 +274,7 @@ class EvalWorldArgs:
     seed: int = 0
     device: str = "auto"
     threads: int | None = None
+    project: bool = True
 
     def __post_init__(self) -> None:
         self.parts = tuple(self.parts)
@@ -318,10 +332,15 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
         elif part == "predictor":
             from pipeline.predictor import Predictor
 
-            predictor = Predictor.from_pretrained(folder, device=device)
+            grammar = read_model_index(weights).get("grammar") if (weights / MODEL_INDEX).is_file() else None
+            predictor = Predictor.from_pretrained(folder, device=device, grammar=grammar, project=args.project)
             kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
             scores = score_predictor(predictor, clips, args.horizon, predictor.T)
-            result[part] = {"weights": str(folder), "model": kind, **scores}
+            projection = predictor.projection
+            result[part] = {"weights": str(folder), "model": kind, "projection": projection is not None, **scores}
+            if projection is not None:  # the share of predicted states (all horizons) the projection changed
+                result[part]["projected"] = _rate([True] * projection.stats.projected
+                                                  + [False] * (projection.stats.states - projection.stats.projected))
             result["copy_last"] = score_predictor(CopyLast(), clips, args.horizon, predictor.T)
         else:
             from pipeline.renderer import Renderer

@@ -57,7 +57,7 @@ def test_from_pretrained_defaults_to_the_weights_env_and_loads_a_stage_from_its_
     seen = []
     real = Predictor.from_pretrained.__func__
 
-    def spy(cls, directory, device=None, **kwargs):  # kwargs: the placement's dtype and compile
+    def spy(cls, directory, device=None, **kwargs):  # kwargs: the placement's dtype and compile, the projection
         seen.append((Path(directory), device))
         return real(cls, directory, device, **kwargs)
 

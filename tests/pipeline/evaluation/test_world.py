@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pipeline.cli.eval import add_world_parser
-from pipeline.evaluation.metrics import psnr, ssim
+from pipeline.evaluation.metrics import psnr, scene_groups, ssim
 from pipeline.evaluation.world import (
     Clip,
     CopyLast,
@@ -116,6 +116,36 @@ def test_captioner_and_renderer_with_the_world_itself(world_dir):
     ren = score_renderer(Painter(), clips, Reader(), max_states=5)
     assert ren["states"] == 5 and ren["psnr"] == float("inf") and ren["roundtrip_acc"] == 1.0
     assert "skipped" in score_renderer(Painter(), clips, None, max_states=2)["roundtrip"]
+    assert set(ren["roundtrip_by_scene"].values()) == {1.0} and sum(
+        n for k, n in ren["states_by_scene"].items() if k.startswith("objects=")) == 5  # fmt: skip
+
+
+def test_round_trip_is_reported_by_object_count_screen_and_lamp():
+    states = ["empty .", "red ball top left , screen .", "red ball top left , blue box top right .",
+              "blue box top right , lamp on .", "screen ball ."]  # fmt: skip
+    groups = scene_groups(states)
+    assert groups == {"objects=0": [0], "objects=1": [1, 3], "objects=2": [2], "invalid": [4], "lamp on": [3],
+                      "no lamp": [0, 1, 2], "no screen": [0, 2, 3], "screen": [1]}  # fmt: skip
+    assert list(groups)[:3] == ["objects=0", "objects=1", "objects=2"]
+
+    class Painter:  # draws the two-object state as an empty room, every other one right
+        def render(self, todo, generator=None, steps=None, guidance=None):
+            from world import render_state
+
+            return [render_state("empty ." if s == states[2] else s, 64) for s in todo]
+
+    class Reader:
+        def caption(self, frames):
+            from world import render_state
+
+            known = {render_state(s, 64).tobytes(): s for s in states[:4]}
+            return [known.get(f.tobytes(), "empty .") for f in frames]
+
+    clips = [Clip(0, states[:4], [True] * 4, "bounce", None)]
+    ren = score_renderer(Painter(), clips, Reader(), max_states=4)
+    assert ren["roundtrip_by_scene"] == {"objects=0": 1.0, "objects=1": 1.0, "objects=2": 0.0, "lamp on": 1.0,
+                                         "no lamp": 0.6667, "no screen": 0.6667, "screen": 1.0}  # fmt: skip
+    assert ren["psnr_by_scene"]["objects=1"] == float("inf") and ren["psnr_by_scene"]["objects=2"] < 40
 
 
 def test_missing_stages_are_skipped_with_a_note(world_dir, tmp_path):
@@ -216,3 +246,29 @@ def test_train_all_quick_predictor_resumes_and_writes_the_index(tmp_path, monkey
     assert report["predictor"]["args"]["init_from"] == str(tmp_path / "r" / "predictor" / "base" / "model")
     with pytest.raises(UserError, match="--stages: unknown painter"):
         ta.TrainAllArgs(stages=("painter",))
+
+
+def test_eval_world_projects_for_world_weights_unless_told_not_to(world_dir, tiny_weights, tmp_path):
+    """An index with "grammar": "world": every predicted state is valid (the tiny random predictor's raw ones
+    are not) and the share changed is reported; --no-project scores the raw states; no grammar, no projection."""
+    weights = tmp_path / "w"
+    shutil.copytree(tiny_weights, weights)
+    plain = evaluate_world(EvalWorldArgs(data=str(world_dir), weights=str(weights), parts=("predictor",),
+                                         horizon=2, device="cpu"))["predictor"]  # fmt: skip
+    assert plain["projection"] is False and "projected" not in plain
+    index = json.loads((weights / "model_index.json").read_text())
+    (weights / "model_index.json").write_text(json.dumps({**index, "grammar": "world"}))
+    parser = argparse.ArgumentParser()
+    add_world_parser(parser.add_subparsers())
+    results = {}
+    for flag in ([], ["--no-project"]):
+        ns = parser.parse_args(["world", "--data", str(world_dir), "--weights", str(weights), "--parts",
+                                "predictor", "--horizon", "2", "--device", "cpu", "--json", *flag])  # fmt: skip
+        results[bool(flag)] = evaluate_world(EvalWorldArgs(
+            data=ns.data, weights=ns.weights, parts=("predictor",), horizon=ns.horizon, device=ns.device,
+            project=ns.project))["predictor"]  # fmt: skip
+    on, off = results[False], results[True]
+    assert on["projection"] is True and on["valid_h1"] == 1.0 and on["valid_by_horizon"] == {"1": 1.0, "2": 1.0}
+    assert on["projected"] > 0.5  # a random predictor's argmax states almost never parse
+    assert off["projection"] is False and off == {**plain, "seconds": off["seconds"]}
+    assert off["valid_h1"] < 0.5

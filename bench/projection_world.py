@@ -1,0 +1,69 @@
+"""Exact match by horizon and family, and validity, of a world predictor with and without the projection onto
+valid states (pipeline/projection.py), side by side in one process on the same test clips; docs/predictor_world.md.
+
+    OMP_NUM_THREADS=1 python bench/projection_world.py --seeds 0 1 2 --out runs/projection_world.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from pipeline.evaluation.world import Clip, CopyLast, score_predictor  # noqa: E402
+from pipeline.predictor import Predictor  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--weights", type=Path, default=Path(__file__).resolve().parents[1] / "weights" / "predictor")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--clips", type=int, default=200)
+    ap.add_argument("--length", type=int, default=20)
+    ap.add_argument("--horizon", type=int, default=8)
+    ap.add_argument("--top-k", type=int, default=5)
+    ap.add_argument("--beam", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None, help="write every result as one JSON file")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    import world
+    from pipeline.projection import projection_for
+
+    raw = Predictor.from_pretrained(args.weights, device="cpu")  # no grammar: the model's argmax states
+    tok = raw.tokenizer
+    projected = Predictor(raw.model, tok, "cpu", projection=projection_for("world", tok, raw.N, tok.end_ids,
+                                                                           args.top_k, args.beam))
+    results = []
+    for seed in args.seeds:
+        records = world.sequences("all", args.clips, seed=seed, length=args.length, split="test")
+        clips = [Clip(i, r["states"], r["predictable"], r["scenario"], None) for i, r in enumerate(records)]
+        row: dict = {"seed": seed, "clips": len(clips)}
+        for name, predictor in (("raw", raw), ("projected", projected), ("copy_last", CopyLast())):
+            t = time.perf_counter()
+            if name == "projected":
+                projected.projection.stats.states = projected.projection.stats.projected = 0
+            row[name] = score_predictor(predictor, clips, horizon=args.horizon, min_history=raw.T)
+            row[name]["seconds"] = round(time.perf_counter() - t, 1)
+            if name == "projected":
+                s = projected.projection.stats
+                row[name]["projected_share"] = round(s.projected / max(1, s.states), 5)
+                row[name]["projected_states"] = s.projected
+        results.append(row)
+        brief = {n: (row[n]["by_horizon"]["1"], row[n]["by_horizon"][str(args.horizon)], row[n]["valid_h1"],
+                     row[n]["seconds"]) for n in ("raw", "projected", "copy_last")}
+        print(json.dumps({"seed": seed, **brief}), flush=True)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
+                                       indent=1))
+
+
+if __name__ == "__main__":
+    main()
