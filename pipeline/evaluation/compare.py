@@ -177,14 +177,14 @@ def run_methods(
         seconds[name] = (time.perf_counter() - t0) / (n * horizon)
         if stored is not None:
             stored.parent.mkdir(parents=True, exist_ok=True)
-            extra = {"states": json.dumps(states[name])} if name in states else {}
-            np.savez(
-                stored,
-                frames=np.asarray(frames[name]),
-                seconds=seconds[name],
-                key=json.dumps(cache_key),
-                **extra,
-            )
+            arrays: dict[str, Any] = {
+                "frames": np.asarray(frames[name]),
+                "seconds": np.asarray(seconds[name]),
+                "key": np.asarray(json.dumps(cache_key)),
+            }
+            if name in states:
+                arrays["states"] = np.asarray(json.dumps(states[name]))
+            np.savez(stored, **arrays)
 
     def semworld() -> list[list[np.ndarray]]:
         read = caption_all(stages.captioner, [f for ctx in contexts for f in ctx])
