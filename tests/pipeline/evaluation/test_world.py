@@ -172,24 +172,8 @@ def test_real_tiny_stages_end_to_end_through_the_cli(world_dir, tiny_weights, tm
     shutil.copytree(tiny_weights, weights)
     parser = argparse.ArgumentParser()
     add_world_parser(parser.add_subparsers())
-    ns = parser.parse_args(
-        [
-            "world",
-            "--data",
-            str(world_dir),
-            "--weights",
-            str(weights),
-            "--json",
-            "--render-states",
-            "2",
-            "--horizon",
-            "2",
-            "--max-frames",
-            "4",
-            "--device",
-            "cpu",
-        ]
-    )
+    base = ["world", "--data", str(world_dir), "--weights", str(weights), "--json", "--device", "cpu"]
+    ns = parser.parse_args([*base, "--render-states", "2", "--horizon", "2", "--max-frames", "4"])
     assert ns.func(ns) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["captioner"]["frames"] == 4 and 0.0 <= result["captioner"]["exact_match"] <= 1.0
@@ -200,20 +184,7 @@ def test_real_tiny_stages_end_to_end_through_the_cli(world_dir, tiny_weights, tm
     assert ren["states"] == 2 and 0.0 < ren["psnr"] < 60 and 0.0 <= ren["roundtrip_acc"] <= 1.0
     # Without the renderer folder, that part is skipped and the others still run.
     shutil.rmtree(weights / "renderer")
-    ns = parser.parse_args(
-        [
-            "world",
-            "--data",
-            str(world_dir),
-            "--weights",
-            str(weights),
-            "--json",
-            "--parts",
-            "renderer",
-            "--device",
-            "cpu",
-        ]
-    )
+    ns = parser.parse_args([*base, "--parts", "renderer"])
     assert ns.func(ns) == 0
     result = json.loads(capsys.readouterr().out)
     assert "skipped" in result["renderer"] and "predictor" not in result

@@ -189,23 +189,31 @@ def test_the_saved_weights_are_always_those_of_the_minimum_epoch(tmp_path, toy_j
     assert json.loads((out / "training_summary.json").read_text())["best_epoch"] == result.best_epoch + 1
 
 
-def test_attention_attentime_trains_through_the_cli_and_is_saved(tmp_path, toy_jsonl, capsys):
-    out = tmp_path / "sto"
+@pytest.mark.parametrize(
+    ("flags", "key", "saved", "evaluated"),
+    [
+        (["--attention", "attentime"], "attention", "attentime", "four_tensor"),  # Attentime inside the 4-tensor model
+        (["--model", "attentime_lm"], "semworld_model", "attentime_lm", "attentime_lm"),  # the 1-D Attentime LM
+    ],
+)
+def test_attentime_variants_train_through_the_cli_and_load_as_predictors(
+    tmp_path, toy_jsonl, capsys, flags, key, saved, evaluated
+):
+    out = tmp_path / "run"
     argv = ["train", "predictor", "--data", str(toy_jsonl), "--out", str(out), "--epochs", "1", *ARGS]
-    assert cli.main([*argv, "--attention", "attentime"]) == 0
-    assert json.loads((out / "config.json").read_text())["attention"] == "attentime"
-    assert _eval_json(capsys, out, toy_jsonl, split="val")["model"] == "four_tensor"
-    with pytest.raises(UserError, match="--attention attentime applies to --model four_tensor only"):
-        TrainArgs(data=str(toy_jsonl), preset="tiny", out=str(out), model="baseline", attention="attentime")
-    with pytest.raises(UserError, match="--attention 'qkv': expected four_tensor or attentime"):
-        TrainArgs(data=str(toy_jsonl), preset="tiny", out=str(out), attention="qkv")
+    assert cli.main([*argv, *flags]) == 0
+    assert json.loads((out / "config.json").read_text())[key] == saved
+    assert _eval_json(capsys, out, toy_jsonl, split="val")["model"] == evaluated
 
 
-def test_model_attentime_lm_trains_and_loads_as_a_predictor(tmp_path, toy_jsonl, capsys):
-    out = tmp_path / "lm"
-    argv = ["train", "predictor", "--data", str(toy_jsonl), "--out", str(out), "--epochs", "1", *ARGS]
-    assert cli.main([*argv, "--model", "attentime_lm"]) == 0
-    assert json.loads((out / "config.json").read_text())["semworld_model"] == "attentime_lm"
-    assert _eval_json(capsys, out, toy_jsonl, split="val")["model"] == "attentime_lm"
-    with pytest.raises(UserError, match="--causal-slices applies to the 4-tensor model only"):
-        TrainArgs(data=str(toy_jsonl), preset="tiny", out=str(out), model="attentime_lm", causal_slices=True)
+@pytest.mark.parametrize(
+    ("kw", "says"),
+    [
+        (dict(model="baseline", attention="attentime"), "--attention attentime applies to --model four_tensor only"),
+        (dict(attention="qkv"), "--attention 'qkv': expected four_tensor or attentime"),
+        (dict(model="attentime_lm", causal_slices=True), "--causal-slices applies to the 4-tensor model only"),
+    ],
+)
+def test_attentime_arguments_that_cannot_work_are_refused(tmp_path, kw, says):
+    with pytest.raises(UserError, match=says):
+        TrainArgs(data="d.jsonl", preset="tiny", out=str(tmp_path), **kw)
