@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random
 import time
 from collections.abc import Iterable, Sequence
@@ -29,6 +28,7 @@ from models.captioner import (
 )
 from pipeline.evaluation.metrics import exact_match
 from pipeline.training.args import TrainCaptionerArgs
+from pipeline.training.schedule import warmup_cosine
 from pipeline.utils import UserError, atomic_dir, atomic_torch_save
 
 logger = logging.getLogger(__name__)
@@ -181,10 +181,7 @@ def world_sentences() -> list[str]:
 
 def lr_at(step: int, args: TrainCaptionerArgs) -> float:
     """Linear warmup over warmup_steps, then cosine decay from lr to lr * min_lr_ratio at the last step."""
-    if step < args.warmup_steps:
-        return args.lr * (step + 1) / args.warmup_steps
-    progress = min(1.0, (step - args.warmup_steps) / max(1, args.total_steps - args.warmup_steps))
-    return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return warmup_cosine(args.lr, step, args.total_steps, args.warmup_steps, args.min_lr_ratio)
 
 
 def encode_batch(processor, frames: list[np.ndarray], states: list[str]) -> dict[str, torch.Tensor]:

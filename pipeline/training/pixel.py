@@ -22,6 +22,7 @@ import torch
 from models.pixel import PixelModel, resize_frames
 from pipeline.training.args import TrainPixelArgs
 from pipeline.training.renderer import reconstruction_loss
+from pipeline.training.schedule import warmup_cosine
 from pipeline.utils import atomic_dir, atomic_torch_save, atomic_write_json
 
 logger = logging.getLogger(__name__)
@@ -73,11 +74,7 @@ def rollout_loss(pred: torch.Tensor, target: torch.Tensor, object_weight: float)
 
 def learning_rate(args: TrainPixelArgs, step: int) -> float:
     """Linear warmup for warmup_steps, then cosine decay to lr * min_lr_ratio at `steps` (flat after)."""
-    if step < args.warmup_steps:
-        return args.lr * (step + 1) / args.warmup_steps
-    span = max(1, args.steps - args.warmup_steps)
-    progress = min(1.0, (step - args.warmup_steps) / span)
-    return args.lr * (args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return warmup_cosine(args.lr, step, args.steps, args.warmup_steps, args.min_lr_ratio)
 
 
 # ---- evaluation ----------------------------------------------------------------------------------------

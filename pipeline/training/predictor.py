@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import random
 import shutil
@@ -42,6 +41,7 @@ from pipeline.data import (
 from pipeline.evaluation.predictor import evaluate, evaluate_clips
 from pipeline.tokenizer import StateTokenizer
 from pipeline.training.args import BOTH, MODEL_KINDS, TrainArgs
+from pipeline.training.schedule import warmup_cosine
 from pipeline.utils import UserError, atomic_torch_save, atomic_write_json, atomic_write_text, resolve_device
 
 logger = logging.getLogger(__name__)
@@ -319,10 +319,7 @@ def learning_rate_factor(args: TrainArgs, step: int, total_steps: int) -> float:
     1 for the constant schedule; linear warmup, then cosine decay to min_lr_ratio for the cosine one."""
     if args.lr_schedule == "constant":
         return 1.0
-    if step < args.warmup_steps:
-        return (step + 1) / args.warmup_steps
-    progress = min(1.0, (step - args.warmup_steps) / max(1, total_steps - args.warmup_steps))
-    return args.min_lr_ratio + (1.0 - args.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return warmup_cosine(1.0, step, total_steps, args.warmup_steps, args.min_lr_ratio)
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, args: TrainArgs, step: int, total_steps: int) -> None:
