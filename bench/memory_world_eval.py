@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import world  # noqa: E402
-from pipeline.evaluation.world import Clip, CopyLast, score_predictor  # noqa: E402
+from pipeline.evaluation.world import CopyLast, clips_from_records, score_predictor  # noqa: E402
 from pipeline.predictor import Predictor  # noqa: E402
 
 
@@ -51,8 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(ns.threads)
     records = world.sequences("all", ns.clips, seed=ns.seed, length=20, split="test")
-    clips = [Clip(i, r["states"], [bool(p) for p in r["predictable"]], r["scenario"], None)
-             for i, r in enumerate(records)]
+    clips = clips_from_records(records)
     results: dict[str, dict[str, Any]] = {}
     for spec in ns.predictor:
         label, folder = spec.split("=", 1)

@@ -16,7 +16,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from pipeline.evaluation.world import Clip, CopyLast, score_predictor  # noqa: E402
+from pipeline.evaluation.world import CopyLast, clips_from_records, score_predictor  # noqa: E402
 from pipeline.predictor import Predictor  # noqa: E402
 
 
@@ -43,7 +43,7 @@ def main() -> None:
     results = []
     for seed in args.seeds:
         records = world.sequences("all", args.clips, seed=seed, length=args.length, split="test")
-        clips = [Clip(i, r["states"], r["predictable"], r["scenario"], None) for i, r in enumerate(records)]
+        clips = clips_from_records(records)
         row: dict = {"seed": seed, "clips": len(clips)}
         for name, predictor in (("raw", raw), ("projected", projected), ("copy_last", CopyLast())):
             t = time.perf_counter()

@@ -15,7 +15,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.evaluation.world import Clip, score_predictor  # noqa: E402
+from pipeline.evaluation.world import clips_from_records, score_predictor  # noqa: E402
 from pipeline.predictor import Predictor  # noqa: E402
 from world import sequences  # noqa: E402
 
@@ -24,10 +24,7 @@ def main(argv: list[str]) -> int:
     """argv: predictor folders; results go to runs/bench/attentime_world_eval/<folder name>.json."""
     torch.set_num_threads(1)
     records = sequences("all", 200, seed=0, length=20, split="test")
-    clips = [
-        Clip(i, r["states"], [bool(p) for p in r["predictable"]], r["scenario"], None)
-        for i, r in enumerate(records)
-    ]
+    clips = clips_from_records(records)
     for folder in argv:
         res = score_predictor(Predictor.from_pretrained(folder), clips, horizon=8, min_history=4)
         dest = ROOT / "runs" / "bench" / "attentime_world_eval" / f"{Path(folder).name}.json"

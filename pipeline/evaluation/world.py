@@ -48,6 +48,12 @@ class Clip:
     frames_dir: Path | None
 
 
+def clips_from_records(records: Sequence[dict[str, Any]]) -> list[Clip]:
+    """Clips of world records in memory (`world.sequences`), with no frames, in order."""
+    return [Clip(i, list(r["states"]), [bool(p) for p in r["predictable"]], str(r["scenario"]), None)
+            for i, r in enumerate(records)]
+
+
 def read_world_dir(data: str | Path) -> list[Clip]:
     """The clips of a `world generate` directory (states.jsonl, frames/<clip>/<k>.png); one-line errors."""
     root = Path(data)
