@@ -196,10 +196,9 @@ class TrainArgs:
             d.pop("attention")
         if self.init_from is None:
             d.pop("init_from")
-        defaults = {"lr_schedule": "constant", "warmup_steps": 0, "min_lr_ratio": 0.05, "target_slices": "all",
-                    "rollout_steps": 0, "rollout_prob": 0.5}
-        for key, value in defaults.items():  # runs with the paper's rule keep the fingerprint they had
-            if d[key] == value:
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for key in ("lr_schedule", "warmup_steps", "min_lr_ratio", "target_slices", "rollout_steps", "rollout_prob"):
+            if d[key] == defaults[key]:  # runs with the paper's rule keep the fingerprint they had
                 d.pop(key)
         if not self.memory:  # runs without memory keep the fingerprint they had before the memory knobs
             for key in ("memory", "mem_channels", "mem_shape", "chunk_size", "sigma_scale",
