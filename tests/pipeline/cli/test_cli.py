@@ -1,5 +1,7 @@
 """The CLI skeleton: help, unknown commands, and one-line errors."""
 
+import argparse
+
 import pytest
 
 from pipeline import cli
@@ -11,6 +13,27 @@ def test_help_lists_commands(capsys):
         cli.main(["--help"])
     assert exc.value.code == 0
     assert "semworld" in capsys.readouterr().out
+
+
+def _leaf_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(command path, parser) for every subcommand at every depth."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+    for action in subs:
+        for name, child in action.choices.items():
+            yield from _leaf_parsers(child, (*path, name))
+
+
+def test_every_subcommand_help_renders():
+    # argparse %-formats help strings, so one stray "%" in a docstring line made `train predictor --help` crash
+    leaves = list(_leaf_parsers(cli.build_parser()))
+    assert len(leaves) > 10
+    for path, parser in leaves:
+        text = parser.format_help()
+        assert text.startswith("usage: semworld " + " ".join(path)), path
+    predictor = dict(leaves)[("train", "predictor")].format_help()
+    assert "l % n == 0" in predictor
 
 
 def test_user_error_is_one_line(capsys, monkeypatch):
