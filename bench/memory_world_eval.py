@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--predictor", action="append", required=True, help="LABEL=FOLDER (repeatable)")
     p.add_argument("--clips", type=int, default=200)
+    p.add_argument("--scenario", default="all", help="world scenarios or families (default: all)")
     p.add_argument("--seed", type=int, default=0, help="test-split seed (0: the documented test set)")
     p.add_argument("--copy-last", action="store_true", help="also score the copy-last-state reference")
     p.add_argument("--horizon", type=int, default=8)
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(ns.threads)
-    records = world.sequences("all", ns.clips, seed=ns.seed, length=20, split="test")
+    records = world.sequences(ns.scenario, ns.clips, seed=ns.seed, length=20, split="test")
     clips = clips_from_records(records)
     results: dict[str, dict[str, Any]] = {}
     for spec in ns.predictor:

@@ -617,13 +617,17 @@ class FourTensorModel(nn.Module):
             _, state = self.memory_hidden_states(token_ids[:, j : j + c.T], state)
         return state
 
-    def window_loss(self, token_ids_full: Tensor, state: MemoryState | None) -> tuple[Tensor, Tensor, MemoryState]:
-        """(B, T+1, N) window and the memory before it -> summed CE over S(1..T) (padding ignored), the number
-        of targets, and the state after the window (still attached to the graph: truncation is the caller's)."""
+    def window_loss(self, token_ids_full: Tensor, state: MemoryState | None,
+                    last_only: bool = False) -> tuple[Tensor, Tensor, MemoryState]:
+        """(B, T+1, N) window and the memory before it -> summed CE over S(1..T) (padding ignored; with
+        last_only over S(T) alone), the number of targets, and the state after the window (still attached to the
+        graph: truncation is the caller's)."""
         token_ids, Y = self.split_window(token_ids_full)
         X_norm, state = self.memory_hidden_states(token_ids, state)
         tgt = rearrange(Y, "b t x -> b x t")  # (B, N, T)
         wanted = tgt != self.config.padding_idx
+        if last_only:
+            wanted[:, :, :-1] = False
         logits = X_norm[wanted].flatten(-2) @ self.readout_matrix()  # (n, V)
         return F.cross_entropy(logits, tgt[wanted], reduction="sum"), wanted.sum(), state
 
@@ -666,7 +670,7 @@ class FourTensorModel(nn.Module):
         so their logits are never formed (packed_hidden_states keeps every slot they could influence).
         """
         if self.memory is not None:  # a window alone: the memory starts empty
-            loss_sum, count, _ = self.window_loss(token_ids_full, None)
+            loss_sum, count, _ = self.window_loss(token_ids_full, None, last_only)
             return loss_sum / count.clamp(min=1)
         token_ids, Y = self.split_window(token_ids_full)
         tgt = rearrange(Y, "b t x -> b x t")  # (B, N, T), the target of slot (x, t)

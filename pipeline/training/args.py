@@ -151,8 +151,10 @@ class TrainArgs:
         if self.rollout_steps < 0 or not 0.0 <= self.rollout_prob <= 1.0:
             raise UserError(f"need --rollout-steps >= 0 and --rollout-prob in [0, 1], got {self.rollout_steps}, "
                             f"{self.rollout_prob}")
-        if (self.target_slices != "all" or self.rollout_steps) and (self.model != "four_tensor" or self.memory):
-            raise UserError("--target-slices last and --rollout-steps apply to the 4-tensor model without memory")
+        if self.target_slices != "all" and self.model != "four_tensor":
+            raise UserError("--target-slices last applies to the 4-tensor model")
+        if self.rollout_steps and (self.model != "four_tensor" or self.memory):
+            raise UserError("--rollout-steps applies to the 4-tensor model without memory")
         if self.rollout_steps and self.target_slices != "last":
             raise UserError("--rollout-steps needs --target-slices last (earlier slots of a rolled-out window "
                             "would be trained on the model's own states)")

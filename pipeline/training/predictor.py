@@ -266,9 +266,10 @@ class _SegmentModule(nn.Module):
     """forward = a memory model's loss over consecutive windows of a batch of clips, state carried (one DDP
     forward per backward)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, last_only: bool = False) -> None:
         super().__init__()
         self.model = model
+        self.last_only = last_only
 
     def forward(self, windows: torch.Tensor, lengths: list[int], state: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """windows (B, K, T+1, N) of B clips sorted by lengths (windows left in each, descending), state (h, c)
@@ -282,7 +283,7 @@ class _SegmentModule(nn.Module):
             if n == 0:
                 break
             st = None if state is None else MemoryState(state.h[:n], state.c[:n])
-            ls, cnt, st = self.model.window_loss(windows[:n, j], st)
+            ls, cnt, st = self.model.window_loss(windows[:n, j], st, self.last_only)
             loss_sum, count = loss_sum + ls, count + cnt
             state = st if state is None or n == state.h.shape[0] else MemoryState(
                 torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
@@ -553,7 +554,7 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
     # what the schedule scales (saved in, and restored from, checkpoints)
     for group in optimizer.param_groups:
         group.setdefault("base_lr", group["lr"])
-    step_module: nn.Module = (_SegmentModule(model) if args.memory
+    step_module: nn.Module = (_SegmentModule(model, last_only=args.target_slices == "last") if args.memory
                               else _StepModule(model, last_only=args.target_slices == "last"))
     if ctx.distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP

@@ -142,3 +142,31 @@ def test_init_from_a_model_without_memory(tmp_path, toy_jsonl):
     assert train_predictor(args)["four_tensor"].history  # and trains from there
     with pytest.raises(UserError, match="init-from"):
         init_weights(model, tmp_path)
+
+
+def test_memory_segment_last_only_scores_s_t_alone(toy_jsonl):
+    # --target-slices last with --memory: the segment loss counts only the targets of slice T, and equals the CE of
+    # those slots taken from the full window's logits with the same state carried.
+    seqs = read_sequences(toy_jsonl)
+    tok = StateTokenizer.build(s for q in seqs for s in q.states)
+    clip = clip_windows(make_windows(seqs, tok, 3, 8))[0]  # (K, T+1, N)
+    torch.manual_seed(0)
+    args = TrainArgs(data=str(toy_jsonl), preset="tiny", out="unused", dropout=0.0, target_slices="last", **MEM)
+    model = build_model("four_tensor", "tiny", tok, 0.0, memory=args.memory_config(32))
+    model.eval()
+    lengths = [clip.shape[0]]
+    with torch.no_grad():
+        loss_all, count_all, _ = _SegmentModule(model)(clip[None], lengths, None)
+        loss_last, count_last, _ = _SegmentModule(model, last_only=True)(clip[None], lengths, None)
+        want_sum, want_count, state = 0.0, 0, None
+        for j in range(clip.shape[0]):
+            window = clip[j : j + 1]
+            X_norm, after = model.memory_hidden_states(window[:, :-1], state)
+            gold = window[0, -1]  # (N,) the state after the window
+            logits = X_norm[0, :, -1].flatten(-2) @ model.readout_matrix()  # (N, V) slot (x, T-1)
+            keep = gold != model.config.padding_idx
+            want_sum += float(torch.nn.functional.cross_entropy(logits[keep], gold[keep], reduction="sum"))
+            want_count += int(keep.sum())
+            state = after
+    assert int(count_last) == want_count < int(count_all)
+    assert float(loss_last) == pytest.approx(want_sum, rel=1e-5)
