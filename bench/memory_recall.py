@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--forget-bias", type=float, default=0.0)
     p.add_argument("--memory-lr-scale", type=float, default=1.0)
+    p.add_argument("--target-slices", choices=("all", "last"), default="last",
+                   help="last: the loss on S(T) alone (the answer is a last-slot target; with all, 3 of 4 "
+                        "targets of a window are copies of the next input slice)")
     p.add_argument("--eval-only", action="store_true")
     ns = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -93,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             data=str(out / "train.jsonl"), preset="small", out=str(model_dir), epochs=ns.epochs,
             batch_size=ns.batch_size, lr=ns.lr, seed=0, threads=ns.threads, progress=False, memory=True,
             bptt_windows=ns.bptt_windows, forget_bias=ns.forget_bias, memory_lr_scale=ns.memory_lr_scale,
+            target_slices=ns.target_slices,
         ))
     predictor = Predictor.from_pretrained(model_dir, device="cpu")
     with_memory = score(predictor, test)
@@ -101,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"k": list(ks), "with_memory": with_memory, "memory_read_zeroed": zeroed, "chance": 1 / len(KEYS),
               "test_clips_per_k": ns.test_clips, "train_clips": ns.train_clips, "epochs": ns.epochs,
               "bptt_windows": ns.bptt_windows, "forget_bias": ns.forget_bias,
-              "memory_lr_scale": ns.memory_lr_scale}
+              "memory_lr_scale": ns.memory_lr_scale, "target_slices": ns.target_slices}
     (out / "recall.json").write_text(json.dumps(result, indent=2) + "\n")
     print("k            " + " ".join(f"{k:>6}" for k in ks))
     print("with memory  " + " ".join(f"{100 * with_memory[str(k)]:6.1f}" for k in ks))
