@@ -29,3 +29,20 @@ def test_short_context_is_a_clear_error(tmp_path):
     pred = PixelPredictor.from_pretrained(tmp_path)
     with pytest.raises(ValueError, match=r"contexts\[0\] has 2 frames; the pixel model reads 4"):
         pred.predict_frames([[np.zeros((64, 64, 3), np.uint8)] * 2], 1)
+
+
+def test_the_shipped_pixel_model_beats_copy_last_one_step_ahead():
+    # weights/pixel (docs/semantic_vs_pixel.md) on fresh physics clips: its next frame is nearer the truth than
+    # repeating the last context frame is.
+    from pathlib import Path
+
+    import world
+
+    pred = PixelPredictor.from_pretrained(Path(__file__).resolve().parents[2] / "weights" / "pixel")
+    records = world.sequences("physics", 8, seed=7, length=5, split="test")
+    frames = [[world.render_state(s) for s in r["states"]] for r in records]  # 5 frames of (128, 128, 3) each
+    out = pred.predict_frames([f[:4] for f in frames], 1)
+    err = lambda a, b: float(np.mean((a.astype(np.float32) - b.astype(np.float32)) ** 2))  # noqa: E731
+    model = np.mean([err(o[0], f[4]) for o, f in zip(out, frames)])
+    copy = np.mean([err(f[3], f[4]) for f in frames])
+    assert model < 0.5 * copy
