@@ -24,9 +24,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from pipeline.utils import canonical_state as canonical  # noqa: E402
 from pipeline.predictor import Predictor  # noqa: E402
 from pipeline.training.predictor import TrainArgs, train_predictor  # noqa: E402
+from pipeline.utils import canonical_state as canonical  # noqa: E402
 
 COLOURS = ("red", "orange", "green", "blue", "purple")
 SHAPES = ("ball", "box", "triangle", "diamond")
