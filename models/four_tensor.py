@@ -617,6 +617,15 @@ class FourTensorModel(nn.Module):
             _, state = self.memory_hidden_states(token_ids[:, j : j + c.T], state)
         return state
 
+    def window_targets(self, Y: Tensor, last_only: bool = False) -> tuple[Tensor, Tensor]:
+        """Targets Y (B, T, N) -> tgt (B, N, T), the target of slot (x, t), and the mask of the slots trained on:
+        not padding, and with last_only in slice T - 1 alone (S(T), the one the window cannot see)."""
+        tgt = rearrange(Y, "b t x -> b x t")
+        wanted = tgt != self.config.padding_idx
+        if last_only:
+            wanted[:, :, :-1] = False
+        return tgt, wanted
+
     def window_loss(self, token_ids_full: Tensor, state: MemoryState | None,
                     last_only: bool = False) -> tuple[Tensor, Tensor, MemoryState]:
         """(B, T+1, N) window and the memory before it -> summed CE over S(1..T) (padding ignored; with
@@ -624,10 +633,7 @@ class FourTensorModel(nn.Module):
         graph: truncation is the caller's)."""
         token_ids, Y = self.split_window(token_ids_full)
         X_norm, state = self.memory_hidden_states(token_ids, state)
-        tgt = rearrange(Y, "b t x -> b x t")  # (B, N, T)
-        wanted = tgt != self.config.padding_idx
-        if last_only:
-            wanted[:, :, :-1] = False
+        tgt, wanted = self.window_targets(Y, last_only)
         logits = X_norm[wanted].flatten(-2) @ self.readout_matrix()  # (n, V)
         return F.cross_entropy(logits, tgt[wanted], reduction="sum"), wanted.sum(), state
 
@@ -673,10 +679,7 @@ class FourTensorModel(nn.Module):
             loss_sum, count, _ = self.window_loss(token_ids_full, None, last_only)
             return loss_sum / count.clamp(min=1)
         token_ids, Y = self.split_window(token_ids_full)
-        tgt = rearrange(Y, "b t x -> b x t")  # (B, N, T), the target of slot (x, t)
-        wanted = tgt != self.config.padding_idx
-        if last_only:
-            wanted[:, :, :-1] = False
+        tgt, wanted = self.window_targets(Y, last_only)
         X_norm = self.packed_hidden_states(token_ids, wanted)  # (n, d_x, d_t)
         logits = X_norm.flatten(-2) @ self.readout_matrix()  # (n, V); M materialised first
         return F.cross_entropy(logits, tgt[wanted])  # mean over the non-padding targets
