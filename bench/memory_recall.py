@@ -9,6 +9,8 @@ test time (the ablation: writes still run, reads are zeroed).
 
     python bench/memory_recall.py --out runs/memory/recall            # data, training (resumable), scores
     python bench/memory_recall.py --out runs/memory/recall --eval-only
+    python bench/memory_recall.py --out runs/memory/recall_k1 --train-k 1-1          # the easiest case alone
+    python bench/memory_recall.py --out runs/memory/recall --init-from runs/memory/recall_k1/model  # curriculum
 """
 
 from __future__ import annotations
@@ -66,6 +68,18 @@ def score(predictor: Predictor, clips: list[tuple[list[str], int, int]]) -> dict
     return rates
 
 
+def k_range(text: str) -> range:
+    """'3' -> range(3, 4); '1-8' -> range(1, 9) (k >= 1: the key has left the window)."""
+    lo, _, hi = text.partition("-")
+    try:
+        a, b = int(lo), int(hi or lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected K or K1-K2, got {text!r}") from None
+    if not 1 <= a <= b:
+        raise argparse.ArgumentTypeError(f"need 1 <= K1 <= K2, got {text!r}")
+    return range(a, b + 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/memory/recall")
@@ -81,14 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target-slices", choices=("all", "last"), default="last",
                    help="last: the loss on S(T) alone (the answer is a last-slot target; with all, 3 of 4 "
                         "targets of a window are copies of the next input slice)")
+    p.add_argument("--train-k", type=k_range, default=range(1, 9), help="k of the training clips: K or K1-K2")
+    p.add_argument("--test-k", type=k_range, default=range(1, 9), help="k scored: K or K1-K2")
+    p.add_argument("--init-from", default=None, help="start from this memory predictor (a curriculum step)")
     p.add_argument("--eval-only", action="store_true")
     ns = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(ns.threads)
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
-    ks = range(1, 9)
-    write_probe(out / "train.jsonl", ns.train_clips, seed=0, ks=ks)
+    ks = ns.test_k
+    write_probe(out / "train.jsonl", ns.train_clips, seed=0, ks=ns.train_k)
     test = write_probe(out / "test.jsonl", ns.test_clips * len(ks), seed=1, ks=ks)
     model_dir = out / "model"
     if not ns.eval_only:
@@ -96,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             data=str(out / "train.jsonl"), preset="small", out=str(model_dir), epochs=ns.epochs,
             batch_size=ns.batch_size, lr=ns.lr, seed=0, threads=ns.threads, progress=False, memory=True,
             bptt_windows=ns.bptt_windows, forget_bias=ns.forget_bias, memory_lr_scale=ns.memory_lr_scale,
-            target_slices=ns.target_slices,
+            target_slices=ns.target_slices, init_from=ns.init_from,
         ))
     predictor = Predictor.from_pretrained(model_dir, device="cpu")
     with_memory = score(predictor, test)
@@ -105,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"k": list(ks), "with_memory": with_memory, "memory_read_zeroed": zeroed, "chance": 1 / len(KEYS),
               "test_clips_per_k": ns.test_clips, "train_clips": ns.train_clips, "epochs": ns.epochs,
               "bptt_windows": ns.bptt_windows, "forget_bias": ns.forget_bias,
-              "memory_lr_scale": ns.memory_lr_scale, "target_slices": ns.target_slices}
+              "memory_lr_scale": ns.memory_lr_scale, "target_slices": ns.target_slices,
+              "train_k": [ns.train_k.start, ns.train_k.stop - 1], "init_from": ns.init_from}
     (out / "recall.json").write_text(json.dumps(result, indent=2) + "\n")
     print("k            " + " ".join(f"{k:>6}" for k in ks))
     print("with memory  " + " ".join(f"{100 * with_memory[str(k)]:6.1f}" for k in ks))

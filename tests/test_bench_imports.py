@@ -23,3 +23,33 @@ def test_bench_script_imports(script):
             raise
         pytest.skip(f"{script} needs the optional {exc.name}")
     assert callable(getattr(module, "main", None)), f"{script} has no main()"
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_recall_probe_puts_the_key_k_windows_before_the_answer(k):
+    import random
+
+    recall = _bench("memory_recall")
+    states, answer = recall.probe_clip(k, random.Random(k))
+    assert states[answer] == states[0] and states[0] in recall.KEYS
+    assert states[answer - 1] == recall.CUE
+    window = states[answer - 4 : answer]  # what a T = 4 predictor sees when it predicts the answer
+    assert states[0] not in window and answer == k * 4 + 1
+
+
+def test_recall_probe_k_ranges_parse_and_refuse_k_0():
+    import argparse
+
+    recall = _bench("memory_recall")
+    assert recall.k_range("3") == range(3, 4) and recall.k_range("1-8") == range(1, 9)
+    for bad in ("0", "4-2", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            recall.k_range(bad)
