@@ -65,6 +65,8 @@ class TrainArgs:
     rollout_steps: 4-tensor only, scheduled sampling at the state level: windows carry K more states, and in a
         share rollout_prob of each batch the last k (1..K, drawn per batch) context states are the model's own
         rollout from the true states before them; the target stays the true state (needs --target-slices last).
+        With memory the rollout starts from the clip's own window k before, with the memory as it was there
+        (rollout_clip_windows).
     rollout_prob: the share of each batch trained on rolled-out contexts.
     """
 
@@ -153,8 +155,6 @@ class TrainArgs:
                             f"{self.rollout_prob}")
         if self.target_slices != "all" and self.model != "four_tensor":
             raise UserError("--target-slices last applies to the 4-tensor model")
-        if self.rollout_steps and (self.model != "four_tensor" or self.memory):
-            raise UserError("--rollout-steps applies to the 4-tensor model without memory")
         if self.rollout_steps and self.target_slices != "last":
             raise UserError("--rollout-steps needs --target-slices last (earlier slots of a rolled-out window "
                             "would be trained on the model's own states)")

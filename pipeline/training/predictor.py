@@ -168,8 +168,9 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
     split = split_sequences(sequences, args.val_fraction, seed=args.seed)
     if tokenizer is None:
         tokenizer = StateTokenizer.build((s for seq in sequences for s in seq.states), args.min_frequency)
-    # rollout-aware training: K more states per training window, the rolled-out context's true past
-    train = make_windows(split.train, tokenizer, T + args.rollout_steps, N)
+    # rollout-aware training: K more states per training window, the rolled-out context's true past (a memory
+    # run rolls out from the clip's earlier windows instead, rollout_clip_windows)
+    train = make_windows(split.train, tokenizer, T + (0 if args.memory else args.rollout_steps), N)
     val = make_windows(split.val, tokenizer, T, N)
     full_train, full_val = len(train), len(val)
     if args.max_windows is not None and args.memory:  # whole clips, for the memory's in-order training
@@ -292,14 +293,17 @@ class _SegmentModule(nn.Module):
 
 def train_clip_batch(
     step_module: nn.Module, optimizer: torch.optim.Optimizer, group: list[torch.Tensor], bptt_windows: int,
-    device: torch.device | str,
+    device: torch.device | str, rollout: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None,
 ) -> tuple[float, int]:
     """Train a memory model on a batch of whole clips, in order, with truncated back-propagation: (h, c) is
     carried from window to window; every bptt_windows windows the summed loss is back-propagated (mean over
-    the targets), the optimizer steps and the state is detached. Returns (sum of segment losses x windows,
-    windows)."""
+    the targets), the optimizer steps and the state is detached. rollout: (windows, lengths) -> windows, applied
+    to the stacked clips first (scheduled sampling, rollout_clip_windows). Returns (sum of segment losses x
+    windows, windows)."""
     windows, lengths = stack_clips(group)
     windows = windows.to(device)
+    if rollout is not None:
+        windows = rollout(windows, lengths)
     state = None
     loss_total, seen = 0.0, 0
     for j in range(0, windows.shape[1], bptt_windows):
@@ -350,6 +354,48 @@ def rollout_windows(model: Any, long: torch.Tensor, K: int, prob: float) -> torc
         ctx = torch.cat([ctx[:, 1:], nxt[:, None]], dim=1)
     model.train(was_training)
     out[rows, :T] = ctx  # positions K..K+T-1, the last k of them predicted
+    return out
+
+
+@torch.no_grad()
+def rollout_clip_windows(model: Any, windows: torch.Tensor, lengths: list[int], K: int, prob: float) -> torch.Tensor:
+    """Scheduled sampling for a memory model, on whole clips. windows (B, W, T+1, N): window j of a row holds
+    the clip's states j..j+T (rows end at lengths[b], zero padding after) -> the same windows where, in each
+    (row, window) drawn with probability `prob`, the last k context states are the model's own rollout (eval
+    mode, argmax) from the true window k before, with the memory as it stood there; the target stays true.
+    k in 1..K is drawn once per batch (fewer at the start of a clip: min(k, j)). The memory before each window
+    comes from one pass over the true windows with the weights as they are now; slice 0 of a window stays true
+    while k < T, so what the training pass writes is unchanged. Draws use torch's global generator."""
+    if K == 0 or prob == 0.0:
+        return windows
+    B, W, T1, _ = windows.shape
+    T = T1 - 1
+    k = int(torch.randint(1, K + 1, ()))
+    drawn = torch.rand(B, W) < prob  # (B, W)
+    live = torch.arange(W)[None, :] < torch.tensor(lengths)[:, None]  # (B, W) windows that exist
+    drawn &= live
+    drawn[:, 0] = False  # nothing before the first window to roll out from
+    if not bool(drawn.any()):
+        return windows
+    was_training = model.training
+    model.eval()
+    before = [model.init_memory(B, windows.device)]  # before[j]: (h, c) before window j
+    for j in range(W - 1):
+        _, st = model.memory_hidden_states(windows[:, j, :T], before[-1])
+        before.append(st)
+    out = windows.clone()
+    for j in range(1, W):
+        rows = drawn[:, j].nonzero().flatten()  # (b,)
+        if rows.numel() == 0:
+            continue
+        kk = min(k, j)
+        ctx = windows[rows, j - kk, :T]  # (b, T, N) the true window kk before
+        st = type(before[j - kk])(before[j - kk].h[rows], before[j - kk].c[rows])
+        for _ in range(kk):
+            nxt, st = model.predict_next(ctx, st)  # (b, N)
+            ctx = torch.cat([ctx[:, 1:], nxt[:, None]], dim=1)
+        out[rows, j, :T] = ctx  # the window's last kk context states are predicted
+    model.train(was_training)
     return out
 
 
@@ -601,8 +647,10 @@ def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
         set_learning_rate(run.optimizer, args, epoch * steps_per_epoch + step, args.epochs * steps_per_epoch)
         if args.memory:
             group = [run.train_clips[int(k)] for k in order[i : i + per_batch]]
+            rollout = None if not args.rollout_steps else (
+                lambda w, lens: rollout_clip_windows(model, w, lens, args.rollout_steps, args.rollout_prob))
             seg_loss, seg_windows = train_clip_batch(run.step_module, run.optimizer, group, args.bptt_windows,
-                                                     ctx.device)
+                                                     ctx.device, rollout)
             loss_sum += seg_loss
             n_seen += seg_windows
             bar.set_postfix(loss=f"{loss_sum / max(n_seen, 1):.3f}")

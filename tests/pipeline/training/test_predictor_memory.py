@@ -170,3 +170,54 @@ def test_memory_segment_last_only_scores_s_t_alone(toy_jsonl):
             state = after
     assert int(count_last) == want_count < int(count_all)
     assert float(loss_last) == pytest.approx(want_sum, rel=1e-5)
+
+
+def _tiny_memory_model(toy_jsonl):
+    seqs = read_sequences(toy_jsonl)
+    tok = StateTokenizer.build(s for q in seqs for s in q.states)
+    clips = clip_windows(make_windows(seqs, tok, 3, 8))
+    torch.manual_seed(0)
+    args = TrainArgs(data=str(toy_jsonl), preset="tiny", out="unused", dropout=0.0, target_slices="last", **MEM)
+    return build_model("four_tensor", "tiny", tok, 0.0, memory=args.memory_config(32)), clips
+
+
+def test_memory_rollout_windows_are_the_models_own_continuation(toy_jsonl):
+    # Scheduled sampling on whole clips: with prob 1 and K = 1, window j's last context state is what the model
+    # predicts from window j-1 with the memory as it stood before window j-1; the rest of the window, its target,
+    # the first window and the padding after a short row stay as they were.
+    from pipeline.data import stack_clips
+    from pipeline.training.predictor import rollout_clip_windows
+
+    model, clips = _tiny_memory_model(toy_jsonl)
+    group = sorted(clips[:3], key=lambda c: -c.shape[0])
+    windows, lengths = stack_clips(group)
+    T = windows.shape[2] - 1
+    torch.manual_seed(1)
+    out = rollout_clip_windows(model, windows, lengths, K=1, prob=1.0)
+    assert model.training  # the mode is given back
+    model.eval()
+    changed = 0
+    for b, L in enumerate(lengths):
+        state, prev_pred = None, None
+        for j in range(L):
+            window = windows[b : b + 1, j, :T]  # (1, T, N) true context
+            if prev_pred is not None:
+                assert torch.equal(out[b, j, : T - 1], windows[b, j, : T - 1])
+                assert torch.equal(out[b, j, T - 1], prev_pred[0])
+                changed += int(not torch.equal(out[b, j], windows[b, j]))
+            assert torch.equal(out[b, j, T], windows[b, j, T])  # the target is the true state
+            prev_pred, state = model.predict_next(window, state)
+        assert torch.equal(out[b, 0], windows[b, 0]) and torch.equal(out[b, L:], windows[b, L:])
+    assert changed > 0  # an untrained model's predictions are not the truth
+    torch.manual_seed(1)
+    assert torch.equal(rollout_clip_windows(model, windows, lengths, K=2, prob=0.0), windows)
+
+
+def test_memory_training_with_rollouts_runs_and_differs(tmp_path, toy_jsonl):
+    common = dict(data=str(toy_jsonl), preset="tiny", epochs=1, batch_size=8, seed=0, threads=1, progress=False,
+                  target_slices="last", **MEM)
+    plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), **common))["four_tensor"]
+    rolled = train_predictor(TrainArgs(out=str(tmp_path / "rolled"), rollout_steps=2, rollout_prob=1.0,
+                                       **common))["four_tensor"]
+    assert rolled.history and json.loads((tmp_path / "rolled" / "config.json").read_text())["memory"]
+    assert rolled.history[0]["train_loss"] != plain.history[0]["train_loss"]

@@ -124,10 +124,13 @@ def test_init_from_keeps_the_tokenizer_of_the_weights(tmp_path, toy_jsonl):
         (dict(rollout_steps=2), "--rollout-steps needs --target-slices last"),
         (dict(rollout_steps=-1, target_slices="last"), "--rollout-steps"),
         (dict(target_slices="last", model="baseline"), "--target-slices last applies to the 4-tensor model"),
-        (dict(rollout_steps=2, target_slices="last", memory=True), "4-tensor model without memory"),
         (dict(min_lr_ratio=1.5), "--min-lr-ratio"),
     ],
 )
 def test_bad_schedule_and_rollout_arguments_are_refused_by_name(kw, says):
     with pytest.raises(UserError, match=says):
         _args(**kw)
+
+
+def test_rollouts_are_accepted_with_memory():
+    assert _args(rollout_steps=2, target_slices="last", memory=True).rollout_steps == 2
