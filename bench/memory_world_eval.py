@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenario", default="all", help="world scenarios or families (default: all)")
     p.add_argument("--seed", type=int, default=0, help="test-split seed (0: the documented test set)")
     p.add_argument("--copy-last", action="store_true", help="also score the copy-last-state reference")
+    p.add_argument("--no-ablation", action="store_true",
+                   help="skip the second scoring of a memory model with its read zeroed (halves the time)")
     p.add_argument("--horizon", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="runs/memory/world_eval.json")
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         predictor = Predictor.from_pretrained(folder, device="cpu")
         results[label] = score_predictor(predictor, clips, ns.horizon, predictor.T)
         logging.info("%s: h=1 %.3f (%.0f s)", label, results[label]["by_horizon"]["1"], results[label]["seconds"])
-        if predictor.has_memory:
+        if predictor.has_memory and not ns.no_ablation:
             predictor.model.memory_read_off = True
             results[f"{label}, memory read zeroed"] = score_predictor(predictor, clips, ns.horizon, predictor.T)
     if ns.copy_last:
