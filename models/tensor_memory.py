@@ -47,7 +47,9 @@ class TensorMemoryConfig:
     available (identical results without it). forget_bias: beyond the seed (whose pointwise bias is 0), the
     initial bias of the forget gate f; with 0, f starts near 1/2 and a write fades by half at every step, so
     nothing written survives long enough for its gradient to be found (docs/tensor-memory.md); 1-3 is the usual
-    LSTM remedy.
+    LSTM remedy. min_sigma: beyond the seed (whose floor is the eps alone), a floor added to the spread, in grid
+    units ([-1, 1] per axis); 0 keeps the seed's writer. A writer whose spread reaches the eps floor writes
+    almost nothing anywhere, and its gradient dies with it (docs/tensor-memory.md, the recall probe).
     """
 
     d_emb: int
@@ -60,6 +62,7 @@ class TensorMemoryConfig:
     memory_every_n_layers: int = 1
     compile: bool = False
     forget_bias: float = 0.0
+    min_sigma: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("d_emb", "mem_channels", "memory_every_n_layers"):
@@ -78,13 +81,15 @@ class TensorMemoryConfig:
         self.mem_shape = (int(shape[0]), int(shape[1]), int(shape[2]))
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
             raise ValueError(f"TensorMemoryConfig.chunk_size must be an integer >= 1, got {self.chunk_size!r}")
-        for name in ("sigma_scale", "initial_sigma_bias", "gate_init", "forget_bias"):
+        for name in ("sigma_scale", "initial_sigma_bias", "gate_init", "forget_bias", "min_sigma"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ValueError(f"TensorMemoryConfig.{name} must be a finite number, got {value!r}")
             setattr(self, name, float(value))
         if self.sigma_scale <= 0:
             raise ValueError(f"TensorMemoryConfig.sigma_scale must be > 0, got {self.sigma_scale!r}")
+        if self.min_sigma < 0:
+            raise ValueError(f"TensorMemoryConfig.min_sigma must be >= 0, got {self.min_sigma!r}")
         if not isinstance(self.compile, bool):
             raise ValueError(f"TensorMemoryConfig.compile must be a bool, got {self.compile!r}")
 
@@ -262,15 +267,17 @@ class TensorMemoryEmbedder(nn.Module):
     collapsing to a point before it has anything to spread.
     """
 
-    def __init__(self, d_emb: int, mem_channels: int, sigma_scale: float = 1.0, initial_sigma_bias: float = 1.0):
+    def __init__(self, d_emb: int, mem_channels: int, sigma_scale: float = 1.0, initial_sigma_bias: float = 1.0,
+                 min_sigma: float = 0.0):
         super().__init__()
         self.sigma_scale = sigma_scale
+        self.min_sigma = min_sigma  # beyond the seed: a floor on the spread (0: the seed's eps alone)
         self.content = nn.Linear(d_emb, mem_channels)
         self.sigma = nn.Linear(d_emb, 1)
         nn.init.constant_(self.sigma.bias, initial_sigma_bias)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        return self.content(x), self.sigma_scale * F.softplus(self.sigma(x)) + EPS
+        return self.content(x), self.sigma_scale * F.softplus(self.sigma(x)) + self.min_sigma + EPS
 
 
 class TensorMemoryInterface(nn.Module):
@@ -291,7 +298,7 @@ class TensorMemoryInterface(nn.Module):
         E, C, K = cfg.d_emb, cfg.mem_channels, cfg.chunk_size
         self.coord_net = nn.Linear(E, 3)  # shared by read and write: a slot written at c is read back at c
         self.write_proj = nn.Linear(K * E, E)  # the whole chunk, learned (not a mean)
-        self.embedder = TensorMemoryEmbedder(E, C, cfg.sigma_scale, cfg.initial_sigma_bias)
+        self.embedder = TensorMemoryEmbedder(E, C, cfg.sigma_scale, cfg.initial_sigma_bias, cfg.min_sigma)
         self.conv = FactorizedConv3d(2 * C, 4 * C)  # [content volume ; h] -> gates (i, f, o, g)
         if cfg.forget_bias:
             bias = self.conv.pointwise.bias

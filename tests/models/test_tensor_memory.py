@@ -114,6 +114,21 @@ def test_embedder_sigma_positive_with_positive_initial_bias_and_scale():
     torch.testing.assert_close(sigma, 0.5 * nn.functional.softplus(emb.sigma(x)) + 1e-6)
 
 
+def test_min_sigma_floors_the_spread_and_zero_is_the_seeds_writer():
+    # beyond the seed: a writer driven towards a point (sigma -> eps) keeps at least min_sigma of spread
+    torch.manual_seed(0)
+    seed_like = TensorMemoryEmbedder(8, 4)
+    floored = TensorMemoryEmbedder(8, 4, min_sigma=0.5)
+    floored.load_state_dict(seed_like.state_dict())
+    with torch.no_grad():
+        for emb in (seed_like, floored):
+            emb.sigma.bias.fill_(-30.0)  # softplus(-30) ~ 1e-13: the collapsed writer of the recall probe
+    x = torch.randn(5, 8)
+    (_, s0), (_, s1) = seed_like(x), floored(x)
+    assert torch.all(s0 < 1e-5) and torch.allclose(s1, s0 + 0.5)
+    assert TensorMemoryConfig(d_emb=8).min_sigma == 0.0
+
+
 def test_gates_start_at_sigmoid_minus_two():
     tap = MemoryTap(8)
     assert math.isclose(float(torch.sigmoid(tap.gate)), 1 / (1 + math.exp(2.0)), rel_tol=1e-6)
@@ -284,6 +299,7 @@ def test_memory_every_n_layers():
         ({"mem_channels": 0}, "mem_channels"),
         ({"memory_every_n_layers": 0}, "memory_every_n_layers"),
         ({"d_emb": 0}, "d_emb"),
+        ({"min_sigma": -0.1}, "min_sigma"),
     ],
 )
 def test_bad_knobs_are_refused_by_name(kw: dict[str, object], name: str):
