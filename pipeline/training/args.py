@@ -54,6 +54,7 @@ class TrainArgs:
     bptt_windows: a memory run trains batch_size // bptt_windows whole clips in order, back-propagating bptt_windows windows at a time.
     forget_bias: initial forget-gate bias of the memory (beyond the seed, whose bias is 0).
     min_sigma: a floor on the memory writer's spread, in grid units (beyond the seed; 0: its eps alone).
+    memory_gate_init: every memory layer's gate logit at init (the seed's -2: sigmoid 0.12).
     memory_lr_scale: the memory's parameters train at lr x this.
     init_from: start from the weights of this saved predictor (a memory model may start from one without memory).
     lr_schedule: constant (the paper's) or cosine: linear warmup over warmup_steps, then cosine decay to
@@ -107,6 +108,7 @@ class TrainArgs:
     bptt_windows: int = 8
     forget_bias: float = 0.0
     min_sigma: float = 0.0
+    memory_gate_init: float = -2.0
     memory_lr_scale: float = 1.0
     init_from: str | None = None
     # beyond the paper: schedule, loss slots, rollout-aware training (docs/predictor_world.md)
@@ -184,7 +186,7 @@ class TrainArgs:
             d_emb=d, mem_channels=self.mem_channels, mem_shape=(shape[0], shape[1], shape[2]),
             chunk_size=self.chunk_size, sigma_scale=self.sigma_scale,
             memory_every_n_layers=self.memory_every_n_layers, forget_bias=self.forget_bias,
-            min_sigma=self.min_sigma,
+            min_sigma=self.min_sigma, gate_init=self.memory_gate_init,
         )
 
     @property
@@ -207,12 +209,14 @@ class TrainArgs:
                 d.pop(key)
         if not self.memory:  # runs without memory keep the fingerprint they had before the memory knobs
             for key in ("memory", "mem_channels", "mem_shape", "chunk_size", "sigma_scale",
-                        "memory_every_n_layers", "bptt_windows", "forget_bias", "memory_lr_scale", "min_sigma"):
+                        "memory_every_n_layers", "bptt_windows", "forget_bias", "memory_lr_scale", "min_sigma",
+                        "memory_gate_init"):
                 d.pop(key)
         else:
             d["mem_shape"] = list(self.mem_shape)
-            if self.min_sigma == 0.0:  # memory runs from before the knob keep their fingerprint
-                d.pop("min_sigma")
+            for key in ("min_sigma", "memory_gate_init"):  # memory runs from before the knobs keep their fingerprint
+                if d[key] == defaults[key]:
+                    d.pop(key)
         d["data"] = str(Path(self.data).resolve())
         return d
 

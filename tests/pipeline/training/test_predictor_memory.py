@@ -221,3 +221,18 @@ def test_memory_training_with_rollouts_runs_and_differs(tmp_path, toy_jsonl):
                                        **common))["four_tensor"]
     assert rolled.history and json.loads((tmp_path / "rolled" / "config.json").read_text())["memory"]
     assert rolled.history[0]["train_loss"] != plain.history[0]["train_loss"]
+
+
+def test_memory_gate_init_and_min_sigma_reach_the_model_and_defaults_keep_the_fingerprint(toy_jsonl):
+    base = TrainArgs(data=str(toy_jsonl), preset="tiny", out="unused", **MEM)
+    tuned = TrainArgs(data=str(toy_jsonl), preset="tiny", out="unused", memory_gate_init=0.0, min_sigma=0.25, **MEM)
+    cfg = tuned.memory_config(32)
+    assert cfg.gate_init == 0.0 and cfg.min_sigma == 0.25
+    seqs = read_sequences(toy_jsonl)
+    tok = StateTokenizer.build(s for q in seqs for s in q.states)
+    model = build_model("four_tensor", "tiny", tok, 0.0, memory=cfg)
+    assert all(float(torch.sigmoid(t.gate)) == 0.5 for t in model.memory_taps.values())
+    assert model.memory.embedder.min_sigma == 0.25
+    fp = base.fingerprint()
+    assert "min_sigma" not in fp and "memory_gate_init" not in fp  # runs from before the knobs still resume
+    assert tuned.fingerprint()["memory_gate_init"] == 0.0 and tuned.fingerprint()["min_sigma"] == 0.25
