@@ -366,6 +366,8 @@ def rollout_clip_windows(model: Any, windows: torch.Tensor, lengths: list[int], 
     k in 1..K is drawn once per batch (fewer at the start of a clip: min(k, j)). The memory before each window
     comes from one pass over the true windows with the weights as they are now; slice 0 of a window stays true
     while k < T, so what the training pass writes is unchanged. Draws use torch's global generator."""
+    from models.tensor_memory import MemoryState
+
     if K == 0 or prob == 0.0:
         return windows
     B, W, T1, _ = windows.shape
@@ -390,7 +392,7 @@ def rollout_clip_windows(model: Any, windows: torch.Tensor, lengths: list[int], 
             continue
         kk = min(k, j)
         ctx = windows[rows, j - kk, :T]  # (b, T, N) the true window kk before
-        st = type(before[j - kk])(before[j - kk].h[rows], before[j - kk].c[rows])
+        st = MemoryState(before[j - kk].h[rows], before[j - kk].c[rows])
         for _ in range(kk):
             nxt, st = model.predict_next(ctx, st)  # (b, N)
             ctx = torch.cat([ctx[:, 1:], nxt[:, None]], dim=1)
