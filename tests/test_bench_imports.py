@@ -11,26 +11,24 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 OPTIONAL = {"ray"}  # extras a bench may need that the test environment need not have
 
 
-@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py")))
-def test_bench_script_imports(script):
-    spec = importlib.util.spec_from_file_location(f"bench_{script[:-3]}", BENCH / script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)  # top level only: main() runs under __name__ == "__main__"
-    except ModuleNotFoundError as exc:
-        if exc.name not in OPTIONAL:
-            raise
-        pytest.skip(f"{script} needs the optional {exc.name}")
-    assert callable(getattr(module, "main", None)), f"{script} has no main()"
-
-
 def _bench(name: str):
+    """Import bench/<name>.py (top level only: main() runs under __name__ == "__main__")."""
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py")))
+def test_bench_script_imports(script):
+    try:
+        module = _bench(script[:-3])
+    except ModuleNotFoundError as exc:
+        if exc.name not in OPTIONAL:
+            raise
+        pytest.skip(f"{script} needs the optional {exc.name}")
+    assert callable(getattr(module, "main", None)), f"{script} has no main()"
 
 
 @pytest.mark.parametrize("k", [1, 3, 8])

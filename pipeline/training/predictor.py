@@ -645,12 +645,12 @@ def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
         unit="batch",
     )
     steps_per_epoch = -(-len(order) // per_batch)
+    rollout = None if not (args.memory and args.rollout_steps) else (
+        lambda w, lens: rollout_clip_windows(model, w, lens, args.rollout_steps, args.rollout_prob))
     for step, i in enumerate(bar):
         set_learning_rate(run.optimizer, args, epoch * steps_per_epoch + step, args.epochs * steps_per_epoch)
         if args.memory:
             group = [run.train_clips[int(k)] for k in order[i : i + per_batch]]
-            rollout = None if not args.rollout_steps else (
-                lambda w, lens: rollout_clip_windows(model, w, lens, args.rollout_steps, args.rollout_prob))
             seg_loss, seg_windows = train_clip_batch(run.step_module, run.optimizer, group, args.bptt_windows,
                                                      ctx.device, rollout)
             loss_sum += seg_loss
