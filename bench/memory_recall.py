@@ -68,6 +68,60 @@ def score(predictor: Predictor, clips: list[tuple[list[str], int, int]]) -> dict
     return rates
 
 
+@torch.no_grad()
+def answer_features(predictor: Predictor, clips: list[tuple[list[str], int, int]]) -> torch.Tensor:
+    """The final hidden states of the slots that spell the answer's colour and shape (slots 0 and 1 of the last
+    slice), from the whole history streamed through the memory: (n, 2 * d). One batch per history length."""
+    model = predictor.model
+    T = predictor.T
+    out = torch.empty(len(clips), 2 * model.config.d_x * model.config.d_t)
+    by_len: dict[int, list[int]] = {}
+    for i, (_, answer, _) in enumerate(clips):
+        by_len.setdefault(answer, []).append(i)
+    for length, rows in by_len.items():
+        ids = predictor.encode_histories([clips[i][0][:length] for i in rows], keep=length)  # (b, L, N)
+        state = model.stream_memory(ids)
+        X, _ = model.memory_hidden_states(ids[:, -T:], state)  # (b, N, T, d_x, d_t)
+        out[rows] = X[:, :2, -1].flatten(1)
+    return out
+
+
+def linear_probe(train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
+                 steps: int = 400, seed: int = 0) -> float:
+    """Held-out accuracy of a softmax regression (features standardised on train) from features to key index:
+    whether the key is in the answer slots at all, whatever the model's own readout makes of it."""
+    (x, y), (xt, yt) = train, test
+    mean, std = x.mean(0), x.std(0) + 1e-6
+    x, xt = (x - mean) / std, (xt - mean) / std
+    torch.manual_seed(seed)
+    head = torch.nn.Linear(x.shape[1], len(KEYS))
+    opt = torch.optim.Adam(head.parameters(), lr=1e-2, weight_decay=1e-3)
+    with torch.enable_grad():
+        for _ in range(steps):
+            loss = torch.nn.functional.cross_entropy(head(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    with torch.no_grad():
+        return float((head(xt).argmax(-1) == yt).float().mean())
+
+
+def probe_scores(predictor: Predictor, train: list[tuple[list[str], int, int]],
+                 test: list[tuple[list[str], int, int]]) -> dict[str, float]:
+    """linear_probe by k: fitted on the training clips of that k (all of them if it has none), scored on test."""
+    def labels(clips: list[tuple[list[str], int, int]]) -> torch.Tensor:
+        return torch.tensor([KEYS.index(s[0]) for s, _, _ in clips])
+
+    x_train, y_train = answer_features(predictor, train), labels(train)
+    k_train = torch.tensor([k for _, _, k in train])
+    rates = {}
+    for k in sorted({k for _, _, k in test}):
+        group = [c for c in test if c[2] == k]
+        rows = k_train == k if bool((k_train == k).any()) else torch.ones_like(k_train, dtype=torch.bool)
+        rates[str(k)] = linear_probe((x_train[rows], y_train[rows]), (answer_features(predictor, group), labels(group)))
+    return rates
+
+
 def k_range(text: str) -> range:
     """'3' -> range(3, 4); '1-8' -> range(1, 9) (k >= 1: the key has left the window)."""
     lo, _, hi = text.partition("-")
@@ -101,13 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--test-k", type=k_range, default=range(1, 9), help="k scored: K or K1-K2")
     p.add_argument("--init-from", default=None, help="start from this memory predictor (a curriculum step)")
     p.add_argument("--eval-only", action="store_true")
+    p.add_argument("--linear-probe", action="store_true",
+                   help="also fit a softmax regression from the answer slots' hidden states to the key (fitted on "
+                        "the training clips, scored on the test clips), with the memory and with its read zeroed")
     ns = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(ns.threads)
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     ks = ns.test_k
-    write_probe(out / "train.jsonl", ns.train_clips, seed=0, ks=ns.train_k)
+    train = write_probe(out / "train.jsonl", ns.train_clips, seed=0, ks=ns.train_k)
     test = write_probe(out / "test.jsonl", ns.test_clips * len(ks), seed=1, ks=ks)
     model_dir = out / "model"
     if not ns.eval_only:
@@ -120,17 +177,26 @@ def main(argv: list[str] | None = None) -> int:
         ))
     predictor = Predictor.from_pretrained(model_dir, device="cpu")
     with_memory = score(predictor, test)
+    probe: dict[str, dict[str, float]] = {}
+    if ns.linear_probe:
+        probe["with_memory"] = probe_scores(predictor, train, test)
     predictor.model.memory_read_off = True
     zeroed = score(predictor, test)
+    if ns.linear_probe:
+        probe["memory_read_zeroed"] = probe_scores(predictor, train, test)
     result = {"k": list(ks), "with_memory": with_memory, "memory_read_zeroed": zeroed, "chance": 1 / len(KEYS),
               "test_clips_per_k": ns.test_clips, "train_clips": ns.train_clips, "epochs": ns.epochs,
               "bptt_windows": ns.bptt_windows, "forget_bias": ns.forget_bias, "min_sigma": ns.min_sigma, "memory_gate_init": ns.memory_gate_init,
               "memory_lr_scale": ns.memory_lr_scale, "target_slices": ns.target_slices,
               "train_k": [ns.train_k.start, ns.train_k.stop - 1], "init_from": ns.init_from}
+    if probe:
+        result["linear_probe"] = probe
     (out / "recall.json").write_text(json.dumps(result, indent=2) + "\n")
     print("k            " + " ".join(f"{k:>6}" for k in ks))
     print("with memory  " + " ".join(f"{100 * with_memory[str(k)]:6.1f}" for k in ks))
     print("read zeroed  " + " ".join(f"{100 * zeroed[str(k)]:6.1f}" for k in ks))
+    for name, rates in probe.items():
+        print(f"linear probe, {name.replace('_', ' ')}: " + " ".join(f"{100 * rates[str(k)]:6.1f}" for k in ks))
     return 0
 
 

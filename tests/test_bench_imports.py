@@ -60,3 +60,19 @@ def test_hide_steps_are_told_apart_by_object_count():
     assert hide.step_kind("red box top left , blue ball top left , screen .", "red box upper left , screen .") \
         == "disappears"
     assert hide.step_kind("screen .", "screen .") == "same count"
+
+
+def test_recall_linear_probe_reads_a_key_that_is_there_and_not_one_that_is_not():
+    import torch
+
+    recall = _bench("memory_recall")
+    g = torch.Generator().manual_seed(0)
+    y, yt = torch.randint(0, 20, (400,), generator=g), torch.randint(0, 20, (200,), generator=g)
+    codes = torch.randn(20, 32, generator=g)
+
+    def features(labels):  # the key's code at a tiny scale on top of a large shared part and noise
+        return 5.0 + 1e-3 * codes[labels] + 1e-4 * torch.randn(len(labels), 32, generator=g)
+
+    assert recall.linear_probe((features(y), y), (features(yt), yt)) > 0.95
+    noise = torch.randn(400, 32, generator=g), torch.randn(200, 32, generator=g)
+    assert recall.linear_probe((noise[0], y), (noise[1], yt)) < 0.2
