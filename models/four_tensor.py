@@ -563,16 +563,20 @@ class FourTensorModel(nn.Module):
             raise ValueError("this FourTensorModel has no memory (config.memory is None)")
         return self.memory.init_state(batch_size, device)
 
-    def _memory_tap(self, tap: MemoryTap, X: Tensor, state: MemoryState, writes: Tensor | None) -> tuple[
-            Tensor, MemoryState]:
+    def _memory_tap(self, tap: MemoryTap, X: Tensor, state: MemoryState, writes: Tensor | None,
+                    recall: tuple[Tensor, list[Tensor]] | None = None) -> tuple[Tensor, MemoryState]:
         """Between attention and MLP: X (B, N, T, d_x, d_t) + sigmoid(gate) * read, and slice 0 written.
 
         writes (B,) bool or None (all): rows whose slice 0 is a real sentence; other rows keep their state, so a
-        window of front padding writes nothing.
+        window of front padding writes nothing. recall (h_in, out): the state's h as the window received it;
+        the slots of the last slice read it and the reads (B, N, d) are appended to out (window_loss's
+        recall term).
         """
         assert self.memory is not None
         B, N, T, d_x, d_t = X.shape
         u = tap.norm(X.flatten(-2))  # (B, N, T, d) the tap's LayerNorm on its input
+        if recall is not None:
+            recall[1].append(self.memory.read(recall[0], u[:, :, -1]))  # (B, N, d)
         if not self.memory_read_off:
             reads = self.memory.read(state.h, rearrange(u, "b x t d -> b (x t) d"))  # (B, N*T, d): every slot
             X = X + torch.sigmoid(tap.gate) * reads.view(B, N, T, d_x, d_t)
@@ -582,9 +586,12 @@ class FourTensorModel(nn.Module):
             new = MemoryState(torch.where(keep, state.h, new.h), torch.where(keep, state.c, new.c))
         return X, new
 
-    def memory_hidden_states(self, token_ids: Tensor, state: MemoryState | None) -> tuple[Tensor, MemoryState]:
+    def memory_hidden_states(self, token_ids: Tensor, state: MemoryState | None,
+                             recall: list[Tensor] | None = None) -> tuple[Tensor, MemoryState]:
         """token_ids (B, T, N), state (h, c) or None (zeros) -> X_norm (B, N, T, d_x, d_t) and the state after
-        this window's writes. The dense path: every slot, memory taps between attention and MLP."""
+        this window's writes. The dense path: every slot, memory taps between attention and MLP. recall: a list
+        that receives, per memory layer, the reads (B, N, d) of the last slice's slots from the state as it came
+        in (before this window's writes)."""
         c = self.config
         if self.memory is None:
             raise ValueError("this FourTensorModel has no memory (config.memory is None)")
@@ -595,10 +602,11 @@ class FourTensorModel(nn.Module):
         writes = (token_ids[:, 0] != c.padding_idx).any(dim=-1)  # (B,) slice 0 holds a sentence
         future = self.future_mask if c.slice_causal else None
         X = self.input_construction(token_ids)  # (B, N, T, d_x, d_t)
+        incoming = None if recall is None else (state.h, recall)
         for i, layer in enumerate(cast(list[FourTensorLayer], list(self.layers))):
             X = layer.attend(X, key_mask, future)
             if str(i) in self.memory_taps:
-                X, state = self._memory_tap(cast(MemoryTap, self.memory_taps[str(i)]), X, state, writes)
+                X, state = self._memory_tap(cast(MemoryTap, self.memory_taps[str(i)]), X, state, writes, incoming)
             X = X + layer.dropout(layer.mlp(X))
         return fiber_norm(self.final_norm, X), state
 
@@ -626,16 +634,29 @@ class FourTensorModel(nn.Module):
             wanted[:, :, :-1] = False
         return tgt, wanted
 
-    def window_loss(self, token_ids_full: Tensor, state: MemoryState | None,
-                    last_only: bool = False) -> tuple[Tensor, Tensor, MemoryState]:
+    def window_loss(self, token_ids_full: Tensor, state: MemoryState | None, last_only: bool = False,
+                    previous: Tensor | None = None, recall_weight: float = 0.0) -> tuple[Tensor, Tensor, MemoryState]:
         """(B, T+1, N) window and the memory before it -> summed CE over S(1..T) (padding ignored; with
         last_only over S(T) alone), the number of targets, and the state after the window (still attached to the
-        graph: truncation is the caller's)."""
+        graph: truncation is the caller's).
+
+        Beyond the seed, the recall term: with recall_weight > 0 and previous (B, N), the ids of the sentence
+        written last before this window (the clip's state just before it; all padding where there is none), the
+        last slice's slots read the incoming memory in every memory layer, and those reads, through the
+        model's own readout, must spell previous slot by slot: recall_weight x that summed CE is added. It asks
+        the memory to hold what was written in the readout's terms, which the window loss alone never does
+        (docs/tensor-memory.md, "The key reaches the answer")."""
         token_ids, Y = self.split_window(token_ids_full)
-        X_norm, state = self.memory_hidden_states(token_ids, state)
+        reads: list[Tensor] | None = [] if recall_weight and previous is not None else None
+        X_norm, state_out = self.memory_hidden_states(token_ids, state, reads)
         tgt, wanted = self.window_targets(Y, last_only)
-        logits = X_norm[wanted].flatten(-2) @ self.readout_matrix()  # (n, V)
-        return F.cross_entropy(logits, tgt[wanted], reduction="sum"), wanted.sum(), state
+        M = self.readout_matrix()  # (d, V)
+        loss = F.cross_entropy(X_norm[wanted].flatten(-2) @ M, tgt[wanted], reduction="sum")
+        if reads and previous is not None:
+            known = previous != self.config.padding_idx  # (B, N)
+            for r in reads:  # (B, N, d) each
+                loss = loss + recall_weight * F.cross_entropy(r[known] @ M, previous[known], reduction="sum")
+        return loss, wanted.sum(), state_out
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """nn.Module.load_state_dict, refusing by name memory weights for a model built without memory (and the

@@ -55,6 +55,9 @@ class TrainArgs:
     forget_bias: initial forget-gate bias of the memory (beyond the seed, whose bias is 0).
     min_sigma: a floor on the memory writer's spread, in grid units (beyond the seed; 0: its eps alone).
     memory_gate_init: every memory layer's gate logit at init (the seed's -2: sigmoid 0.12).
+    memory_recall_weight: beyond the seed: the weight of a loss asking the memory to spell the last state written.
+        (FourTensorModel.window_loss: the last slice reads the incoming memory and, through the readout, must
+        spell the sentence written just before the window; 0: off, the seed's training.)
     memory_lr_scale: the memory's parameters train at lr x this.
     init_from: start from the weights of this saved predictor (a memory model may start from one without memory).
     lr_schedule: constant (the paper's) or cosine: linear warmup over warmup_steps, then cosine decay to
@@ -109,6 +112,7 @@ class TrainArgs:
     forget_bias: float = 0.0
     min_sigma: float = 0.0
     memory_gate_init: float = -2.0
+    memory_recall_weight: float = 0.0
     memory_lr_scale: float = 1.0
     init_from: str | None = None
     # beyond the paper: schedule, loss slots, rollout-aware training (docs/predictor_world.md)
@@ -165,6 +169,8 @@ class TrainArgs:
         if self.memory:
             if self.model != "four_tensor":
                 raise UserError(f"--memory applies to the 4-tensor model only, got --model {self.model}")
+            if not self.memory_recall_weight >= 0:
+                raise UserError(f"--memory-recall-weight must be >= 0, got {self.memory_recall_weight}")
             if isinstance(self.bptt_windows, bool) or not isinstance(self.bptt_windows, int) or self.bptt_windows < 1:
                 raise UserError(f"--bptt-windows must be a positive integer, got {self.bptt_windows!r}")
             try:
@@ -210,11 +216,11 @@ class TrainArgs:
         if not self.memory:  # runs without memory keep the fingerprint they had before the memory knobs
             for key in ("memory", "mem_channels", "mem_shape", "chunk_size", "sigma_scale",
                         "memory_every_n_layers", "bptt_windows", "forget_bias", "memory_lr_scale", "min_sigma",
-                        "memory_gate_init"):
+                        "memory_gate_init", "memory_recall_weight"):
                 d.pop(key)
         else:
             d["mem_shape"] = list(self.mem_shape)
-            for key in ("min_sigma", "memory_gate_init"):  # memory runs from before the knobs keep their fingerprint
+            for key in ("min_sigma", "memory_gate_init", "memory_recall_weight"):  # memory runs from before the knobs keep their fingerprint
                 if d[key] == defaults[key]:
                     d.pop(key)
         d["data"] = str(Path(self.data).resolve())

@@ -267,14 +267,17 @@ class _SegmentModule(nn.Module):
     """forward = a memory model's loss over consecutive windows of a batch of clips, state carried (one DDP
     forward per backward)."""
 
-    def __init__(self, model: Any, last_only: bool = False) -> None:
+    def __init__(self, model: Any, last_only: bool = False, recall_weight: float = 0.0) -> None:
         super().__init__()
         self.model = model
         self.last_only = last_only
+        self.recall_weight = recall_weight
 
-    def forward(self, windows: torch.Tensor, lengths: list[int], state: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    def forward(self, windows: torch.Tensor, lengths: list[int], state: Any, previous: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """windows (B, K, T+1, N) of B clips sorted by lengths (windows left in each, descending), state (h, c)
-        for the B rows or None -> summed CE, target count, and the state after the last window of each row."""
+        for the B rows or None -> summed CE, target count, and the state after the last window of each row.
+        previous (B, K, N): the sentence written just before each window (window_loss's recall term)."""
         from models.tensor_memory import MemoryState
 
         loss_sum = windows.new_zeros((), dtype=torch.float32)
@@ -284,7 +287,8 @@ class _SegmentModule(nn.Module):
             if n == 0:
                 break
             st = None if state is None else MemoryState(state.h[:n], state.c[:n])
-            ls, cnt, st = self.model.window_loss(windows[:n, j], st, self.last_only)
+            prev = None if previous is None or not self.recall_weight else previous[:n, j]
+            ls, cnt, st = self.model.window_loss(windows[:n, j], st, self.last_only, prev, self.recall_weight)
             loss_sum, count = loss_sum + ls, count + cnt
             state = st if state is None or n == state.h.shape[0] else MemoryState(
                 torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
@@ -304,11 +308,15 @@ def train_clip_batch(
     windows = windows.to(device)
     if rollout is not None:
         windows = rollout(windows, lengths)
+    # The sentence written just before window j is the clip's state j - 1, slice 0 of window j - 1; nothing
+    # before the first window (padding: no recall target).
+    previous = torch.cat([torch.zeros_like(windows[:, :1, 0]), windows[:, :-1, 0]], dim=1)  # (B, K, N)
     state = None
     loss_total, seen = 0.0, 0
     for j in range(0, windows.shape[1], bptt_windows):
         part = [max(0, min(L - j, bptt_windows)) for L in lengths]
-        loss_sum, count, state = step_module(windows[:, j : j + bptt_windows], part, state)
+        loss_sum, count, state = step_module(windows[:, j : j + bptt_windows], part, state,
+                                             previous[:, j : j + bptt_windows])
         loss = loss_sum / count.clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -602,7 +610,8 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
     # what the schedule scales (saved in, and restored from, checkpoints)
     for group in optimizer.param_groups:
         group.setdefault("base_lr", group["lr"])
-    step_module: nn.Module = (_SegmentModule(model, last_only=args.target_slices == "last") if args.memory
+    step_module: nn.Module = (_SegmentModule(model, last_only=args.target_slices == "last",
+                                                 recall_weight=args.memory_recall_weight) if args.memory
                               else _StepModule(model, last_only=args.target_slices == "last"))
     if ctx.distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP

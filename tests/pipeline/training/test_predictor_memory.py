@@ -236,3 +236,81 @@ def test_memory_gate_init_and_min_sigma_reach_the_model_and_defaults_keep_the_fi
     fp = base.fingerprint()
     assert "min_sigma" not in fp and "memory_gate_init" not in fp  # runs from before the knobs still resume
     assert tuned.fingerprint()["memory_gate_init"] == 0.0 and tuned.fingerprint()["min_sigma"] == 0.25
+
+
+def test_recall_term_is_the_readout_ce_of_the_incoming_memory_and_off_by_default(toy_jsonl):
+    # window_loss(previous, recall_weight): the last slice's slots read the memory as the window received it, in
+    # every memory layer, and must spell `previous` through the readout; padding in previous is no target.
+    model, clips = _tiny_memory_model(toy_jsonl)
+    model.eval()
+    clip = clips[0]  # (K, T+1, N)
+    with torch.no_grad():
+        _, _, state = model.window_loss(clip[0:1], None)  # window 0 writes the clip's first state
+        previous = clip[0:1, 0]  # (1, N): that state
+        plain, count, _ = model.window_loss(clip[1:2], state, last_only=True)
+        assert torch.equal(model.window_loss(clip[1:2], state, True, previous, 0.0)[0], plain)
+        empty = torch.zeros_like(previous)
+        assert torch.equal(model.window_loss(clip[1:2], state, True, empty, 2.0)[0], plain)
+        with_recall, count2, after = model.window_loss(clip[1:2], state, True, previous, 2.0)
+        reads: list[torch.Tensor] = []
+        _, want_after = model.memory_hidden_states(clip[1:2, :-1], state, reads)
+        keep = previous != model.config.padding_idx
+        term = sum(torch.nn.functional.cross_entropy(r[keep] @ model.readout_matrix(), previous[keep],
+                                                     reduction="sum") for r in reads)
+    assert len(reads) == len(model.memory_taps) and reads[0].shape == (1, model.config.N, model.config.d)
+    assert int(count2) == int(count)  # the term adds loss, not targets
+    assert float(with_recall) == pytest.approx(float(plain) + 2.0 * float(term), rel=1e-5)
+    assert torch.equal(after.h, want_after.h)  # the state is the window's, recall or not
+
+
+def test_recall_term_trains_the_write_of_the_window_before(toy_jsonl):
+    # Its gradient reaches the writer through the state carried in from the previous window, which is the point:
+    # the window loss on S(T) alone barely does.
+    model, clips = _tiny_memory_model(toy_jsonl)
+    clip = clips[0]
+    _, _, state = model.window_loss(clip[0:1], None)
+    model.zero_grad()
+    reads: list[torch.Tensor] = []
+    model.memory_hidden_states(clip[1:2, :-1], state, reads)
+    keep = clip[0:1, 0] != model.config.padding_idx
+    sum(torch.nn.functional.cross_entropy(r[keep] @ model.readout_matrix(), clip[0:1, 0][keep]) for r in reads
+        ).backward()
+    assert float(model.memory.write_proj.weight.grad.abs().sum()) > 0
+
+
+def test_train_clip_batch_hands_each_window_the_state_before_it(toy_jsonl):
+    from pipeline.data import stack_clips
+
+    _, clips = _tiny_memory_model(toy_jsonl)
+    group = sorted(clips[:3], key=lambda c: -c.shape[0])
+    windows, lengths = stack_clips(group)
+    seen: list[torch.Tensor] = []
+
+    from models.tensor_memory import MemoryState
+
+    class Probe(torch.nn.Module):  # records what each segment is handed
+        def forward(self, w, part, state, previous):
+            seen.append(previous)
+            return torch.zeros((), requires_grad=True), torch.ones(()), MemoryState(torch.zeros(1), torch.zeros(1))
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+    train_clip_batch(Probe(), opt, group, bptt_windows=2, device="cpu")
+    previous = torch.cat(seen, dim=1)  # (B, K, N)
+    assert not previous[:, 0].any()  # nothing was written before a clip's first window
+    assert torch.equal(previous[:, 1:], windows[:, :-1, 0])  # window j: the clip's state j - 1, across segments
+
+
+def test_memory_recall_weight_reaches_the_trainer_is_refused_below_zero_and_keeps_old_fingerprints(
+        tmp_path, toy_jsonl):
+    with pytest.raises(UserError, match="memory-recall-weight"):
+        TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", memory_recall_weight=-1.0, **MEM)
+    base = TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", **MEM)
+    assert "memory_recall_weight" not in base.fingerprint()
+    common = dict(data=str(toy_jsonl), preset="tiny", epochs=1, batch_size=4, val_fraction=0.2, progress=False,
+                  seed=3, target_slices="last", **MEM)
+    plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), **common))["four_tensor"]
+    recall = train_predictor(TrainArgs(out=str(tmp_path / "recall"), memory_recall_weight=1.0,
+                                       **common))["four_tensor"]
+    assert recall.history[0]["train_loss"] > plain.history[0]["train_loss"]  # the term is in the training loss
+    assert json.loads((tmp_path / "recall" / "training_summary.json").read_text())["args"][
+        "memory_recall_weight"] == 1.0
