@@ -43,13 +43,13 @@ def probe_clip(k: int, rng: random.Random, T: int = 4, tail: int = 2) -> tuple[l
     return states, k * T + 1
 
 
-def write_probe(path: Path, n: int, seed: int, ks: range) -> list[tuple[list[str], int, int]]:
+def write_probe(path: Path, n: int, seed: int, ks: range, tail: int = 2) -> list[tuple[list[str], int, int]]:
     rng = random.Random(seed)
     clips = []
     with path.open("w") as fh:
         for i in range(n):
             k = ks[i % len(ks)]
-            states, answer = probe_clip(k, rng)
+            states, answer = probe_clip(k, rng, tail=tail)
             clips.append((states, answer, k))
             fh.write(json.dumps({"id": f"probe{seed}-{i}", "states": states, "k": k}) + "\n")
     return clips
@@ -156,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-k", type=k_range, default=range(1, 9), help="k of the training clips: K or K1-K2")
     p.add_argument("--test-k", type=k_range, default=range(1, 9), help="k scored: K or K1-K2")
     p.add_argument("--init-from", default=None, help="start from this memory predictor (a curriculum step)")
+    p.add_argument("--tail", type=int, default=2,
+                   help="filler states after the answer in the training clips (0: a clip ends at its answer)")
     p.add_argument("--eval-only", action="store_true")
     p.add_argument("--linear-probe", action="store_true",
                    help="also fit a softmax regression from the answer slots' hidden states to the key (fitted on "
@@ -166,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     ks = ns.test_k
-    train = write_probe(out / "train.jsonl", ns.train_clips, seed=0, ks=ns.train_k)
+    if ns.tail < 0:
+        p.error(f"--tail must be >= 0, got {ns.tail}")
+    train = write_probe(out / "train.jsonl", ns.train_clips, seed=0, ks=ns.train_k, tail=ns.tail)
     test = write_probe(out / "test.jsonl", ns.test_clips * len(ks), seed=1, ks=ks)
     model_dir = out / "model"
     if not ns.eval_only:
@@ -189,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"k": list(ks), "with_memory": with_memory, "memory_read_zeroed": zeroed, "chance": 1 / len(KEYS),
               "test_clips_per_k": ns.test_clips, "train_clips": ns.train_clips, "epochs": ns.epochs,
               "bptt_windows": ns.bptt_windows, "forget_bias": ns.forget_bias, "min_sigma": ns.min_sigma, "memory_gate_init": ns.memory_gate_init,
-              "memory_recall_weight": ns.memory_recall_weight,
+              "memory_recall_weight": ns.memory_recall_weight, "tail": ns.tail,
               "memory_lr_scale": ns.memory_lr_scale, "target_slices": ns.target_slices,
               "train_k": [ns.train_k.start, ns.train_k.stop - 1], "init_from": ns.init_from}
     if probe:
