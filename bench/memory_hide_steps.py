@@ -6,7 +6,7 @@ which side, is only in the history before the window), *disappears* when it has 
 Exact match per kind, h = 1 from the true history, on `world.sequences("hide", CLIPS, seed, length=20,
 split="test")`.
 
-    python bench/memory_hide_steps.py --predictor memory=weights/predictor-memory --predictor shipped=weights/predictor
+    python bench/memory_hide_steps.py --predictor shipped=weights/predictor --predictor other=runs/some/predictor
 """
 
 from __future__ import annotations

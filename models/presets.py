@@ -106,8 +106,10 @@ class Recipe:
 
     stage: "captioner", "renderer" or "predictor". model: the network's config (CaptionerConfig, RendererConfig)
     or, for the predictor, a preset name. train: fields of the stage's training arguments that differ from their
-    defaults (validated when the arguments are built). data: the predictor's world data (clips, length).
-    init_from: the recipe whose result this one starts from (a fine-tune).
+    defaults (validated when the arguments are built). data: the predictor's world data: clips of every scenario
+    (clips, length; seed_offset, 0 if absent, is added to the run's seed). mix: more clips after those, each
+    (scenarios, clips, seed offset), e.g. ("memory", 1500, 0). init_from: the recipe whose result this one
+    starts from (a fine-tune).
     """
 
     name: str
@@ -117,6 +119,7 @@ class Recipe:
     train: Mapping[str, Any] = field(default_factory=dict)
     data: Mapping[str, int] = field(default_factory=dict)
     init_from: str | None = None
+    mix: tuple[tuple[str, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
@@ -126,6 +129,12 @@ class Recipe:
             raise ValueError(f"recipe {self.name!r}: a {self.stage} recipe's model is a {expected.__name__}")
         if self.stage == "predictor":
             get_preset(str(self.model))
+        if self.mix and self.stage != "predictor":
+            raise ValueError(f"recipe {self.name!r}: only a predictor recipe mixes world data")
+        for part in self.mix:
+            if len(part) != 3 or not isinstance(part[0], str) or not isinstance(part[1], int) or part[1] < 1:
+                raise ValueError(f"recipe {self.name!r}: a mix part is (scenarios, clips >= 1, seed offset), "
+                                 f"got {part!r}")
         object.__setattr__(self, "train", MappingProxyType(dict(self.train)))
         object.__setattr__(self, "data", MappingProxyType(dict(self.data)))
 
@@ -153,18 +162,33 @@ RECIPES: dict[str, Recipe] = _by_name(
            {"render_size": 128, "output_size": 128, "vae_lr": 1.5e-3, "vae_steps": 2200, "object_weight": 10.0,
             "unet_batch": 32, "unet_lr": 8e-4, "timestep_power": 2.0, "decoder_every": 2, "unet_steps": 2600,
             "pool": 8000, "eval_every": 250}),
-    # weights/predictor: the 4-tensor model on world state sequences of every scenario (train split), 5% of
-    # the clips held out for the section 8.2 stopping rule (docs/predictor_world.md has the measurements).
-    # Phase 1 is the paper's rule on 3,000 clips; phase 2 fine-tunes it on 24,000 clips (the first 3,000 are
-    # phase 1's) with a cosine schedule, the loss on S(T) alone and state-level scheduled sampling.
-    Recipe("predictor-base", "predictor", "phase 1 of weights/predictor: the paper's rule on 3,000 world clips",
+    # weights/predictor: the 4-tensor model with the tensor memory (docs/tensor-memory.md), trained from scratch
+    # with the loss on S(T) on 3,000 clips of every scenario plus 1,500 of the memory family (run M), then
+    # fine-tuned on 15,000 fresh clips weighted to M's weakest scenes (run MF5).
+    Recipe("predictor-base", "predictor", "phase 1 of weights/predictor: run M, memory, from scratch",
+           "small", {"model": "four_tensor", "epochs": 4, "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05,
+                     "lr_schedule": "cosine", "warmup_steps": 200, "min_lr_ratio": 0.02, "target_slices": "last",
+                     "memory": True, "bptt_windows": 8, "forget_bias": 1.0}, {"clips": 3000, "length": 20},
+           mix=(("memory", 1500, 0),)),
+    Recipe("predictor", "predictor", "weights/predictor: phase 2, run MF5 on 15,000 fresh clips",
+           "small", {"model": "four_tensor", "epochs": 2, "batch_size": 32, "lr": 5e-4, "val_fraction": 0.05,
+                     "lr_schedule": "cosine", "warmup_steps": 100, "min_lr_ratio": 0.02, "target_slices": "last",
+                     "memory": True, "bptt_windows": 8, "forget_bias": 1.0},
+           {"clips": 10000, "length": 20, "seed_offset": 3}, init_from="predictor-base",
+           mix=(("collide,occlude", 3000, 4), ("memory", 2000, 5))),
+    # The predictor without memory that shipped until the fifth session of 2026-12-01 (docs/predictor_world.md
+    # has the measurements): the 4-tensor model on world state sequences of every scenario (train split), 5% of
+    # the clips held out for the section 8.2 stopping rule. Phase 1 is the paper's rule on 3,000 clips; phase 2
+    # fine-tunes it on 24,000 clips (the first 3,000 are phase 1's) with a cosine schedule, the loss on S(T)
+    # alone and state-level scheduled sampling.
+    Recipe("predictor-plain-base", "predictor", "phase 1 of the former default: the paper's rule on 3,000 clips",
            "small", {"model": "four_tensor", "causal_slices": False, "max_windows": None, "epochs": 8,
                      "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05}, {"clips": 3000, "length": 20}),
-    Recipe("predictor", "predictor", "weights/predictor: phase 2, rollout-aware fine-tune on 24,000 clips",
+    Recipe("predictor-plain", "predictor", "the former default: phase 2, a rollout-aware fine-tune on 24,000 clips",
            "small", {"model": "four_tensor", "causal_slices": False, "max_windows": None, "epochs": 3,
                      "batch_size": 64, "lr": 1e-3, "val_fraction": 0.05, "lr_schedule": "cosine",
                      "warmup_steps": 200, "min_lr_ratio": 0.02, "target_slices": "last", "rollout_steps": 3,
-                     "rollout_prob": 0.5}, {"clips": 24000, "length": 20}, init_from="predictor-base"),
+                     "rollout_prob": 0.5}, {"clips": 24000, "length": 20}, init_from="predictor-plain-base"),
     # --quick: the same code paths in seconds (tests, smoke runs); the models they make are not worth shipping.
     Recipe("quick-captioner", "captioner", "smoke test of the captioner path", _QUICK_CAPTIONER,
            {"epochs": 1, "steps_per_epoch": 2, "batch_size": 4, "eval_frames": 8, "test_clips": 1,

@@ -74,12 +74,16 @@ def build_renderer(args: TrainAllArgs, run: Path, out: Path, captioner: Path | N
     return {"recipe": recipe.name, "args": dataclasses.asdict(rargs), "metrics": metrics}
 
 
-def predictor_data(path: Path, seed: int, clips: int, length: int) -> Path:
-    """World state sequences of every scenario (train split) as JSONL, written once."""
+def predictor_data(path: Path, seed: int, recipe: Recipe) -> Path:
+    """The recipe's world state sequences (train split) as JSONL, written once: `data["clips"]` of every
+    scenario at seed + data.get("seed_offset", 0), then each (scenarios, clips, offset) of `recipe.mix`."""
     from world import sequences
 
     if not path.is_file():
-        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in sequences("all", clips, seed, length, "train")))
+        length = recipe.data["length"]
+        parts = [("all", recipe.data["clips"], recipe.data.get("seed_offset", 0)), *recipe.mix]
+        records = [r for scenarios, n, offset in parts for r in sequences(scenarios, n, seed + offset, length, "train")]
+        atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
     return path
 
 
@@ -92,20 +96,21 @@ def build_predictor(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
     init_from = None
     if recipe.init_from is not None:  # a fine-tune: its base recipe first, into run/base
         base = get_recipe(recipe.init_from)
-        base_data = predictor_data(run / "base" / "train.jsonl", args.seed, base.data["clips"], base.data["length"])
+        base_data = predictor_data(run / "base" / "train.jsonl", args.seed, base)
         bargs = args_from_recipe(base, data=str(base_data), out=str(run / "base" / "model"), **common)
         assert isinstance(bargs, TrainArgs)
         base_result = train_predictor(bargs)[bargs.model]
-        phases[base.name] = {"args": dataclasses.asdict(bargs), "data": dict(base.data), "best": base_result.best,
+        phases[base.name] = {"args": dataclasses.asdict(bargs), "data": dict(base.data), "mix": list(base.mix),
+                             "best": base_result.best,
                              "epochs_run": len(base_result.history), "stopped_by": base_result.stopped_by}
         init_from = bargs.out
-    data = predictor_data(run / "train.jsonl", args.seed, recipe.data["clips"], recipe.data["length"])
+    data = predictor_data(run / "train.jsonl", args.seed, recipe)
     targs = args_from_recipe(recipe, data=str(data), out=str(run / "model"), init_from=init_from, **common)
     assert isinstance(targs, TrainArgs)
     result = train_predictor(targs)[targs.model]
     _replace_dir(run / "model", out, PREDICTOR_FILES)
     return {"recipe": recipe.name, "args": dataclasses.asdict(targs), "data": dict(recipe.data),
-            "best": result.best, "epochs_run": len(result.history), "stopped_by": result.stopped_by,
+            "mix": list(recipe.mix), "best": result.best, "epochs_run": len(result.history), "stopped_by": result.stopped_by,
             "phases": phases}
 
 

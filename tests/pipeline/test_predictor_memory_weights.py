@@ -1,4 +1,4 @@
-"""The shipped memory variant (weights/predictor-memory) recalls what has left its window of T = 4 states."""
+"""The shipped predictor (weights/predictor, with tensor memory) recalls what has left its window of T = 4 states."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.predictor import Predictor
 
-FOLDER = Path(__file__).resolve().parents[2] / "weights" / "predictor-memory"
+FOLDER = Path(__file__).resolve().parents[2] / "weights" / "predictor"
 ON, OFF = "lamp on .", "lamp off ."
 
 

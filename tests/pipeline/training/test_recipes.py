@@ -55,3 +55,39 @@ def test_the_shipped_recipes_cover_every_stage_and_the_finetune_names_its_base()
         get_recipe("nope")
     with pytest.raises(ValueError, match="a renderer recipe's model is a RendererConfig"):
         Recipe("bad", "renderer", "", "small")
+
+
+def test_predictor_data_writes_every_scenario_then_the_mix_in_order(tmp_path):
+    import json
+
+    from pipeline.training.all import predictor_data
+    from world import sequences
+
+    recipe = Recipe("t", "predictor", "", "tiny", {}, {"clips": 8, "length": 6, "seed_offset": 2},
+                    mix=(("memory", 3, 1), ("collide", 2, 0)))
+    path = predictor_data(tmp_path / "train.jsonl", 5, recipe)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    want = sequences("all", 8, 7, 6, "train") + sequences("memory", 3, 6, 6, "train") \
+        + sequences("collide", 2, 5, 6, "train")
+    assert records == json.loads(json.dumps(want))
+
+
+def test_a_bad_mix_is_refused_by_name():
+    with pytest.raises(ValueError, match="mix part"):
+        Recipe("bad", "predictor", "", "tiny", mix=(("memory", 0, 0),))
+    with pytest.raises(ValueError, match="only a predictor recipe"):
+        Recipe("bad", "renderer", "", RendererConfig(), mix=(("memory", 3, 0),))
+
+
+def test_the_predictor_recipe_is_the_run_that_made_the_shipped_predictor():
+    import json
+    from pathlib import Path
+
+    summary = json.loads((Path(__file__).resolve().parents[3] / "weights" / "predictor"
+                          / "training_summary.json").read_text())["args"]
+    recipe = get_recipe("predictor")
+    assert recipe.init_from == "predictor-base" and summary["init_from"] is not None
+    for key, value in recipe.train.items():
+        assert summary[key] == value, key
+    base = get_recipe("predictor-base")
+    assert base.train["memory"] and base.mix == (("memory", 1500, 0),)
