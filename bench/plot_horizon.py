@@ -47,8 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     axes[0].set_ylim(0, 101)
     fig.suptitle(ns.title)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    ncol = min(len(labels), 3)  # rows of three: six long labels in one row run off the figure
+    rows = -(-len(labels) // ncol)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False)
+    fig.tight_layout(rect=(0, 0.05 + 0.05 * rows, 1, 1))
     ns.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(ns.out, dpi=110)
     print(ns.out)
