@@ -87,9 +87,12 @@ def shape_check(state: str, frame: np.ndarray) -> list[bool]:
     return right
 
 
-def evaluate_frames(states: Sequence[str], frames: Sequence[np.ndarray], captioner=None) -> dict[str, float]:
+def evaluate_frames(
+    states: Sequence[str], frames: Sequence[np.ndarray], captioner=None, by_objects: bool = False
+) -> dict[str, float]:
     """PSNR/SSIM against the world's frames at the rendered size, the layout check and (with a captioner)
-    the round trip: the fraction of frames the captioner reads back as exactly the requested state."""
+    the round trip: the fraction of frames the captioner reads back as exactly the requested state. With
+    `by_objects`, also the round trip of each object count apart ("roundtrip_acc[objects=K]")."""
     import world
 
     size = frames[0].shape[0]
@@ -107,7 +110,12 @@ def evaluate_frames(states: Sequence[str], frames: Sequence[np.ndarray], caption
     out["frame_acc"] = float(np.mean([c[2] and all(r) for c, r in zip(checks, shapes)]))
     if captioner is not None:
         read = captioner.caption(list(frames))
-        out["roundtrip_acc"] = float(np.mean([r.strip() == s.strip() for r, s in zip(read, states)]))
+        right = [r.strip() == s.strip() for r, s in zip(read, states)]
+        out["roundtrip_acc"] = float(np.mean(right))
+        if by_objects:
+            for key, idx in scene_groups(states).items():
+                if key.startswith("objects="):
+                    out[f"roundtrip_acc[{key}]"] = float(np.mean([right[i] for i in idx]))
     return out
 
 

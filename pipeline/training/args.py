@@ -352,7 +352,13 @@ class TrainRendererArgs:
         estimates instead, with this weight on the pixel loss through the decoder, which also reaches the UNet.
     sample_steps, guidance: how evaluation samples (and the defaults written to renderer.json).
     pool: number of distinct training scenes whose latents are cached (drawn once, seeded).
-    eval_every, eval_states: evaluation period (steps) and size (test-split world states).
+    eval_every, eval_states: evaluation period (steps) and size (states drawn at each evaluation).
+    eval_set: what the evaluations draw, and so what `best/` is chosen by: "test" (eval_states distinct states of
+        test-split world clips, mostly 1-2 objects) or "varied" (issue 11: the six states without objects and
+        eval_states // 3 distinct random scenes each of 1, 2 and 3 objects; round trip by object count logged).
+    init_from: a saved renderer folder (e.g. weights/renderer): stage 2 starts from its VAE, UNet and text
+        encoder and the VAE stage is skipped (a fine-tune); its networks must have the shapes these arguments
+        give.
     checkpoint_every: steps between atomic checkpoints.
     vae_minutes / unet_minutes: optional wall-clock caps per stage (0 = none; steps are the reproducible stop).
     threads: torch intra-op threads (1 leaves the other core to everyone else).
@@ -390,6 +396,8 @@ class TrainRendererArgs:
     pool: int = 8000
     eval_every: int = 250
     eval_states: int = 64
+    eval_set: str = "test"
+    init_from: str | None = None
     checkpoint_every: int = 200
     vae_minutes: float = 0.0
     unet_minutes: float = 0.0
@@ -410,6 +418,8 @@ class TrainRendererArgs:
             )
         if self.object_weight < 1:
             raise ValueError(f"object_weight must be >= 1, got {self.object_weight}")
+        if self.eval_set not in ("test", "varied"):
+            raise ValueError(f"eval_set must be 'test' or 'varied', got {self.eval_set!r}")
         if self.timestep_power <= 0:
             raise ValueError(f"timestep_power must be > 0, got {self.timestep_power}")
         if not 0 <= self.cond_dropout < 1:

@@ -81,6 +81,35 @@ def eval_states(seed: int, n: int) -> list[str]:
     return states[:n]
 
 
+VARIED_SEED = 2026  # the varied set's seed in reports (bench/renderer_quality.py); training chooses by another
+
+
+def varied_states(per_count: int, seed: int = VARIED_SEED) -> list[str]:
+    """A fixed validation set of varied scenes (issue 11): every state without objects, then `per_count`
+    distinct random valid states with exactly 1, 2 and 3 objects."""
+    states = ["empty .", "screen .", "lamp on .", "lamp off .", "screen , lamp on .", "screen , lamp off ."]
+    for count in (1, 2, 3):
+        weights = [1.0 if k == count else 0.0 for k in range(4)]
+        seen: dict[str, None] = {}
+        draw = 0
+        while len(seen) < per_count:
+            for s in scene_states(seed + 10 * count + draw, 4 * per_count, weights):
+                if len(seen) < per_count:
+                    seen.setdefault(s, None)
+            draw += 1
+        states += list(seen)
+    return states
+
+
+def validation_states(args: TrainRendererArgs) -> list[str]:
+    """The states every periodic evaluation draws (and `best/` is chosen by): `eval_states` distinct test-split
+    world states, or with eval_set "varied" the varied set with eval_states // 3 scenes per object count, seeded
+    apart from the reported one."""
+    if args.eval_set == "varied":
+        return varied_states(max(1, args.eval_states // 3), seed=args.seed + 1000)
+    return eval_states(args.seed + 1000, args.eval_states)
+
+
 def frames_of(states: Sequence[str], size: int, render_size: int | None = None) -> torch.Tensor:
     """Ground-truth frames as a float batch in [-1, 1], (B, 3, size, size); drawn by the world at `render_size`
     (default: `size`) and resized (bicubic) to `size`."""
@@ -240,7 +269,7 @@ def train_renderer(args: TrainRendererArgs) -> dict[str, Any]:
     the best evaluated one in out/best."""
     torch.set_num_threads(args.threads)
     run = setup_run(args)
-    held_out = eval_states(args.seed + 1000, args.eval_states)
+    held_out = validation_states(args)
     captioner = _load_captioner(args)
     train_pool = scene_states(args.seed, args.pool, args.count_weights)
     run.started = time.time()
@@ -281,12 +310,14 @@ def setup_run(args: TrainRendererArgs) -> RendererRun:
     )
     ckpt_path = out / CHECKPOINT
     if not ckpt_path.exists():
+        if args.init_from:
+            _init_from(run, Path(args.init_from))
         return run
     ckpt = torch.load(ckpt_path, weights_only=False)
     vae.load_state_dict(ckpt["vae"])
     run.vae_opt.load_state_dict(ckpt["vae_opt"])
     # At the start of stage 2 the UNet is still untrained: its sizes may be changed before resuming.
-    if not (ckpt["stage"] == "unet" and ckpt["step"] == 0):
+    if args.init_from or not (ckpt["stage"] == "unet" and ckpt["step"] == 0):
         unet.load_state_dict(ckpt["unet"])
         text_encoder.load_state_dict(ckpt["text_encoder"])
         run.unet_opt.load_state_dict(ckpt["unet_opt"])
@@ -299,6 +330,29 @@ def setup_run(args: TrainRendererArgs) -> RendererRun:
     np.random.set_state(ckpt["rng"]["numpy"])
     logger.info("resumed %s at stage %s step %d", ckpt_path, run.stage, run.step)
     return run
+
+
+def _init_from(run: RendererRun, folder: Path) -> None:
+    """Start stage 2 from a saved renderer's VAE, UNet and text encoder (a fine-tune: no VAE stage). The saved
+    networks must have the shapes `run.args` describe; a mismatch is refused with the folder's name."""
+    from diffusers import StableDiffusionPipeline
+
+    if not (folder / "model_index.json").is_file():
+        raise ValueError(f"init_from: {folder} is not a saved renderer (no model_index.json)")
+    saved = StableDiffusionPipeline.from_pretrained(
+        folder, local_files_only=True, dtype=torch.float32, safety_checker=None, requires_safety_checker=False
+    )
+    for name in ("vae", "unet", "text_encoder"):
+        try:
+            getattr(run.pipe, name).load_state_dict(getattr(saved, name).state_dict())
+        except RuntimeError as exc:
+            raise ValueError(
+                f"init_from: the {name} of {folder} does not match these renderer arguments "
+                f"({str(exc).splitlines()[0]})"
+            ) from None
+    run.pipe.vae.register_to_config(scaling_factor=saved.vae.config.scaling_factor)
+    run.stage, run.step = "unet", 0
+    logger.info("renderer: stage 2 starts from %s", folder)
 
 
 def fit_vae(run: RendererRun, train_pool: Sequence[str], held_out: Sequence[str]) -> None:
@@ -484,7 +538,7 @@ def _eval_unet(pipe, states, args: TrainRendererArgs, captioner, out: Path, step
     t = time.time()
     frames = sample(pipe, states, args.sample_steps, args.guidance, seed=args.seed)
     seconds = time.time() - t
-    metrics: dict[str, Any] = evaluate_frames(states, frames, captioner)
+    metrics: dict[str, Any] = evaluate_frames(states, frames, captioner, by_objects=args.eval_set == "varied")
     metrics["sample_seconds_per_frame"] = seconds / len(states)
     save_strip(out / "strips" / f"unet_{step:06d}.png", states[:8], frames[:8], args.image_size)
     _log(out, {"stage": "unet", "step": step, "eval": metrics})

@@ -34,6 +34,27 @@ def test_metrics_tell_right_frames_from_wrong_ones():
     assert shapes["object_shape_acc"] == pytest.approx(3 / 4) and shapes["frame_acc"] == pytest.approx(2 / 3)
 
 
+def test_round_trip_by_object_count():
+    """With a captioner, the round trip is scored overall and, on request, for each object count apart."""
+    import world
+
+    states = ["empty .", "red ball top left .", "red ball top left , blue box bottom right .",
+              "red ball top left , green diamond middle center , blue box bottom right ."]  # fmt: skip
+    frames = [world.render_state(s, size=64) for s in states]
+
+    class Reader:  # reads every frame right but the 3-object one, whose box it takes for a ball
+        def caption(self, images):
+            assert len(images) == len(states)
+            return [*states[:3], states[3].replace("blue box", "blue ball")]
+
+    plain = evaluate_frames(states, frames, Reader())
+    assert plain["roundtrip_acc"] == pytest.approx(3 / 4) and not any("objects=" in k for k in plain)
+    split = evaluate_frames(states, frames, Reader(), by_objects=True)
+    assert {k: v for k, v in split.items() if "objects=" in k} == {
+        "roundtrip_acc[objects=0]": 1.0, "roundtrip_acc[objects=1]": 1.0,
+        "roundtrip_acc[objects=2]": 1.0, "roundtrip_acc[objects=3]": 0.0}  # fmt: skip
+
+
 def test_ssim_is_the_gaussian_one():
     """torchmetrics' Gaussian SSIM: 1 for equal images, below 1 for noise, below 0 for an inverted image, and it
     weighs a pixel's neighbours by distance (a uniform window would score these two edits alike)."""

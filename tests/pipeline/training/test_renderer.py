@@ -9,7 +9,7 @@ import torch
 
 from pipeline.renderer import Renderer
 from pipeline.training.args import TrainRendererArgs
-from pipeline.training.renderer import train_renderer
+from pipeline.training.renderer import train_renderer, validation_states, varied_states
 from tests.pipeline.test_renderer import tiny_args
 
 
@@ -18,6 +18,19 @@ def test_args_are_validated():
         TrainRendererArgs(out="o", prediction_type="x")
     with pytest.raises(ValueError, match="image_size must be >= 32 and divisible"):
         TrainRendererArgs(out="o", image_size=34, vae_channels=(8, 16, 16))
+    with pytest.raises(ValueError, match="eval_set must be 'test' or 'varied', got 'hard'"):
+        TrainRendererArgs(out="o", eval_set="hard")
+
+
+def test_varied_set_has_every_object_count_and_is_seeded_apart_from_the_report():
+    from pipeline.evaluation.metrics import scene_groups
+
+    states = varied_states(5, seed=3)
+    assert len(states) == len(set(states)) == 6 + 3 * 5 and states == varied_states(5, seed=3)
+    assert {k: len(v) for k, v in scene_groups(states).items() if k.startswith("objects=")} == {
+        "objects=0": 6, "objects=1": 5, "objects=2": 5, "objects=3": 5}  # fmt: skip
+    chosen = validation_states(TrainRendererArgs(out="o", eval_set="varied", eval_states=15, seed=0))
+    assert len(chosen) == 21 and chosen[6:] != varied_states(5)[6:]  # not the reported set (seed 2026)
 
 
 def test_training_runs_checkpoints_resumes_and_saves_a_loadable_renderer(tmp_path):
@@ -47,3 +60,31 @@ def test_training_runs_checkpoints_resumes_and_saves_a_loadable_renderer(tmp_pat
     assert json.loads((out / "pipeline" / "metrics.json").read_text())["psnr"] > 0
 
 
+
+
+def test_a_fine_tune_starts_stage_two_from_a_saved_renderer(tmp_path):
+    """init_from loads a saved renderer's networks and skips the VAE stage; the encoder, frozen in stage 2, is
+    the saved one bit for bit. A folder that is not a renderer, or one of other shapes, is refused by name."""
+    from diffusers import AutoencoderKL
+
+    base = tmp_path / "base"
+    train_renderer(tiny_args(base, vae_steps=2, unet_steps=2, vae_batch=2, unet_batch=2, pool=8, eval_every=2,
+                             eval_states=2))  # fmt: skip
+    tuned = tmp_path / "tuned"
+    train_renderer(tiny_args(tuned, unet_steps=2, unet_batch=2, vae_batch=2, pool=8, eval_every=1, eval_states=3,
+                             eval_set="varied", init_from=str(base / "pipeline"), seed=1))  # fmt: skip
+    log = [json.loads(line) for line in (tuned / "log.jsonl").read_text().splitlines()]
+    assert {r["stage"] for r in log} == {"unet", "done"}  # no VAE stage
+    assert torch.load(tuned / "checkpoint.pt", weights_only=False)["step"] == 2
+    before = AutoencoderKL.from_pretrained(base / "pipeline" / "vae").encoder.state_dict()
+    after = AutoencoderKL.from_pretrained(tuned / "pipeline" / "vae").encoder.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    unet_before = torch.load(base / "checkpoint.pt", weights_only=False)["unet"]
+    unet_after = torch.load(tuned / "checkpoint.pt", weights_only=False)["unet"]
+    assert any(not torch.equal(unet_before[k], unet_after[k]) for k in unet_before)  # and it did train
+
+    with pytest.raises(ValueError, match="init_from: .* is not a saved renderer"):
+        train_renderer(tiny_args(tmp_path / "x", unet_steps=1, init_from=str(tmp_path)))
+    with pytest.raises(ValueError, match="init_from: the unet of .* does not match"):
+        train_renderer(tiny_args(tmp_path / "y", unet_steps=1, unet_channels=(16, 48),
+                                 init_from=str(base / "pipeline")))  # fmt: skip
