@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -231,6 +232,33 @@ class RendererRun:
     step: int = 0
     elapsed: float = 0.0  # seconds of earlier sessions, from the checkpoint
     started: float = field(default_factory=time.time)  # when this session's current stage began
+    ema: Any = None  # diffusers.training_utils.EMAModel of stage 2's networks when args.ema_decay > 0
+
+    def stage_two_parameters(self) -> list[torch.nn.Parameter]:
+        """What stage 2 trains (UNet, text encoder, VAE decoder), the whole VAE included: the EMA's order."""
+        return [*self.pipe.unet.parameters(), *self.pipe.text_encoder.parameters(), *self.pipe.vae.parameters()]
+
+    def start_ema(self, state: dict[str, Any] | None = None) -> None:
+        """The exponential moving average of stage 2's weights (from the current ones, or a saved state)."""
+        from diffusers.training_utils import EMAModel
+
+        self.ema = EMAModel(self.stage_two_parameters(), decay=self.args.ema_decay)
+        if state is not None:
+            self.ema.load_state_dict(state)
+
+    @contextmanager
+    def averaged(self) -> Iterator[None]:
+        """Inside, the networks hold the EMA weights (when there is an EMA); the trained ones come back after."""
+        if self.ema is None:
+            yield
+            return
+        params = self.stage_two_parameters()
+        self.ema.store(params)
+        self.ema.copy_to(params)
+        try:
+            yield
+        finally:
+            self.ema.restore(params)
 
     def checkpoint(self) -> None:
         vae = self.pipe.vae
@@ -247,6 +275,7 @@ class RendererRun:
                 "unet_opt": self.unet_opt.state_dict(),
                 "scaling_factor": vae.config.scaling_factor if self.stage != "vae" else None,
                 "rng": _rng_state(),
+                "ema": self.ema.state_dict() if self.ema is not None else None,
             },
             self.out / CHECKPOINT,
         )
@@ -254,6 +283,8 @@ class RendererRun:
     def after_step(self, bar: Any, **losses: float) -> None:
         """Count the step, show the loss, and every 50 steps log the losses; checkpoint on schedule."""
         self.step += 1
+        if self.ema is not None:
+            self.ema.step(self.stage_two_parameters())
         bar.update(1)
         bar.set_postfix(loss=f"{losses['loss']:.4f}")
         if self.step % 50 == 0:
@@ -276,8 +307,9 @@ def train_renderer(args: TrainRendererArgs) -> dict[str, Any]:
     if run.stage == "vae":
         fit_vae(run, train_pool, held_out)
     best = fit_unet(run, train_pool, held_out, captioner)
-    final = _eval_unet(run.pipe, held_out, args, captioner, run.out, run.step)
-    save_renderer(run.pipe, args, run.out / FINAL_FOLDER, final)
+    with run.averaged():  # what ships is the average when there is one
+        final = _eval_unet(run.pipe, held_out, args, captioner, run.out, run.step)
+        save_renderer(run.pipe, args, run.out / FINAL_FOLDER, final)
     _log(run.out, {"stage": "done", "step": run.step, "eval": final, "best": best})
     return final
 
@@ -326,6 +358,8 @@ def setup_run(args: TrainRendererArgs) -> RendererRun:
     run.stage, run.step, run.elapsed = ckpt["stage"], ckpt["step"], ckpt.get("elapsed", 0.0)
     if run.stage == "done" and not _stage_done(args, "unet", run.step, time.time()):
         run.stage = "unet"  # a larger budget extends a finished run
+    if ckpt.get("ema") is not None and args.ema_decay > 0:
+        run.start_ema(ckpt["ema"])
     torch.set_rng_state(ckpt["rng"]["torch"])
     np.random.set_state(ckpt["rng"]["numpy"])
     logger.info("resumed %s at stage %s step %d", ckpt_path, run.stage, run.step)
@@ -416,6 +450,8 @@ def fit_unet(
     if run.stage != "unet":
         return best
     run.started = time.time()
+    if args.ema_decay > 0 and run.ema is None:
+        run.start_ema()
     pipe.unet.train()
     pipe.text_encoder.train()
     bar = tqdm(total=args.unet_steps, initial=run.step, desc="renderer unet", unit="step")
@@ -423,13 +459,14 @@ def fit_unet(
         loss = _unet_step(run, train_pool, pool_latents, ids, empty_ids)
         run.after_step(bar, loss=loss)
         if run.step % args.eval_every == 0:
-            metrics = _eval_unet(pipe, held_out, args, captioner, run.out, run.step)
+            with run.averaged():
+                metrics = _eval_unet(pipe, held_out, args, captioner, run.out, run.step)
+                score = metrics.get("roundtrip_acc", metrics["frame_acc"])
+                if not best or score >= best["score"]:
+                    best = {"score": score, "step": run.step, **metrics}
+                    save_renderer(pipe, args, run.out / BEST_FOLDER, metrics)
             pipe.unet.train()
             pipe.text_encoder.train()
-            score = metrics.get("roundtrip_acc", metrics["frame_acc"])
-            if not best or score >= best["score"]:
-                best = {"score": score, "step": run.step, **metrics}
-                save_renderer(pipe, args, run.out / BEST_FOLDER, metrics)
         if run.checkpoint_due():
             run.checkpoint()
     bar.close()

@@ -88,3 +88,26 @@ def test_a_fine_tune_starts_stage_two_from_a_saved_renderer(tmp_path):
     with pytest.raises(ValueError, match="init_from: the unet of .* does not match"):
         train_renderer(tiny_args(tmp_path / "y", unet_steps=1, unet_channels=(16, 48),
                                  init_from=str(base / "pipeline")))  # fmt: skip
+
+
+def test_with_ema_the_saved_renderer_is_the_average_and_it_resumes(tmp_path):
+    """ema_decay keeps diffusers' EMAModel of stage 2: it is checkpointed, resumed, and what pipeline/ holds."""
+    from diffusers import UNet2DConditionModel
+
+    out = tmp_path / "run"
+    common = dict(vae_steps=1, vae_batch=2, unet_batch=2, pool=8, eval_every=2, eval_states=2, checkpoint_every=1,
+                  ema_decay=0.9)  # fmt: skip
+    train_renderer(tiny_args(out, unet_steps=3, **common))
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert ckpt["ema"]["optimization_step"] == 3
+    saved = UNet2DConditionModel.from_pretrained(out / "pipeline" / "unet").state_dict()
+    shadow = dict(zip(ckpt["unet"], ckpt["ema"]["shadow_params"]))  # the UNet's parameters come first
+    names = [k for k in saved if k in shadow and saved[k].dtype.is_floating_point]
+    half = lambda t: t.to(torch.float16)  # noqa: E731 (pipeline/ is stored in float16)
+    assert names and all(torch.equal(half(saved[k]), half(shadow[k])) for k in names)
+    assert any(not torch.equal(half(saved[k]), half(ckpt["unet"][k])) for k in names)  # not the raw ones
+
+    train_renderer(tiny_args(out, unet_steps=4, **common))  # a larger budget resumes the average too
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["ema"]["optimization_step"] == 4
+    with pytest.raises(ValueError, match=r"ema_decay must be in \[0, 1\), got 1.0"):
+        TrainRendererArgs(out="o", ema_decay=1.0)
