@@ -153,15 +153,24 @@ RECIPES: dict[str, Recipe] = _by_name(
     Recipe("captioner", "captioner", "weights/captioner: phase 2, the fine-tune on nudged and resized frames",
            CaptionerConfig(), {"epochs": 8, "lr": 3e-4, "warmup_steps": 50, "augment_from": 0,
                                "jitter_prob": 0.5, "resize_prob": 0.3}, init_from="captioner-base"),
-    # weights/renderer: the shipped files come from a run with restarts under wall-clock caps on the shared
-    # CPU (weights/README.md lists them); this is that design as one uninterrupted, seeded run: the VAE on
-    # 128-pixel world frames resized to 80, then the UNet + text encoder with the decoder fine-tuned alongside.
-    Recipe("renderer", "renderer", "weights/renderer: VAE, then UNet + text encoder (x0 prediction, 4 steps)",
+    # weights/renderer, phase 1: the design of the renderer shipped before, as one uninterrupted seeded run (those
+    # files came from a run with restarts under wall-clock caps, weights/README.md lists them): the VAE on 128-pixel
+    # world frames resized to 80, then the UNet + text encoder with the decoder fine-tuned alongside.
+    Recipe("renderer-base", "renderer", "phase 1 of weights/renderer: VAE, then UNet + text encoder (x0, 4 steps)",
            RendererConfig(image_size=80, vae_channels=(8, 16, 32, 64, 64), vae_latent_channels=8,
                           unet_channels=(64, 128, 128), text_width=128),
            {"render_size": 128, "output_size": 128, "vae_lr": 1.5e-3, "vae_steps": 2200, "object_weight": 10.0,
             "unet_batch": 32, "unet_lr": 8e-4, "timestep_power": 2.0, "decoder_every": 2, "unet_steps": 2600,
             "pool": 8000, "eval_every": 250}),
+    # weights/renderer, phase 2 (issue 11): stage 2 again on crowded scenes (45% with 3 objects, a 16,000-scene
+    # pool), with the pixel loss through the decoder, best/ chosen by the round trip on the varied 1/2/3-object set.
+    Recipe("renderer", "renderer", "weights/renderer: phase 2, stage 2 on crowded scenes, chosen by round trip",
+           RendererConfig(image_size=80, vae_channels=(8, 16, 32, 64, 64), vae_latent_channels=8,
+                          unet_channels=(64, 128, 128), text_width=128),
+           {"render_size": 128, "output_size": 128, "object_weight": 10.0, "unet_batch": 32, "timestep_power": 2.0,
+            "decoder_every": 2, "unet_steps": 4000, "unet_lr": 3e-4, "vae_lr": 6e-4, "pixel_weight": 1.0,
+            "count_weights": (0.02, 0.18, 0.35, 0.45), "pool": 16000, "eval_every": 250, "eval_set": "varied",
+            "eval_states": 240}, init_from="renderer-base"),
     # weights/predictor: the 4-tensor model with the tensor memory (docs/tensor-memory.md), trained from scratch
     # with the loss on S(T) on 3,000 clips of every scenario plus 1,500 of the memory family (run M), then
     # fine-tuned on 15,000 fresh clips weighted to M's weakest scenes (run MF5).
@@ -193,9 +202,13 @@ RECIPES: dict[str, Recipe] = _by_name(
     Recipe("quick-captioner", "captioner", "smoke test of the captioner path", _QUICK_CAPTIONER,
            {"epochs": 1, "steps_per_epoch": 2, "batch_size": 4, "eval_frames": 8, "test_clips": 1,
             "warmup_steps": 1}),
-    Recipe("quick-renderer", "renderer", "smoke test of the renderer path", _QUICK_RENDERER,
+    Recipe("quick-renderer-base", "renderer", "smoke test of the renderer's phase 1", _QUICK_RENDERER,
            {"output_size": 32, "vae_steps": 2, "unet_steps": 2, "vae_batch": 2, "unet_batch": 2, "pool": 8,
             "eval_every": 1000, "eval_states": 2, "checkpoint_every": 1, "sample_steps": 2}),
+    Recipe("quick-renderer", "renderer", "smoke test of the renderer path (phase 2 on phase 1)", _QUICK_RENDERER,
+           {"output_size": 32, "unet_steps": 2, "vae_batch": 2, "unet_batch": 2, "pool": 8, "eval_every": 2,
+            "eval_set": "varied", "eval_states": 3, "pixel_weight": 1.0, "checkpoint_every": 1, "sample_steps": 2},
+           init_from="quick-renderer-base"),
     Recipe("quick-predictor-base", "predictor", "smoke test of the predictor's phase 1", "tiny",
            {"model": "four_tensor", "causal_slices": False, "max_windows": 120, "epochs": 1,
             "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05}, {"clips": 40, "length": 8}),

@@ -62,16 +62,27 @@ def build_captioner(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
 
 
 def build_renderer(args: TrainAllArgs, run: Path, out: Path, captioner: Path | None) -> dict[str, Any]:
-    """The renderer recipe; ships the run's best-evaluated folder (the final one when none was evaluated)."""
+    """The renderer recipe; ships the run's best-evaluated folder (the final one when none was evaluated). A
+    recipe that fine-tunes another trains that one first (run/base) and starts from its shipped folder."""
     from pipeline.training.renderer import BEST_FOLDER, FINAL_FOLDER, train_renderer
 
+    def shipped(folder: Path) -> Path:
+        return folder / BEST_FOLDER if (folder / BEST_FOLDER).is_dir() else folder / FINAL_FOLDER
+
     recipe = _recipe(args, "renderer")
-    rargs = args_from_recipe(recipe, out=str(run), seed=args.seed, threads=args.threads,
-                             captioner=str(captioner) if captioner is not None else None)
+    common = {"seed": args.seed, "threads": args.threads,
+              "captioner": str(captioner) if captioner is not None else None}
+    phases: dict[str, Any] = {}
+    init_from = None
+    if recipe.init_from is not None:
+        base = args_from_recipe(get_recipe(recipe.init_from), out=str(run / "base"), **common)
+        phases[recipe.init_from] = {"args": dataclasses.asdict(base), "metrics": train_renderer(base)}  # type: ignore[arg-type]
+        init_from = str(shipped(run / "base"))
+    rargs = args_from_recipe(recipe, out=str(run / "finetune" if init_from else run), init_from=init_from,
+                             **common)
     metrics = train_renderer(rargs)  # type: ignore[arg-type]
-    best = run / BEST_FOLDER
-    _replace_dir(best if best.is_dir() else run / FINAL_FOLDER, out)
-    return {"recipe": recipe.name, "args": dataclasses.asdict(rargs), "metrics": metrics}
+    _replace_dir(shipped(Path(rargs.out)), out)
+    return {"recipe": recipe.name, "args": dataclasses.asdict(rargs), "metrics": metrics, "phases": phases}
 
 
 def predictor_data(path: Path, seed: int, recipe: Recipe) -> Path:
@@ -87,17 +98,30 @@ def predictor_data(path: Path, seed: int, recipe: Recipe) -> Path:
     return path
 
 
+def recipe_chain(recipe: Recipe) -> list[Recipe]:
+    """The recipes a fine-tune is made of, from the one trained from scratch to `recipe` itself."""
+    chain = [recipe]
+    while chain[0].init_from is not None:
+        base = get_recipe(chain[0].init_from)
+        if base.name in {r.name for r in chain}:
+            raise ValueError(f"recipe {recipe.name!r}: init_from goes round in a circle at {base.name!r}")
+        chain.insert(0, base)
+    return chain
+
+
 def build_predictor(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
+    """The predictor recipe into `out`. A fine-tune trains its chain of base recipes first, each in
+    run/<recipe name>/ and started from the one before."""
     from pipeline.training.predictor import train_predictor
 
-    recipe = _recipe(args, "predictor")
+    *bases, recipe = recipe_chain(_recipe(args, "predictor"))
     common = dict(seed=args.seed, device=args.device, threads=args.threads, progress=args.progress)
     phases: dict[str, Any] = {}
     init_from = None
-    if recipe.init_from is not None:  # a fine-tune: its base recipe first, into run/base
-        base = get_recipe(recipe.init_from)
-        base_data = predictor_data(run / "base" / "train.jsonl", args.seed, base)
-        bargs = args_from_recipe(base, data=str(base_data), out=str(run / "base" / "model"), **common)
+    for base in bases:  # each phase resumes from its own run folder
+        base_data = predictor_data(run / base.name / "train.jsonl", args.seed, base)
+        bargs = args_from_recipe(base, data=str(base_data), out=str(run / base.name / "model"),
+                                 init_from=init_from, **common)
         assert isinstance(bargs, TrainArgs)
         base_result = train_predictor(bargs)[bargs.model]
         phases[base.name] = {"args": dataclasses.asdict(bargs), "data": dict(base.data), "mix": list(base.mix),

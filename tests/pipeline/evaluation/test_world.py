@@ -214,9 +214,29 @@ def test_train_all_quick_predictor_resumes_and_writes_the_index(tmp_path, monkey
     monkeypatch.setattr(ta, "build_predictor", lambda *a: pytest.fail("a built stage was rebuilt"))
     assert ta.train_all(args)["predictor"]["epochs_run"] == 1
     assert list(report["predictor"]["phases"]) == ["quick-predictor-base"]  # the fine-tune trained its base first
-    assert report["predictor"]["args"]["init_from"] == str(tmp_path / "r" / "predictor" / "base" / "model")
+    assert report["predictor"]["args"]["init_from"] == str(tmp_path / "r" / "predictor" / "quick-predictor-base"
+                                                           / "model")
     with pytest.raises(UserError, match="--stages: unknown painter"):
         ta.TrainAllArgs(stages=("painter",))
+
+
+def test_train_all_quick_renderer_fine_tunes_its_base_and_ships_the_best(tmp_path):
+    """The renderer stage of `semworld train all --quick`: phase 1 from scratch into run/base, phase 2 from its
+    saved folder (no VAE stage), and the fine-tune's best-evaluated folder shipped as weights/renderer."""
+    from pipeline.renderer import Renderer
+    from pipeline.training import all as ta
+
+    args = ta.TrainAllArgs(out=str(tmp_path / "w"), run_dir=str(tmp_path / "r"), stages=("renderer",), quick=True,
+                           progress=False)  # fmt: skip
+    report = ta.train_all(args)["renderer"]
+    run = tmp_path / "r" / "renderer"
+    assert list(report["phases"]) == ["quick-renderer-base"]
+    assert report["args"]["init_from"] == str(run / "base" / "pipeline")  # phase 1 has no periodic evaluation
+    tuned = [json.loads(line)["stage"] for line in (run / "finetune" / "log.jsonl").read_text().splitlines()]
+    assert "vae" not in tuned and (run / "finetune" / "best").is_dir()
+    shipped = json.loads((tmp_path / "w" / "renderer" / "metrics.json").read_text())
+    assert shipped == json.loads((run / "finetune" / "best" / "metrics.json").read_text())
+    assert Renderer.from_pretrained(tmp_path / "w" / "renderer", device="cpu").size == (32, 32)
 
 
 def test_eval_world_projects_for_world_weights_unless_told_not_to(world_dir, tiny_weights, tmp_path):

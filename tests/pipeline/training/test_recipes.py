@@ -91,3 +91,20 @@ def test_the_predictor_recipe_is_the_run_that_made_the_shipped_predictor():
         assert summary[key] == value, key
     base = get_recipe("predictor-base")
     assert base.train["memory"] and base.mix == (("memory", 1500, 0),)
+
+
+def test_a_fine_tune_is_trained_from_its_whole_chain_of_recipes(monkeypatch):
+    from pipeline.training import all as ta
+
+    assert [r.name for r in ta.recipe_chain(get_recipe("quick-predictor"))] == ["quick-predictor-base",
+                                                                               "quick-predictor"]  # fmt: skip
+    a = Recipe("a", "predictor", "", "tiny", init_from="c")
+    b = Recipe("b", "predictor", "", "tiny", init_from="a")
+    c = Recipe("c", "predictor", "", "tiny", init_from="b")
+    monkeypatch.setattr(ta, "get_recipe", {"a": a, "b": b, "c": c}.__getitem__)
+    with pytest.raises(ValueError, match="init_from goes round in a circle"):
+        ta.recipe_chain(c)
+    root = Recipe("root", "predictor", "", "tiny")
+    monkeypatch.setattr(ta, "get_recipe", {"root": root, "a": Recipe("a", "predictor", "", "tiny", init_from="root"),
+                                           "b": b}.__getitem__)  # fmt: skip
+    assert [r.name for r in ta.recipe_chain(b)] == ["root", "a", "b"]
