@@ -140,6 +140,9 @@ class Recipe:
 
 
 _QUICK_CAPTIONER = CaptionerConfig(image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
+# weights/renderer's network, both phases: 80 px frames into a 5 x 5 latent (one latent pixel per world cell).
+_RENDERER = RendererConfig(image_size=80, vae_channels=(8, 16, 32, 64, 64), vae_latent_channels=8,
+                           unet_channels=(64, 128, 128), text_width=128)
 _QUICK_RENDERER = RendererConfig(
     image_size=32, vae_channels=(8, 16), unet_channels=(16, 32), text_width=32, text_layers=1
 )
@@ -157,18 +160,15 @@ RECIPES: dict[str, Recipe] = _by_name(
     # files came from a run with restarts under wall-clock caps, weights/README.md lists them): the VAE on 128-pixel
     # world frames resized to 80, then the UNet + text encoder with the decoder fine-tuned alongside.
     Recipe("renderer-base", "renderer", "phase 1 of weights/renderer: VAE, then UNet + text encoder (x0, 4 steps)",
-           RendererConfig(image_size=80, vae_channels=(8, 16, 32, 64, 64), vae_latent_channels=8,
-                          unet_channels=(64, 128, 128), text_width=128),
+           _RENDERER,
            {"render_size": 128, "output_size": 128, "vae_lr": 1.5e-3, "vae_steps": 2200, "object_weight": 10.0,
             "unet_batch": 32, "unet_lr": 8e-4, "timestep_power": 2.0, "decoder_every": 2, "unet_steps": 2600,
             "pool": 8000, "eval_every": 250}),
     # weights/renderer, phase 2 (issue 11): stage 2 again on crowded scenes (45% with 3 objects, a 16,000-scene
     # pool), with the pixel loss through the decoder, best/ chosen by the round trip on the varied 1/2/3-object set.
     Recipe("renderer", "renderer", "weights/renderer: phase 2, stage 2 on crowded scenes, chosen by round trip",
-           RendererConfig(image_size=80, vae_channels=(8, 16, 32, 64, 64), vae_latent_channels=8,
-                          unet_channels=(64, 128, 128), text_width=128),
-           {"render_size": 128, "output_size": 128, "object_weight": 10.0, "unet_batch": 32, "timestep_power": 2.0,
-            "decoder_every": 2, "unet_steps": 4000, "unet_lr": 3e-4, "vae_lr": 6e-4, "pixel_weight": 1.0,
+           _RENDERER,
+           {"unet_steps": 4000, "unet_lr": 3e-4, "vae_lr": 6e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.18, 0.35, 0.45), "pool": 16000, "eval_every": 250, "eval_set": "varied",
             "eval_states": 240}, init_from="renderer-base"),
     # weights/predictor: the 4-tensor model with the tensor memory (docs/tensor-memory.md), trained from scratch
