@@ -179,7 +179,13 @@ def save_renderer(
     training weights keep their precision."""
     import copy
 
-    stored = copy.deepcopy(pipe).to(dtype=dtype) if dtype != pipe.unet.dtype else pipe
+    stored = pipe
+    if dtype != pipe.unet.dtype:
+        stored = copy.deepcopy(pipe)
+        # nn.Module.to itself: diffusers' ModelMixin.to warns on every dtype cast, even with no fp32 module to keep
+        for module in stored.components.values():
+            if isinstance(module, torch.nn.Module):
+                torch.nn.Module.to(module, dtype=dtype)
     with atomic_dir(directory) as tmp:
         stored.save_pretrained(tmp, safe_serialization=True)
         RenderSettings(steps=args.sample_steps, guidance=args.guidance, output_size=args.output_size).save(tmp)

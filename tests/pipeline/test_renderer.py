@@ -57,6 +57,22 @@ def test_tiny_checkpoint_has_the_stable_diffusion_layout(tiny_dir):
     assert json.loads((tiny_dir / "renderer.json").read_text())["steps"] == 2
 
 
+def test_save_stores_float16_quietly_and_leaves_the_training_copy_alone(tmp_path, capfd):
+    torch.manual_seed(0)
+    args = tiny_args(tmp_path / "run")
+    pipe = fresh_pipeline(args)
+    capfd.readouterr()
+    save_renderer(pipe, args, tmp_path / "saved")
+    assert "kept in float32" not in capfd.readouterr().err  # diffusers' cast warning (its own stderr handler)
+    assert pipe.unet.dtype == torch.float32 and pipe.text_encoder.dtype == torch.float32
+    from safetensors import safe_open
+
+    for part in ("unet", "vae", "text_encoder"):
+        (weights,) = (tmp_path / "saved" / part).glob("*.safetensors")
+        with safe_open(str(weights), "pt") as f:
+            assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float16}, part
+
+
 def test_render_returns_uint8_frames_at_the_output_size(tiny):
     assert type(tiny.pipe).__name__ == "StableDiffusionPipeline"
     assert tiny.draw_size == (32, 32) and tiny.size == (48, 48)
