@@ -65,6 +65,8 @@ def _preset(name: str, summary: str, *dims: int, paper: dict[str, float] | None 
 PRESETS: dict[str, Preset] = _by_name(
     _preset("tiny", "tests and smoke runs (seconds on CPU)", 512, 8, 4, 2, 1, 8, 3),
     _preset("small", "quick CPU training on a few thousand windows", 4096, 16, 8, 2, 2, 16, 4),
+    _preset("small-t8", "small with an 8-state window (the world's hide and blink fit inside it)",
+            4096, 16, 8, 2, 2, 16, 8),
     _preset("medium", "overnight CPU training, d = 512", 8192, 32, 16, 2, 2, 16, 4),
     _preset("paper-h2-l2", "paper table 5, H=2 L=2", PAPER_VOCAB, 64, 32, 2, 2, 16, 4,
             paper={"four_tensor": 122.2, "baseline": 175.9}),

@@ -201,13 +201,20 @@ class WindowSet:
         )
 
 
-def make_windows(sequences: Sequence[StateSequence], tokenizer: StateTokenizer, T: int, N: int) -> WindowSet:
+def make_windows(sequences: Sequence[StateSequence], tokenizer: StateTokenizer, T: int, N: int,
+                 min_history: int | None = None) -> WindowSet:
     """Slide a window of T+1 states with stride 1 over each sequence (L states give max(0, L-T) windows).
 
-    A ROCStories story (5 sentences) gives exactly one window when T = 4.
+    A ROCStories story (5 sentences) gives exactly one window when T = 4. With min_history = m < T, each
+    sequence is first front-padded with T - m all-padding states, so that the first windows hold only m true
+    states before their target, as `Predictor.predict` lays out a history shorter than T (L states then give
+    max(0, L-m) windows; padding states are masked in attention and write nothing to a memory).
     """
     if T < 1 or N < 1:
         raise ValueError(f"T and N must be >= 1, got T={T}, N={N}")
+    if min_history is not None and not 1 <= min_history <= T:
+        raise ValueError(f"min_history must be in 1..T={T}, got {min_history}")
+    pad = 0 if min_history is None else T - min_history
     chunks: list[torch.Tensor] = []
     seq_index: list[int] = []
     starts: list[int] = []
@@ -216,12 +223,15 @@ def make_windows(sequences: Sequence[StateSequence], tokenizer: StateTokenizer, 
         enc = tokenizer.encode_states(seq.states, N)
         n_states += len(seq.states)
         truncated += enc.truncated
-        n_windows = len(seq.states) - T
+        n_windows = len(seq.states) + pad - T
         if n_windows < 1:
             skipped += 1
             continue
+        ids = enc.ids
+        if pad:  # (pad + L, N): empty states in front
+            ids = torch.cat([torch.full((pad, ids.shape[1]), PAD_ID, dtype=ids.dtype), ids])
         # unfold: (L, N) -> (L-T, N, T+1) -> (L-T, T+1, N)
-        chunks.append(enc.ids.unfold(0, T + 1, 1).permute(0, 2, 1))
+        chunks.append(ids.unfold(0, T + 1, 1).permute(0, 2, 1))
         seq_index += [i] * n_windows
         starts += list(range(n_windows))
     ids = torch.cat(chunks) if chunks else torch.zeros((0, T + 1, N), dtype=torch.long)
@@ -235,10 +245,10 @@ def make_windows(sequences: Sequence[StateSequence], tokenizer: StateTokenizer, 
     )
     if skipped:
         logger.info(
-            "%d of %d sequences have fewer than T+1=%d states and give no window",
+            "%d of %d sequences have fewer than %d states and give no window",
             skipped,
             len(sequences),
-            T + 1,
+            T + 1 - pad,
         )
     return ws
 

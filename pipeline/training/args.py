@@ -73,6 +73,8 @@ class TrainArgs:
         With memory the rollout starts from the clip's own window k before, with the memory as it was there
         (rollout_clip_windows).
     rollout_prob: the share of each batch trained on rolled-out contexts.
+    min_history: beyond the paper: front-pad sequences so windows of only m true states train too (None: full only).
+        The first T - m states of those windows are empty, as `Predictor.predict` lays out a history of m < T.
     """
 
     # what is trained, on what, into where
@@ -122,6 +124,7 @@ class TrainArgs:
     target_slices: str = "all"
     rollout_steps: int = 0
     rollout_prob: float = 0.5
+    min_history: int | None = None
 
     def __post_init__(self) -> None:
         if self.model not in (*MODEL_KINDS, "both"):
@@ -161,6 +164,8 @@ class TrainArgs:
         if self.rollout_steps < 0 or not 0.0 <= self.rollout_prob <= 1.0:
             raise UserError(f"need --rollout-steps >= 0 and --rollout-prob in [0, 1], got {self.rollout_steps}, "
                             f"{self.rollout_prob}")
+        if self.min_history is not None and self.min_history < 1:
+            raise UserError(f"--min-history must be >= 1, got {self.min_history}")
         if self.target_slices != "all" and self.model != "four_tensor":
             raise UserError("--target-slices last applies to the 4-tensor model")
         if self.rollout_steps and self.target_slices != "last":
@@ -209,6 +214,8 @@ class TrainArgs:
             d.pop("attention")
         if self.init_from is None:
             d.pop("init_from")
+        if self.min_history is None:  # runs from before the knob keep their fingerprint
+            d.pop("min_history")
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
         for key in ("lr_schedule", "warmup_steps", "min_lr_ratio", "target_slices", "rollout_steps", "rollout_prob"):
             if d[key] == defaults[key]:  # runs with the paper's rule keep the fingerprint they had

@@ -129,6 +129,22 @@ def test_window_shapes_and_contents():
     assert ws.stats()["windows"] == 3
 
 
+def test_min_history_front_pads_windows_like_a_short_history():
+    tok = StateTokenizer.build(["a b c.", "d e."])
+    seqs = [StateSequence("x", ["a.", "b.", "c.", "d.", "e."]), StateSequence("y", ["a b c.", "d e."])]
+    full = make_windows(seqs, tok, T=3, N=4)
+    ws = make_windows(seqs, tok, T=3, N=4, min_history=1)
+    # x: 5 states give 5 - 1 windows (2 front-padded); y: 2 states now give 1 window, nothing skipped
+    assert ws.ids.shape == (5, 4, 4) and ws.skipped == 0
+    assert ws.sequence_index.tolist() == [0, 0, 0, 0, 1]
+    assert (ws.ids[0, :2] == PAD_ID).all() and [tok.decode(r) for r in ws.ids[0, 2:]] == ["a.", "b."]
+    assert [tok.decode(r) for r in ws.ids[1, 1:]] == ["a.", "b.", "c."] and (ws.ids[1, 0] == PAD_ID).all()
+    assert torch.equal(ws.ids[2:4], full.ids)  # then the full windows, unchanged
+    assert torch.equal(make_windows(seqs, tok, T=3, N=4, min_history=3).ids, full.ids)
+    with pytest.raises(ValueError, match="min_history must be in 1..T=3, got 4"):
+        make_windows(seqs, tok, T=3, N=4, min_history=4)
+
+
 def test_rocstories_story_gives_one_window_at_T4(roc_csv):
     seqs = read_sequences(roc_csv)
     tok = StateTokenizer.build(s for q in seqs for s in q.states)

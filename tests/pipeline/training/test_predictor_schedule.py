@@ -125,6 +125,7 @@ def test_init_from_keeps_the_tokenizer_of_the_weights(tmp_path, toy_jsonl):
         (dict(rollout_steps=-1, target_slices="last"), "--rollout-steps"),
         (dict(target_slices="last", model="baseline"), "--target-slices last applies to the 4-tensor model"),
         (dict(min_lr_ratio=1.5), "--min-lr-ratio"),
+        (dict(min_history=0), "--min-history must be >= 1"),
     ],
 )
 def test_bad_schedule_and_rollout_arguments_are_refused_by_name(kw, says):
@@ -134,3 +135,17 @@ def test_bad_schedule_and_rollout_arguments_are_refused_by_name(kw, says):
 
 def test_rollouts_are_accepted_with_memory():
     assert _args(rollout_steps=2, target_slices="last", memory=True).rollout_steps == 2
+
+
+def test_min_history_trains_on_front_padded_windows_and_is_refused_past_the_window(tmp_path, toy_jsonl):
+    from pipeline.data import SUMMARY_FILE
+
+    common = {**COMMON, "max_windows": None}
+    train_predictor(TrainArgs(out=str(tmp_path / "full"), data=str(toy_jsonl), epochs=1, **common))
+    train_predictor(TrainArgs(out=str(tmp_path / "m1"), data=str(toy_jsonl), epochs=1, min_history=1, **common))
+    full, m1 = (json.loads((tmp_path / d / SUMMARY_FILE).read_text()) for d in ("full", "m1"))
+    T = 3  # the tiny preset: each sequence gives T - 1 more windows, front-padded
+    n_seq = full["data"]["train_sequences"]
+    assert m1["data"]["train_windows"] == full["data"]["train_windows"] + (T - 1) * n_seq
+    with pytest.raises(UserError, match="--min-history 4: at most the window T=3 of --preset tiny"):
+        train_predictor(TrainArgs(out=str(tmp_path / "m4"), data=str(toy_jsonl), epochs=1, min_history=4, **common))
