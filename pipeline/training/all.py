@@ -63,21 +63,24 @@ def build_captioner(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
 
 def build_renderer(args: TrainAllArgs, run: Path, out: Path, captioner: Path | None) -> dict[str, Any]:
     """The renderer recipe; ships the run's best-evaluated folder (the final one when none was evaluated). A
-    recipe that fine-tunes another trains that one first (run/base) and starts from its shipped folder."""
+    recipe that fine-tunes another trains its chain of bases first (the first in run/base, later ones in
+    run/<recipe name>), each started from the shipped folder of the one before; the recipe itself trains in
+    run/finetune."""
     from pipeline.training.renderer import BEST_FOLDER, FINAL_FOLDER, train_renderer
 
     def shipped(folder: Path) -> Path:
         return folder / BEST_FOLDER if (folder / BEST_FOLDER).is_dir() else folder / FINAL_FOLDER
 
-    recipe = _recipe(args, "renderer")
+    *bases, recipe = recipe_chain(_recipe(args, "renderer"))
     common = {"seed": args.seed, "threads": args.threads,
               "captioner": str(captioner) if captioner is not None else None}
     phases: dict[str, Any] = {}
     init_from = None
-    if recipe.init_from is not None:
-        base = args_from_recipe(get_recipe(recipe.init_from), out=str(run / "base"), **common)
-        phases[recipe.init_from] = {"args": dataclasses.asdict(base), "metrics": train_renderer(base)}  # type: ignore[arg-type]
-        init_from = str(shipped(run / "base"))
+    for i, base_recipe in enumerate(bases):
+        folder = run / ("base" if i == 0 else base_recipe.name)
+        base = args_from_recipe(base_recipe, out=str(folder), init_from=init_from, **common)
+        phases[base_recipe.name] = {"args": dataclasses.asdict(base), "metrics": train_renderer(base)}  # type: ignore[arg-type]
+        init_from = str(shipped(folder))
     rargs = args_from_recipe(recipe, out=str(run / "finetune" if init_from else run), init_from=init_from,
                              **common)
     metrics = train_renderer(rargs)  # type: ignore[arg-type]

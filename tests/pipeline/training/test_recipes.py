@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -50,7 +52,8 @@ def test_the_shipped_recipes_cover_every_stage_and_the_finetune_names_its_base()
     assert get_recipe("captioner").init_from == "captioner-base"
     assert get_recipe("predictor").init_from == "predictor-mf5"
     assert get_recipe("quick-predictor").init_from == "quick-predictor-base"
-    assert get_recipe("renderer").init_from == "renderer-base"
+    assert get_recipe("renderer").init_from == "renderer-r1"
+    assert get_recipe("renderer-r1").init_from == "renderer-base"
     assert get_recipe("quick-renderer").init_from == "quick-renderer-base"
     assert get_recipe("renderer").model == get_recipe("renderer-base").model == RendererConfig()  # the defaults
     with pytest.raises(ValueError, match="unknown recipe 'nope'"):
@@ -113,3 +116,30 @@ def test_a_fine_tune_is_trained_from_its_whole_chain_of_recipes(monkeypatch):
     monkeypatch.setattr(ta, "get_recipe", {"root": root, "a": Recipe("a", "predictor", "", "tiny", init_from="root"),
                                            "b": b}.__getitem__)  # fmt: skip
     assert [r.name for r in ta.recipe_chain(b)] == ["root", "a", "b"]
+
+
+def test_a_renderer_chain_trains_every_phase_in_order_each_from_the_last_shipped_folder(monkeypatch, tmp_path):
+    import pipeline.training.renderer as tr
+    from pipeline.training import all as ta
+
+    quick = get_recipe("quick-renderer")
+    r0 = Recipe("r0", "renderer", "", quick.model, quick.train)
+    r1 = Recipe("r1", "renderer", "", quick.model, quick.train, init_from="r0")
+    r2 = Recipe("r2", "renderer", "", quick.model, quick.train, init_from="r1")
+    monkeypatch.setattr(ta, "get_recipe", {"r0": r0, "r1": r1, "r2": r2}.__getitem__)
+    monkeypatch.setattr(ta, "_recipe", lambda args, stage: r2)
+    calls: list[tuple[str, str | None]] = []
+
+    def fake_train(args):  # a trained run: its best/ folder holds one file
+        calls.append((args.out, args.init_from))
+        (Path(args.out) / tr.BEST_FOLDER).mkdir(parents=True)
+        (Path(args.out) / tr.BEST_FOLDER / "made_by").write_text(args.out)
+        return {"roundtrip_acc": 1.0}
+
+    monkeypatch.setattr(tr, "train_renderer", fake_train)
+    run, out = tmp_path / "run", tmp_path / "w" / "renderer"
+    report = ta.build_renderer(ta.TrainAllArgs(out=str(tmp_path / "w"), progress=False), run, out, None)
+    assert calls == [(str(run / "base"), None), (str(run / "r1"), str(run / "base" / "best")),
+                     (str(run / "finetune"), str(run / "r1" / "best"))]
+    assert list(report["phases"]) == ["r0", "r1"] and report["recipe"] == "r2"
+    assert (out / "made_by").read_text() == str(run / "finetune")
