@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-ablation", action="store_true",
                    help="skip the second scoring of a memory model with its read zeroed (halves the time)")
     p.add_argument("--horizon", type=int, default=8)
+    p.add_argument("--min-history", type=int, default=4,
+                   help="roll out from every true history of at least this many states, for every predictor "
+                        "(default 4: models of every window T are scored on the same starts)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="runs/memory/world_eval.json")
     ns = p.parse_args(argv)
@@ -59,13 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     for spec in ns.predictor:
         label, folder = spec.split("=", 1)
         predictor = Predictor.from_pretrained(folder, device="cpu")
-        results[label] = score_predictor(predictor, clips, ns.horizon, predictor.T)
+        results[label] = score_predictor(predictor, clips, ns.horizon, ns.min_history)
         logging.info("%s: h=1 %.3f (%.0f s)", label, results[label]["by_horizon"]["1"], results[label]["seconds"])
         if predictor.has_memory and not ns.no_ablation:
             predictor.model.memory_read_off = True
-            results[f"{label}, memory read zeroed"] = score_predictor(predictor, clips, ns.horizon, predictor.T)
+            results[f"{label}, memory read zeroed"] = score_predictor(predictor, clips, ns.horizon, ns.min_history)
     if ns.copy_last:
-        results["copy last state"] = score_predictor(CopyLast(), clips, ns.horizon, 4)
+        results["copy last state"] = score_predictor(CopyLast(), clips, ns.horizon, ns.min_history)
     Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
     Path(ns.out).write_text(json.dumps(results, indent=2) + "\n")
     first = next(iter(results.values()))

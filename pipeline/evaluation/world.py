@@ -267,7 +267,9 @@ class EvalWorldArgs:
     render_states: distinct states rendered. steps/guidance: renderer overrides (None: its saved defaults).
     seed: renderer noise. device: "auto", "cpu", "cuda"... threads: torch CPU threads (None: torch's).
     project: project predicted states onto the grammar model_index.json names (pipeline/projection.py; no
-    grammar: nothing to project)."""
+    grammar: nothing to project). min_history: rollouts start from every true history of at least this many
+    states (None: the predictor's window T, at most 4, so that models of every window are scored on the same
+    starts; a shorter history is front-padded as `Predictor.predict` does)."""
 
     data: str
     weights: str = "weights"
@@ -281,9 +283,12 @@ class EvalWorldArgs:
     device: str = "auto"
     threads: int | None = None
     project: bool = True
+    min_history: int | None = None
 
     def __post_init__(self) -> None:
         self.parts = tuple(self.parts)
+        if self.min_history is not None and self.min_history < 1:
+            raise UserError(f"--min-history must be >= 1, got {self.min_history}")
         unknown = [p for p in self.parts if p not in PARTS]
         if unknown or not self.parts:
             raise UserError(f"--parts: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(PARTS)}")
@@ -341,13 +346,14 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
             grammar = read_model_index(weights).get("grammar") if (weights / MODEL_INDEX).is_file() else None
             predictor = Predictor.from_pretrained(folder, device=device, grammar=grammar, project=args.project)
             kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
-            scores = score_predictor(predictor, clips, args.horizon, predictor.T)
+            start = args.min_history if args.min_history is not None else min(predictor.T, 4)
+            scores = score_predictor(predictor, clips, args.horizon, start)
             projection = predictor.projection
             result[part] = {"weights": str(folder), "model": kind, "projection": projection is not None, **scores}
             if projection is not None:  # the share of predicted states (all horizons) the projection changed
                 result[part]["projected"] = _rate([True] * projection.stats.projected
                                                   + [False] * (projection.stats.states - projection.stats.projected))
-            result["copy_last"] = score_predictor(CopyLast(), clips, args.horizon, predictor.T)
+            result["copy_last"] = score_predictor(CopyLast(), clips, args.horizon, start)
         else:
             from pipeline.renderer import Renderer
 

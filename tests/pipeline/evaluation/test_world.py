@@ -263,3 +263,24 @@ def test_eval_world_projects_for_world_weights_unless_told_not_to(world_dir, tin
     assert on["projected"] > 0.5  # a random predictor's argmax states almost never parse
     assert off["projection"] is False and off == {**plain, "seconds": off["seconds"]}
     assert off["valid_h1"] < 0.5
+
+
+def test_eval_world_rolls_out_from_min_history_states_by_default_the_window_at_most_4(world_dir, tiny_weights):
+    from pipeline.cli.eval import run_eval_world
+
+    def rollouts(**kw: int) -> dict:
+        return evaluate_world(EvalWorldArgs(data=str(world_dir), weights=str(tiny_weights), parts=("predictor",),
+                                            horizon=1, device="cpu", **kw))["predictor"]  # fmt: skip
+
+    T = json.loads((tiny_weights / "predictor" / "config.json").read_text())["T"]
+    clips = read_world_dir(world_dir)
+    default, two = rollouts(), rollouts(min_history=2)
+    assert T <= 4 and default["min_history"] == T and default["rollouts"] == sum(len(c.states) - T for c in clips)
+    assert two["min_history"] == 2 and two["rollouts"] == sum(len(c.states) - 2 for c in clips)
+    with pytest.raises(UserError, match="--min-history must be >= 1"):
+        rollouts(min_history=0)
+    parser = argparse.ArgumentParser()
+    add_world_parser(parser.add_subparsers())
+    ns = parser.parse_args(["world", "--data", str(world_dir), "--weights", str(tiny_weights), "--parts",
+                            "predictor", "--min-history", "2", "--device", "cpu"])  # fmt: skip
+    assert ns.min_history == 2 and ns.func is run_eval_world
