@@ -182,7 +182,8 @@ RECIPES: dict[str, Recipe] = _by_name(
             "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-r1"),
     # weights/predictor: the 4-tensor model with the tensor memory (docs/tensor-memory.md), trained from scratch
     # with the loss on S(T) on 3,000 clips of every scenario plus 1,500 of the memory family (run M), then
-    # fine-tuned on 15,000 fresh clips weighted to M's weakest scenes (run MF5), then on 7,000 more (run MF6).
+    # fine-tuned on 15,000 fresh clips weighted to M's weakest scenes (run MF5), then on 7,000 more (run MF6), then
+    # with an 8-state window (run T8).
     Recipe("predictor-base", "predictor", "phase 1 of weights/predictor: run M, memory, from scratch",
            "small", {"model": "four_tensor", "epochs": 4, "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 200, "min_lr_ratio": 0.02, "target_slices": "last",
@@ -196,12 +197,21 @@ RECIPES: dict[str, Recipe] = _by_name(
            mix=(("collide,occlude", 3000, 4), ("memory", 2000, 5))),
     # Phase 3 (run MF6): one short epoch at a low rate on 7,000 more fresh clips weighted to what MF5 got worse
     # at (bounce, appear) and to hide, which restored bounce (76.9 -> 97.3 at h = 8 on the test split).
-    Recipe("predictor", "predictor", "weights/predictor: phase 3, run MF6 on 7,000 fresh clips",
+    Recipe("predictor-mf6", "predictor", "phase 3 of weights/predictor: run MF6 on 7,000 fresh clips",
            "small", {"model": "four_tensor", "epochs": 1, "batch_size": 32, "lr": 2e-4, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 50, "min_lr_ratio": 0.05, "target_slices": "last",
                      "memory": True, "bptt_windows": 8, "forget_bias": 1.0},
            {"clips": 4000, "length": 20, "seed_offset": 6}, init_from="predictor-mf5",
            mix=(("bounce", 1500, 7), ("appear", 1000, 8), ("hide", 500, 9))),
+    # Phase 4 (run T8): the same network with an 8-state window (preset small-t8: no weight depends on T, so
+    # MF6's weights carry over), 2 epochs on 7,000 fresh clips, with front-padded windows so that histories of 4-7
+    # states are trained as predict lays them out. hide's walker is behind the screen 6 states: in the window.
+    Recipe("predictor", "predictor", "weights/predictor: phase 4, run T8, the 8-state window on 7,000 fresh clips",
+           "small-t8", {"model": "four_tensor", "epochs": 2, "batch_size": 32, "lr": 3e-4, "val_fraction": 0.05,
+                        "lr_schedule": "cosine", "warmup_steps": 100, "min_lr_ratio": 0.05, "target_slices": "last",
+                        "memory": True, "bptt_windows": 8, "forget_bias": 1.0, "min_history": 4},
+           {"clips": 5000, "length": 20, "seed_offset": 12}, init_from="predictor-mf6",
+           mix=(("hide", 1000, 13), ("bounce", 500, 14), ("collide", 500, 15))),
     # The predictor without memory that shipped until the fifth session of 2026-12-01 (docs/predictor_world.md
     # has the measurements): the 4-tensor model on world state sequences of every scenario (train split), 5% of
     # the clips held out for the section 8.2 stopping rule. Phase 1 is the paper's rule on 3,000 clips; phase 2
