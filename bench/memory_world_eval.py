@@ -24,7 +24,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import world  # noqa: E402
-from pipeline.evaluation.world import CopyLast, clips_from_records, score_predictor  # noqa: E402
+from pipeline.evaluation.world import (  # noqa: E402
+    DEFAULT_MIN_HISTORY,
+    CopyLast,
+    clips_from_records,
+    score_predictor,
+)
 from pipeline.predictor import Predictor  # noqa: E402
 
 
@@ -48,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-ablation", action="store_true",
                    help="skip the second scoring of a memory model with its read zeroed (halves the time)")
     p.add_argument("--horizon", type=int, default=8)
-    p.add_argument("--min-history", type=int, default=4,
+    p.add_argument("--min-history", type=int, default=DEFAULT_MIN_HISTORY,
                    help="roll out from every true history of at least this many states, for every predictor "
                         "(default 4: models of every window T are scored on the same starts)")
     p.add_argument("--threads", type=int, default=1)

@@ -149,7 +149,12 @@ class CopyLast:
         return [[h[-1]] * k for h in states]
 
 
-def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 8, min_history: int = 4,
+# Rollouts start from every true history of at least this many states, whatever the predictor's window.
+DEFAULT_MIN_HISTORY = 4
+
+
+def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 8,
+                    min_history: int = DEFAULT_MIN_HISTORY,
                     batch_size: int = 256) -> dict[str, Any]:
     """Exact match at horizons 1..`horizon` on predictable steps, rolling out from true histories.
 
@@ -346,7 +351,7 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
             grammar = read_model_index(weights).get("grammar") if (weights / MODEL_INDEX).is_file() else None
             predictor = Predictor.from_pretrained(folder, device=device, grammar=grammar, project=args.project)
             kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
-            start = args.min_history if args.min_history is not None else min(predictor.T, 4)
+            start = args.min_history if args.min_history is not None else min(predictor.T, DEFAULT_MIN_HISTORY)
             scores = score_predictor(predictor, clips, args.horizon, start)
             projection = predictor.projection
             result[part] = {"weights": str(folder), "model": kind, "projection": projection is not None, **scores}
