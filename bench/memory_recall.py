@@ -150,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-gate-init", type=float, default=-2.0, help="gate logit at init (the seed's -2)")
     p.add_argument("--memory-recall-weight", type=float, default=0.0,
                    help="weight of the recall term (the memory spells the last state written; 0: off)")
+    p.add_argument("--memory-recall-target", choices=("last", "novel"), default="last",
+                   help="what the recall term asks for: last (the state written just before the window) or novel "
+                        "(the latest state written that the window does not show again: the key, past the fillers)")
     p.add_argument("--target-slices", choices=("all", "last"), default="last",
                    help="last: the loss on S(T) alone (the answer is a last-slot target; with all, 3 of 4 "
                         "targets of a window are copies of the next input slice)")
@@ -179,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=ns.batch_size, lr=ns.lr, seed=0, threads=ns.threads, progress=False, memory=True,
             bptt_windows=ns.bptt_windows, forget_bias=ns.forget_bias, memory_lr_scale=ns.memory_lr_scale,
             min_sigma=ns.min_sigma, memory_gate_init=ns.memory_gate_init, memory_recall_weight=ns.memory_recall_weight,
-            target_slices=ns.target_slices, init_from=ns.init_from,
+            memory_recall_target=ns.memory_recall_target, target_slices=ns.target_slices, init_from=ns.init_from,
         ))
     predictor = Predictor.from_pretrained(model_dir, device="cpu")
     with_memory = score(predictor, test)
@@ -193,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"k": list(ks), "with_memory": with_memory, "memory_read_zeroed": zeroed, "chance": 1 / len(KEYS),
               "test_clips_per_k": ns.test_clips, "train_clips": ns.train_clips, "epochs": ns.epochs,
               "bptt_windows": ns.bptt_windows, "forget_bias": ns.forget_bias, "min_sigma": ns.min_sigma, "memory_gate_init": ns.memory_gate_init,
-              "memory_recall_weight": ns.memory_recall_weight, "tail": ns.tail,
+              "memory_recall_weight": ns.memory_recall_weight, "memory_recall_target": ns.memory_recall_target,
+              "tail": ns.tail,
               "memory_lr_scale": ns.memory_lr_scale, "target_slices": ns.target_slices,
               "train_k": [ns.train_k.start, ns.train_k.stop - 1], "init_from": ns.init_from}
     if probe:

@@ -58,6 +58,8 @@ class TrainArgs:
     memory_recall_weight: beyond the seed: the weight of a loss asking the memory to spell the last state written.
         (FourTensorModel.window_loss: the last slice reads the incoming memory and, through the readout, must
         spell the sentence written just before the window; 0: off, the seed's training.)
+    memory_recall_target: which sentence the recall term asks for: last (the one written just before the window)
+        or novel (the latest one written that the window does not show again: hold it, not the fillers after it).
     memory_lr_scale: the memory's parameters train at lr x this.
     init_from: start from the weights of this saved predictor (a memory model may start from one without memory).
     lr_schedule: constant (the paper's) or cosine: linear warmup over warmup_steps, then cosine decay to
@@ -115,6 +117,7 @@ class TrainArgs:
     min_sigma: float = 0.0
     memory_gate_init: float = -2.0
     memory_recall_weight: float = 0.0
+    memory_recall_target: str = "last"
     memory_lr_scale: float = 1.0
     init_from: str | None = None
     # beyond the paper: schedule, loss slots, rollout-aware training (docs/predictor_world.md)
@@ -176,6 +179,8 @@ class TrainArgs:
                 raise UserError(f"--memory applies to the 4-tensor model only, got --model {self.model}")
             if not self.memory_recall_weight >= 0:
                 raise UserError(f"--memory-recall-weight must be >= 0, got {self.memory_recall_weight}")
+            if self.memory_recall_target not in ("last", "novel"):
+                raise UserError(f"--memory-recall-target must be last or novel, got {self.memory_recall_target!r}")
             if isinstance(self.bptt_windows, bool) or not isinstance(self.bptt_windows, int) or self.bptt_windows < 1:
                 raise UserError(f"--bptt-windows must be a positive integer, got {self.bptt_windows!r}")
             try:
@@ -223,11 +228,12 @@ class TrainArgs:
         if not self.memory:  # runs without memory keep the fingerprint they had before the memory knobs
             for key in ("memory", "mem_channels", "mem_shape", "chunk_size", "sigma_scale",
                         "memory_every_n_layers", "bptt_windows", "forget_bias", "memory_lr_scale", "min_sigma",
-                        "memory_gate_init", "memory_recall_weight"):
+                        "memory_gate_init", "memory_recall_weight", "memory_recall_target"):
                 d.pop(key)
         else:
             d["mem_shape"] = list(self.mem_shape)
-            for key in ("min_sigma", "memory_gate_init", "memory_recall_weight"):  # memory runs from before the knobs keep their fingerprint
+            # memory runs from before the knobs keep their fingerprint
+            for key in ("min_sigma", "memory_gate_init", "memory_recall_weight", "memory_recall_target"):
                 if d[key] == defaults[key]:
                     d.pop(key)
         d["data"] = str(Path(self.data).resolve())

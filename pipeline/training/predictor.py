@@ -300,9 +300,42 @@ class _SegmentModule(nn.Module):
         return loss_sum, count, state
 
 
+RECALL_TARGETS = ("last", "novel")
+
+
+def recall_targets(windows: torch.Tensor, mode: str = "last") -> torch.Tensor:
+    """The sentence window_loss's recall term asks each window's incoming memory to spell: (B, K, T+1, N) windows
+    of whole clips (all-zero states are padding) -> (B, K, N), all padding where there is none.
+
+    last: the clip's state just before window j (the sentence written last). novel: the latest state written
+    before window j that none of the window's T input states repeats, i.e. the newest thing only the memory can
+    bring back. With last, a key followed by fillers is asked for once and then the fillers are; with novel it
+    is asked for until it shows again, which asks the memory to hold it rather than overwrite it.
+    """
+    if mode not in RECALL_TARGETS:
+        raise ValueError(f"recall target must be one of {RECALL_TARGETS}, got {mode!r}")
+    written = windows[:, :, 0]  # (B, K, N) slice 0 of window i: written when window i + 1 starts
+    running = windows[:, :, :-1].ne(0).flatten(2).any(-1)[..., None]  # (B, K, 1) not a window past the clip's end
+    if mode == "last":
+        previous = torch.cat([torch.zeros_like(written[:, :1]), written[:, :-1]], dim=1)
+        return previous * running
+    B, K, N = written.shape
+    inputs = windows[:, :, :-1]  # (B, K, T, N) the window's input states
+    # shown[b, j, i]: state i equals one of window j's inputs
+    shown = (written[:, None, :, None] == inputs[:, :, None]).all(-1).any(-1)  # (B, K, K)
+    before = torch.ones(K, K, dtype=torch.bool, device=windows.device).tril(-1)  # (j, i): i < j
+    real = written.ne(0).any(-1)  # (B, K) not a padding state
+    ok = before & ~shown & real[:, None, :]  # (B, K, K)
+    index = torch.arange(K, device=windows.device).expand(B, K, K)
+    latest = torch.where(ok, index, -1).amax(-1)  # (B, K) the latest such i, -1 for none
+    picked = written.gather(1, latest.clamp(min=0)[..., None].expand(B, K, N))  # (B, K, N)
+    return torch.where((latest >= 0)[..., None] & running, picked, torch.zeros_like(picked))
+
+
 def train_clip_batch(
     step_module: nn.Module, optimizer: torch.optim.Optimizer, group: list[torch.Tensor], bptt_windows: int,
     device: torch.device | str, rollout: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None,
+    recall_target: str = "last",
 ) -> tuple[float, int]:
     """Train a memory model on a batch of whole clips, in order, with truncated back-propagation: (h, c) is
     carried from window to window; every bptt_windows windows the summed loss is back-propagated (mean over
@@ -313,9 +346,7 @@ def train_clip_batch(
     windows = windows.to(device)
     if rollout is not None:
         windows = rollout(windows, lengths)
-    # The sentence written just before window j is the clip's state j - 1, slice 0 of window j - 1; nothing
-    # before the first window (padding: no recall target).
-    previous = torch.cat([torch.zeros_like(windows[:, :1, 0]), windows[:, :-1, 0]], dim=1)  # (B, K, N)
+    previous = recall_targets(windows, recall_target)  # (B, K, N) what each window's recall term asks for
     state = None
     loss_total, seen = 0.0, 0
     for j in range(0, windows.shape[1], bptt_windows):
@@ -666,7 +697,7 @@ def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
         if args.memory:
             group = [run.train_clips[int(k)] for k in order[i : i + per_batch]]
             seg_loss, seg_windows = train_clip_batch(run.step_module, run.optimizer, group, args.bptt_windows,
-                                                     ctx.device, rollout)
+                                                     ctx.device, rollout, args.memory_recall_target)
             loss_sum += seg_loss
             n_seen += seg_windows
             bar.set_postfix(loss=f"{loss_sum / max(n_seen, 1):.3f}")

@@ -297,7 +297,9 @@ def test_train_clip_batch_hands_each_window_the_state_before_it(toy_jsonl):
     train_clip_batch(Probe(), opt, group, bptt_windows=2, device="cpu")
     previous = torch.cat(seen, dim=1)  # (B, K, N)
     assert not previous[:, 0].any()  # nothing was written before a clip's first window
-    assert torch.equal(previous[:, 1:], windows[:, :-1, 0])  # window j: the clip's state j - 1, across segments
+    for b, n in enumerate(lengths):  # window j: the clip's state j - 1, across segments; none past its end
+        assert torch.equal(previous[b, 1:n], windows[b, : n - 1, 0])
+        assert not previous[b, n:].any()
 
 
 def test_memory_recall_weight_reaches_the_trainer_is_refused_below_zero_and_keeps_old_fingerprints(
@@ -314,3 +316,66 @@ def test_memory_recall_weight_reaches_the_trainer_is_refused_below_zero_and_keep
     assert recall.history[0]["train_loss"] > plain.history[0]["train_loss"]  # the term is in the training loss
     assert json.loads((tmp_path / "recall" / "training_summary.json").read_text())["args"][
         "memory_recall_weight"] == 1.0
+
+
+def _probe_windows(states: list[int], T: int = 4, pad_end: int = 0) -> torch.Tensor:
+    """(1, K, T+1, 2) windows of a clip of one-token states (second token the state id + 10, so that a state is a
+    whole row, not one id), with pad_end all-padding windows after it (as stack_clips leaves a shorter clip)."""
+    seq = torch.tensor([[s, s + 10] for s in states])  # (L, 2)
+    w = torch.stack([seq[j : j + T + 1] for j in range(len(states) - T)])  # (K, T+1, 2)
+    return torch.cat([w, torch.zeros(pad_end, T + 1, 2, dtype=torch.long)])[None]
+
+
+def test_recall_targets_last_is_the_state_before_and_novel_holds_the_key_past_the_fillers():
+    from pipeline.training.predictor import recall_targets
+
+    key, filler, cue = 5, 1, 2
+    windows = _probe_windows([key] + [filler] * 7 + [cue, key, filler, filler], pad_end=2)  # (1, 10, 5, 2)
+    last = recall_targets(windows, "last")[0, :, 0].tolist()
+    novel = recall_targets(windows, "novel")[0, :, 0].tolist()
+    assert last == [0, key] + [filler] * 6 + [0, 0]  # windows 8-9 lie past the clip's end
+    # windows 1-5 no longer show the key: asked for it; window 6 shows it again (cue, key), so nothing is left
+    # that only the memory holds; the end padding windows ask for nothing
+    assert novel == [0, key, key, key, key, key, 0, 0, 0, 0]
+    # a state is a whole row: a state sharing its first token with one in the window is still novel
+    other = _probe_windows([key, filler, filler, filler, filler, filler])
+    other[0, :, :, 1] = torch.tensor([[15, 11, 11, 11, 11], [99, 11, 11, 11, 11]])  # window 1 sees (1, 99)...
+    assert recall_targets(other, "novel")[0, :, 0].tolist() == [0, key]
+    with pytest.raises(ValueError, match="recall target"):
+        recall_targets(windows, "first")
+
+
+def test_front_padding_is_never_a_recall_target():
+    from pipeline.training.predictor import recall_targets
+
+    windows = _probe_windows([7, 7, 3, 4, 4, 4, 4, 4])  # the first two windows stand for front padding
+    windows[0, 0, :2] = 0
+    windows[0, 1, :1] = 0
+    assert recall_targets(windows, "novel")[0, :, 0].tolist() == [0, 0, 0, 3]
+    assert recall_targets(windows, "last")[0, :, 0].tolist() == [0, 0, 0, 3]
+
+
+def test_memory_recall_target_reaches_the_segments_is_refused_by_name_and_keeps_old_fingerprints(toy_jsonl):
+    from models.tensor_memory import MemoryState
+    from pipeline.data import stack_clips
+    from pipeline.training.predictor import recall_targets
+
+    with pytest.raises(UserError, match="memory-recall-target"):
+        TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", memory_recall_target="first", **MEM)
+    base = TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", **MEM)
+    assert "memory_recall_target" not in base.fingerprint()
+    assert TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", memory_recall_target="novel",
+                     **MEM).fingerprint()["memory_recall_target"] == "novel"
+    _, clips = _tiny_memory_model(toy_jsonl)
+    group = sorted(clips[:3], key=lambda c: -c.shape[0])
+    seen: list[torch.Tensor] = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, w, part, state, previous):
+            seen.append(previous)
+            return torch.zeros((), requires_grad=True), torch.ones(()), MemoryState(torch.zeros(1), torch.zeros(1))
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+    train_clip_batch(Probe(), opt, group, bptt_windows=2, device="cpu", recall_target="novel")
+    windows, _ = stack_clips(group)
+    assert torch.equal(torch.cat(seen, dim=1), recall_targets(windows, "novel"))
