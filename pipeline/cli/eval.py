@@ -172,8 +172,10 @@ def write_report(result: dict[str, Any]) -> None:
                 table.add_row(fam, *(_fmt(row[str(k)]) for k in range(1, h + 1)))
             ref = result.get("copy_last", {}).get("by_horizon", {})
             table.add_row("all, chain", *(_fmt(res["by_horizon_chain"][str(k)]) for k in range(1, h + 1)))
+            table.add_row("after an event", *(_fmt(res["by_horizon_after_event"][str(k)]) for k in range(1, h + 1)))
             table.add_row("copy-last", *(_fmt(ref.get(str(k))) for k in range(1, h + 1)))
             table.add_row("steps", *(str(res["steps"][str(k)]) for k in range(1, h + 1)))
+            table.add_row("after an event", *(str(res["after_event_steps"][str(k)]) for k in range(1, h + 1)))
             console.print(table)
             projected = (f", projected onto the grammar: {_fmt(res.get('projected'))} of predicted states changed"
                          if res.get("projection") else ", not projected")

@@ -163,7 +163,10 @@ def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 
     overall, by family and by scenario (each a {horizon: rate} map with counts), plus horizon-1 results on
     unpredictable steps and the share of predictions that are valid world states (at horizon 1, and at every
 horizon over all rollouts). `by_horizon_chain`
-    keeps only targets whose every step since the rollout began is predictable (no object appeared meanwhile).
+    keeps only targets whose every step since the rollout began is predictable (no object appeared meanwhile);
+    `by_horizon_after_event` the others, predictable steps that lie after a random event inside the rollout
+    (an object that appeared, the lamp's first switch): no history determines them, so the share of such targets
+    (`after_event_steps` / `steps`) caps what any predictor can reach on "all" at long horizons.
     """
     if horizon < 1 or min_history < 1:
         raise ValueError(f"horizon and min_history must be >= 1, got {horizon}, {min_history}")
@@ -196,8 +199,10 @@ horizon over all rollouts). `by_horizon_chain`
                     continue
                 for key in (("all", "all"), ("family", family), ("scenario", clip.scenario)):
                     hits.setdefault((*key, h), []).append(hit)
-                if all(clip.predictable[s:t + 1]):  # nothing random happened since the rollout began
-                    hits.setdefault(("chain", "all", h), []).append(hit)
+                # chain: nothing random happened since the rollout began; event: something did (an object
+                # appeared, the lamp's first switch), which no history can foretell
+                kind = "chain" if all(clip.predictable[s:t + 1]) else "event"
+                hits.setdefault((kind, "all", h), []).append(hit)
 
     def table(kind: str, name: str) -> dict[str, Any]:
         return {str(h): _rate(hits.get((kind, name, h), [])) for h in range(1, horizon + 1)}
@@ -210,6 +215,7 @@ horizon over all rollouts). `by_horizon_chain`
     return {
         "by_horizon": table("all", "all"), "steps": counts("all", "all"),
         "by_horizon_chain": table("chain", "all"), "chain_steps": counts("chain", "all"),
+        "by_horizon_after_event": table("event", "all"), "after_event_steps": counts("event", "all"),
         "by_family": {f: table("family", f) for f in families},
         "family_steps": {f: counts("family", f) for f in families},
         "by_scenario": {s: table("scenario", s) for s in scenarios},

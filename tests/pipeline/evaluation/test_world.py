@@ -77,6 +77,8 @@ def test_predictor_scores_by_horizon_on_predictable_steps_only(world_dir):
     assert perfect["steps"] == {"1": 6, "2": 4, "3": 2} and perfect["rollouts"] == 6
     assert set(perfect["by_family"]) == {"physics"} and perfect["valid_h1"] == 1.0
     assert perfect["chain_steps"] == perfect["steps"]  # states 2.. of these clips are all predictable
+    assert perfect["after_event_steps"] == {"1": 0, "2": 0, "3": 0}
+    assert perfect["by_horizon_after_event"] == {"1": None, "2": None, "3": None}
     # Copy-last is right exactly where the true state repeats the one before (never, for moving objects).
     copy = score_predictor(CopyLast(), clips, horizon=3, min_history=4)
     expected = np.mean([c.states[t] == c.states[t - 1] for c in clips for t in range(4, 7)])
@@ -284,3 +286,18 @@ def test_eval_world_rolls_out_from_min_history_states_by_default_the_window_at_m
     ns = parser.parse_args(["world", "--data", str(world_dir), "--weights", str(tiny_weights), "--parts",
                             "predictor", "--min-history", "2", "--device", "cpu"])  # fmt: skip
     assert ns.min_history == 2 and ns.func is run_eval_world
+
+
+def test_targets_after_a_random_event_are_split_from_the_chain(world_dir):
+    """A step flagged unpredictable inside a rollout (an appearance) makes every later target of that rollout an
+    after-event target: scored in `all`, apart from the chain, whatever the predictor gets right."""
+    clips = read_world_dir(world_dir)
+    flags = [False, False, True, True, True, False, True]  # state 5: something appeared; state 6 follows it
+    marked = [Clip(c.index, c.states, flags, c.scenario, None) for c in clips]
+    res = score_predictor(Oracle(marked), marked, horizon=3, min_history=4)
+    # starts 4, 5, 6: h = 1 targets 4 (chain), 6 (start 6: chain, its own first step is predictable), 5 skipped;
+    # h = 2 targets 5 (skipped), 6 from start 5 (after the event at 5); h = 3 target 6 from start 4 (after 5)
+    assert res["steps"] == {"1": 4, "2": 2, "3": 2}
+    assert res["chain_steps"] == {"1": 4, "2": 0, "3": 0}
+    assert res["after_event_steps"] == {"1": 0, "2": 2, "3": 2}
+    assert res["by_horizon_after_event"]["3"] == 1.0 and res["by_horizon"]["3"] == 1.0
