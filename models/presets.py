@@ -149,6 +149,12 @@ _QUICK_RENDERER = RendererConfig(
     image_size=32, vae_channels=(8, 16), unet_channels=(16, 32), text_width=32, text_layers=1
 )
 
+# The training arguments every 8-state-window phase of weights/predictor shares (phase 4 on); each phase adds
+# its epochs, rate and warmup.
+_T8_TRAIN: dict[str, Any] = {"model": "four_tensor", "epochs": 1, "batch_size": 32, "val_fraction": 0.05,
+                             "lr_schedule": "cosine", "min_lr_ratio": 0.05, "target_slices": "last", "memory": True,
+                             "bptt_windows": 8, "forget_bias": 1.0, "min_history": 4}
+
 RECIPES: dict[str, Recipe] = _by_name(
     # weights/captioner: 36 epochs from scratch (the defaults), then a short fine-tune that adds jittered and
     # natively resized frames (the first model read pixel-perfect world frames perfectly but lost most
@@ -183,7 +189,7 @@ RECIPES: dict[str, Recipe] = _by_name(
     # weights/predictor: the 4-tensor model with the tensor memory (docs/tensor-memory.md), trained from scratch
     # with the loss on S(T) on 3,000 clips of every scenario plus 1,500 of the memory family (run M), then
     # fine-tuned on 15,000 fresh clips weighted to M's weakest scenes (run MF5), then on 7,000 more (run MF6), then
-    # with an 8-state window (run T8).
+    # with an 8-state window (run T8), then on short histories (runs T8B, T8C, T8D).
     Recipe("predictor-base", "predictor", "phase 1 of weights/predictor: run M, memory, from scratch",
            "small", {"model": "four_tensor", "epochs": 4, "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 200, "min_lr_ratio": 0.02, "target_slices": "last",
@@ -206,12 +212,26 @@ RECIPES: dict[str, Recipe] = _by_name(
     # Phase 4 (run T8): the same network with an 8-state window (preset small-t8: no weight depends on T, so
     # MF6's weights carry over), 2 epochs on 7,000 fresh clips, with front-padded windows so that histories of 4-7
     # states are trained as predict lays them out. hide's walker is behind the screen 6 states: in the window.
-    Recipe("predictor", "predictor", "weights/predictor: phase 4, run T8, the 8-state window on 7,000 fresh clips",
-           "small-t8", {"model": "four_tensor", "epochs": 2, "batch_size": 32, "lr": 3e-4, "val_fraction": 0.05,
-                        "lr_schedule": "cosine", "warmup_steps": 100, "min_lr_ratio": 0.05, "target_slices": "last",
-                        "memory": True, "bptt_windows": 8, "forget_bias": 1.0, "min_history": 4},
+    Recipe("predictor-t8", "predictor", "phase 4 of weights/predictor: run T8, the 8-state window",
+           "small-t8", _T8_TRAIN | {"epochs": 2, "lr": 3e-4, "warmup_steps": 100},
            {"clips": 5000, "length": 20, "seed_offset": 12}, init_from="predictor-mf6",
            mix=(("hide", 1000, 13), ("bounce", 500, 14), ("collide", 500, 15))),
+    # Phases 5-7 (runs T8B, T8C, T8D): one epoch each on 12-state clips, so that half the windows are the short
+    # histories (4-7 true states) where T8 was weakest; each a lower rate than the last. T8B mended occlude and
+    # lost collide, T8C mended collide and lost hide and bounce, T8D (every scenario, then what the two before
+    # lost) holds them all (docs/predictor_world.md).
+    Recipe("predictor-t8b", "predictor", "phase 5 of weights/predictor: run T8B, short histories",
+           "small-t8", _T8_TRAIN | {"lr": 2e-4, "warmup_steps": 50},
+           {"clips": 7000, "length": 12, "seed_offset": 20}, init_from="predictor-t8",
+           mix=(("occlude", 2000, 21), ("hide", 1000, 22))),
+    Recipe("predictor-t8c", "predictor", "phase 6 of weights/predictor: run T8C, short histories of collide",
+           "small-t8", _T8_TRAIN | {"lr": 1.5e-4, "warmup_steps": 30},
+           {"clips": 3000, "length": 12, "seed_offset": 30}, init_from="predictor-t8b",
+           mix=(("collide", 2000, 31), ("occlude", 1000, 32))),
+    Recipe("predictor", "predictor", "weights/predictor: phase 7, run T8D, short histories of every scenario",
+           "small-t8", _T8_TRAIN | {"lr": 1e-4, "warmup_steps": 30},
+           {"clips": 5000, "length": 12, "seed_offset": 40}, init_from="predictor-t8c",
+           mix=(("hide", 1000, 41), ("bounce", 1000, 42), ("collide", 500, 43), ("occlude", 500, 44))),
     # The predictor without memory that shipped until the fifth session of 2026-12-01 (docs/predictor_world.md
     # has the measurements): the 4-tensor model on world state sequences of every scenario (train split), 5% of
     # the clips held out for the section 8.2 stopping rule. Phase 1 is the paper's rule on 3,000 clips; phase 2

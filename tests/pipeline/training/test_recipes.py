@@ -50,7 +50,7 @@ def test_the_shipped_recipes_cover_every_stage_and_the_finetune_names_its_base()
     assert {RECIPES[s].stage for s in STAGES} == set(STAGES)
     assert {RECIPES[f"quick-{s}"].stage for s in STAGES} == set(STAGES)
     assert get_recipe("captioner").init_from == "captioner-base"
-    assert get_recipe("predictor").init_from == "predictor-mf6"
+    assert get_recipe("predictor").init_from == "predictor-t8c"
     assert get_recipe("quick-predictor").init_from == "quick-predictor-base"
     assert get_recipe("renderer").init_from == "renderer-r1"
     assert get_recipe("renderer-r1").init_from == "renderer-base"
@@ -93,12 +93,12 @@ def test_the_predictor_recipe_is_the_run_that_made_the_shipped_predictor():
     summary = json.loads((Path(__file__).resolve().parents[3] / "weights" / "predictor"
                           / "training_summary.json").read_text())["args"]
     recipe = get_recipe("predictor")
-    assert recipe.init_from == "predictor-mf6" and summary["init_from"] is not None
+    assert recipe.init_from == "predictor-t8c" and summary["init_from"] is not None
     assert summary["preset"] == recipe.model
     for key, value in recipe.train.items():
         assert summary[key] == value, key
     assert [r.name for r in recipe_chain(recipe)] == ["predictor-base", "predictor-mf5", "predictor-mf6",
-                                                     "predictor"]
+                                                     "predictor-t8", "predictor-t8b", "predictor-t8c", "predictor"]
     base = get_recipe("predictor-base")
     assert base.train["memory"] and base.mix == (("memory", 1500, 0),)
 
