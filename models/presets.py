@@ -111,7 +111,8 @@ class Recipe:
     defaults (validated when the arguments are built). data: the predictor's world data: clips of every scenario
     (clips, length; seed_offset, 0 if absent, is added to the run's seed). mix: more clips after those, each
     (scenarios, clips, seed offset), e.g. ("memory", 1500, 0). init_from: the recipe whose result this one
-    starts from (a fine-tune).
+    starts from (a fine-tune). seed_offset: added to the run's seed for this recipe's training (a later phase
+    that draws another stream of scenes than the one before).
     """
 
     name: str
@@ -122,6 +123,7 @@ class Recipe:
     data: Mapping[str, int] = field(default_factory=dict)
     init_from: str | None = None
     mix: tuple[tuple[str, int, int], ...] = ()
+    seed_offset: int = 0
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:
@@ -181,11 +183,18 @@ RECIPES: dict[str, Recipe] = _by_name(
             "eval_states": 240}, init_from="renderer-base"),
     # Phase 3 (run R2): the same from R1's best/, 3,000 steps with an exponential moving average of the weights
     # (decay 0.998), which ended the swings of R1's evaluations (70-99.6% between checkpoints; R2: 99.2-100%).
-    Recipe("renderer", "renderer", "weights/renderer: phase 3, phase 2 again with a moving average (run R2)",
+    Recipe("renderer-r2", "renderer", "phase 3 of weights/renderer: phase 2 again with a moving average (run R2)",
            _RENDERER,
            {"unet_steps": 3000, "unet_lr": 3e-4, "vae_lr": 6e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.18, 0.35, 0.45), "pool": 16000, "eval_every": 250, "eval_set": "varied",
             "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-r1"),
+    # Phase 4 (run R3): from R2, 3,000 more steps at half the rate on a fresh pool of scenes (seed + 1), half of
+    # them with 3 objects; the moving average as in R2.
+    Recipe("renderer", "renderer", "weights/renderer: phase 4, half the rate on a fresh, more crowded pool (run R3)",
+           _RENDERER,
+           {"unet_steps": 3000, "unet_lr": 1.5e-4, "vae_lr": 3e-4, "pixel_weight": 1.0,
+            "count_weights": (0.02, 0.13, 0.35, 0.5), "pool": 16000, "eval_every": 250, "eval_set": "varied",
+            "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-r2", seed_offset=1),
     # weights/predictor: the 4-tensor model with the tensor memory (docs/tensor-memory.md), trained from scratch
     # with the loss on S(T) on 3,000 clips of every scenario plus 1,500 of the memory family (run M), then
     # fine-tuned on 15,000 fresh clips weighted to M's weakest scenes (run MF5), then on 7,000 more (run MF6), then

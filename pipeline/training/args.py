@@ -581,7 +581,10 @@ TrainStageArgs = TrainCaptionerArgs | TrainRendererArgs | TrainArgs
 
 def args_from_recipe(recipe: Recipe, **run: Any) -> TrainStageArgs:
     """The training arguments that make `recipe`; `run` adds the fields that depend on where and how it runs
-    (out, run_dir, seed, threads, device, data, captioner, init_from, ...)."""
+    (out, run_dir, seed, threads, device, data, captioner, init_from, ...). The recipe's seed_offset is added to
+    the run's seed."""
+    if "seed" in run:
+        run = {**run, "seed": run["seed"] + recipe.seed_offset}
     if recipe.stage == "captioner":
         assert isinstance(recipe.model, CaptionerConfig)
         return TrainCaptionerArgs(model=recipe.model, **{**recipe.train, **run})
