@@ -640,8 +640,9 @@ class FourTensorModel(nn.Module):
         last_only over S(T) alone), the number of targets, and the state after the window (still attached to the
         graph: truncation is the caller's).
 
-        Beyond the seed, the recall term: with recall_weight > 0 and previous (B, N), the ids of the sentence
-        written last before this window (the clip's state just before it; all padding where there is none), the
+        Beyond the seed, the recall term: with recall_weight > 0 and previous (B, N), the ids of a sentence
+        written before this window (the trainer's recall_targets: the clip's state just before it, or the latest
+        one the window does not show again; all padding where there is none), the
         last slice's slots read the incoming memory in every memory layer, and those reads, through the
         model's own readout, must spell previous slot by slot: recall_weight x that summed CE is added. It asks
         the memory to hold what was written in the readout's terms, which the window loss alone never does
