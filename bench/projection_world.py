@@ -16,7 +16,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from pipeline.evaluation.world import CopyLast, clips_from_records, score_predictor  # noqa: E402
+from pipeline.evaluation.world import (  # noqa: E402
+    DEFAULT_MIN_HISTORY,
+    CopyLast,
+    clips_from_records,
+    score_predictor,
+)
 from pipeline.predictor import Predictor  # noqa: E402
 
 
@@ -27,6 +32,8 @@ def main() -> None:
     ap.add_argument("--clips", type=int, default=200)
     ap.add_argument("--length", type=int, default=20)
     ap.add_argument("--horizon", type=int, default=8)
+    ap.add_argument("--min-history", type=int, default=DEFAULT_MIN_HISTORY,
+                    help="roll out from every true history of at least this many states (as eval world does)")
     ap.add_argument("--top-k", type=int, default=5)
     ap.add_argument("--beam", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
@@ -49,7 +56,7 @@ def main() -> None:
             t = time.perf_counter()
             if name == "projected":
                 projected.projection.stats.states = projected.projection.stats.projected = 0
-            row[name] = score_predictor(predictor, clips, horizon=args.horizon, min_history=raw.T)
+            row[name] = score_predictor(predictor, clips, horizon=args.horizon, min_history=args.min_history)
             row[name]["seconds"] = round(time.perf_counter() - t, 1)
             if name == "projected":
                 s = projected.projection.stats
