@@ -27,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from pipeline.predictor import Predictor  # noqa: E402
+from pipeline.training.args import RECALL_TARGETS  # noqa: E402
 from pipeline.training.predictor import TrainArgs, train_predictor  # noqa: E402
 from pipeline.utils import canonical_state as canonical  # noqa: E402
 
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-gate-init", type=float, default=-2.0, help="gate logit at init (the seed's -2)")
     p.add_argument("--memory-recall-weight", type=float, default=0.0,
                    help="weight of the recall term (the memory spells the last state written; 0: off)")
-    p.add_argument("--memory-recall-target", choices=("last", "novel"), default="last",
+    p.add_argument("--memory-recall-target", choices=RECALL_TARGETS, default="last",
                    help="what the recall term asks for: last (the state written just before the window) or novel "
                         "(the latest state written that the window does not show again: the key, past the fillers)")
     p.add_argument("--target-slices", choices=("all", "last"), default="last",

@@ -17,6 +17,7 @@ from pipeline.utils import UserError
 
 MODEL_KINDS = ("four_tensor", "baseline", "attentime_lm")
 BOTH = ("four_tensor", "baseline")  # what --model both trains
+RECALL_TARGETS = ("last", "novel")  # what the memory's recall term asks for (training.predictor.recall_targets)
 
 
 # ---- the predictor (`semworld train predictor`) ----------------------------------------------------------
@@ -179,8 +180,9 @@ class TrainArgs:
                 raise UserError(f"--memory applies to the 4-tensor model only, got --model {self.model}")
             if not self.memory_recall_weight >= 0:
                 raise UserError(f"--memory-recall-weight must be >= 0, got {self.memory_recall_weight}")
-            if self.memory_recall_target not in ("last", "novel"):
-                raise UserError(f"--memory-recall-target must be last or novel, got {self.memory_recall_target!r}")
+            if self.memory_recall_target not in RECALL_TARGETS:
+                raise UserError(f"--memory-recall-target must be one of {', '.join(RECALL_TARGETS)}, "
+                                f"got {self.memory_recall_target!r}")
             if isinstance(self.bptt_windows, bool) or not isinstance(self.bptt_windows, int) or self.bptt_windows < 1:
                 raise UserError(f"--bptt-windows must be a positive integer, got {self.bptt_windows!r}")
             try:

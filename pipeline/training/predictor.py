@@ -40,7 +40,7 @@ from pipeline.data import (
 )
 from pipeline.evaluation.predictor import evaluate, evaluate_clips
 from pipeline.tokenizer import StateTokenizer
-from pipeline.training.args import BOTH, MODEL_KINDS, TrainArgs
+from pipeline.training.args import BOTH, MODEL_KINDS, RECALL_TARGETS, TrainArgs
 from pipeline.training.schedule import warmup_cosine
 from pipeline.utils import UserError, atomic_torch_save, atomic_write_json, atomic_write_text, resolve_device
 
@@ -298,9 +298,6 @@ class _SegmentModule(nn.Module):
             state = st if state is None or n == state.h.shape[0] else MemoryState(
                 torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
         return loss_sum, count, state
-
-
-RECALL_TARGETS = ("last", "novel")
 
 
 def recall_targets(windows: torch.Tensor, mode: str = "last") -> torch.Tensor:
