@@ -3,7 +3,9 @@
     python bench/plot_horizon.py runs/forecast/eval/ep1_seed0.json runs/forecast/eval/ft_seed0.json \\
         --drop "ft epoch1" --rename "shipped=4-tensor, paper's rule (before)" --out docs/img/horizon.png
 
-Draws the "all" panel and one panel per family; a label seen in several files keeps its first result.
+Draws the "all" panel and one panel per family; a label seen in several files keeps its first result. The
+panels are on the targets the history determines (`by_horizon`, `by_family`); with --flagged, the "all" panel
+also draws each predictor's rate on every flagged step, random events inside the rollout included, dashed.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", nargs="+", type=Path)
     p.add_argument("--drop", action="append", default=[], help="a label to leave out (repeatable)")
     p.add_argument("--rename", action="append", default=[], help="OLD=NEW (repeatable)")
-    p.add_argument("--title", default="exact match of the whole state, test split, predictable steps")
+    p.add_argument("--title", default="exact match of the whole state, test split, targets the history determines")
+    p.add_argument("--flagged", action="store_true",
+                   help="also draw `by_horizon_flagged` (every flagged step) in the all panel, dashed")
     p.add_argument("--out", type=Path, default=Path("docs/img/horizon.png"))
     ns = p.parse_args(argv)
     names = dict(r.split("=", 1) for r in ns.rename)
@@ -38,7 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         for label, res in runs.items():
             rates = res["by_horizon"] if fam == "all" else res["by_family"][fam]
             hs = sorted(int(h) for h in rates if rates[h] is not None)
-            ax.plot(hs, [100 * rates[str(h)] for h in hs], marker="o", ms=3, label=label)
+            line, = ax.plot(hs, [100 * rates[str(h)] for h in hs], marker="o", ms=3, label=label)
+            if fam == "all" and ns.flagged and "by_horizon_flagged" in res:
+                flagged = res["by_horizon_flagged"]
+                hs = sorted(int(h) for h in flagged if flagged[h] is not None)
+                ax.plot(hs, [100 * flagged[str(h)] for h in hs], ls="--", lw=1, color=line.get_color(),
+                        label=f"{label}, every flagged step")
         ax.set_title(fam)
         ax.set_xlabel("horizon h")
         ax.set_xticks(range(1, 9))

@@ -85,7 +85,7 @@ def add_world_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Ar
     p = eval_subparsers.add_parser(
         "world",
         help="score the shipped (or given) models on a `world generate` directory",
-        description="Captioner exact match, predictor exact match by horizon (predictable steps) and the "
+        description="Captioner exact match, predictor exact match by horizon (on the steps the history determines) and the "
         "renderer round trip with PSNR/SSIM, on a directory made by `semworld world generate`.",
     )
     p.add_argument("--data", required=True, help="directory made by `semworld world generate`")
@@ -144,6 +144,34 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
+def _predictor_table(result: dict[str, Any], res: dict[str, Any]) -> Any:
+    """The predictor's rich table: exact match by horizon on the targets the history determines (all, each
+    family, copy-last, counts), then the flagged steps after a random event and all flagged steps."""
+    from rich.table import Table
+
+    h = len(res["by_horizon"])
+    table = Table(title=f"predictor ({res['model']}) exact match by horizon, on the steps the history determines "
+                        f"(rolled out from {res['rollouts']} true histories)")
+    table.add_column("")
+    for k in range(1, h + 1):
+        table.add_column(str(k), justify="right")
+
+    def row(label: str, rates: dict[str, Any]) -> None:
+        table.add_row(label, *(_fmt(rates.get(str(k))) for k in range(1, h + 1)))
+
+    row("all", res["by_horizon"])
+    for fam, rates in res["by_family"].items():
+        row(fam, rates)
+    row("copy-last", result.get("copy_last", {}).get("by_horizon", {}))
+    row("targets", res["steps"])
+    table.add_section()
+    # the flagged steps after a random event inside the rollout: no history determines them
+    row("after an event", res["by_horizon_after_event"])
+    row("  targets", res["after_event_steps"])
+    row("all flagged", res["by_horizon_flagged"])
+    return table
+
+
 def write_report(result: dict[str, Any]) -> None:
     """Rich tables of an `evaluate_world` result on stdout."""
     from rich.console import Console
@@ -162,24 +190,12 @@ def write_report(result: dict[str, Any]) -> None:
             console.print(f"{part}: skipped ({res['skipped']})")
             continue
         if part == "predictor":
-            h = len(res["by_horizon"])
-            table = Table(title=f"predictor ({res['model']}) exact match on predictable steps, by horizon")
-            table.add_column("")
-            for k in range(1, h + 1):
-                table.add_column(str(k), justify="right")
-            table.add_row("all", *(_fmt(res["by_horizon"][str(k)]) for k in range(1, h + 1)))
-            for fam, row in res["by_family"].items():
-                table.add_row(fam, *(_fmt(row[str(k)]) for k in range(1, h + 1)))
-            ref = result.get("copy_last", {}).get("by_horizon", {})
-            table.add_row("all, chain", *(_fmt(res["by_horizon_chain"][str(k)]) for k in range(1, h + 1)))
-            table.add_row("after an event", *(_fmt(res["by_horizon_after_event"][str(k)]) for k in range(1, h + 1)))
-            table.add_row("copy-last", *(_fmt(ref.get(str(k))) for k in range(1, h + 1)))
-            table.add_row("steps", *(str(res["steps"][str(k)]) for k in range(1, h + 1)))
-            table.add_row("after an event", *(str(res["after_event_steps"][str(k)]) for k in range(1, h + 1)))
-            console.print(table)
+            console.print(_predictor_table(result, res))
             projected = (f", projected onto the grammar: {_fmt(res.get('projected'))} of predicted states changed"
                          if res.get("projection") else ", not projected")
-            console.print(f"valid states at h = 1: {_fmt(res['valid_h1'])}{projected}")
+            worst = min((v for v in res["valid_by_horizon"].values() if v is not None), default=None)
+            console.print(f"valid states: {_fmt(res['valid_h1'])} at h = 1, {_fmt(worst)} at the worst horizon"
+                          f"{projected}")
             continue
         table = Table(title=part)
         table.add_column("metric")

@@ -1,7 +1,8 @@
 """The scoring behind `semworld eval world`: the three stages on a directory written by `semworld world generate`.
 
 Owns the world metrics of the shipped models: captioner exact match on the PNG frames, predictor exact match by
-horizon on predictable steps (rolled out from true histories, beside a copy-last-state reference), and the
+horizon on the steps the history determines (rolled out from true histories, beside a copy-last-state reference),
+and the
 renderer round trip (render a state, caption it, compare) with PSNR and SSIM against `world.render_state`.
 """
 
@@ -156,17 +157,20 @@ DEFAULT_MIN_HISTORY = 4
 def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 8,
                     min_history: int = DEFAULT_MIN_HISTORY,
                     batch_size: int = 256) -> dict[str, Any]:
-    """Exact match at horizons 1..`horizon` on predictable steps, rolling out from true histories.
+    """Exact match at horizons 1..`horizon` on the steps the history determines, rolling out from true histories.
 
     Every clip position s >= `min_history` starts a rollout from the true states 0..s-1; the state predicted
-    at horizon h is compared with true state s+h-1 when that exists and is flagged predictable. Reported
-    overall, by family and by scenario (each a {horizon: rate} map with counts), plus horizon-1 results on
-    unpredictable steps and the share of predictions that are valid world states (at horizon 1, and at every
-horizon over all rollouts). `by_horizon_chain`
-    keeps only targets whose every step since the rollout began is predictable (no object appeared meanwhile);
-    `by_horizon_after_event` the others, predictable steps that lie after a random event inside the rollout
-    (an object that appeared, the lamp's first switch): no history determines them, so the share of such targets
-    (`after_event_steps` / `steps`) caps what any predictor can reach on "all" at long horizons.
+    at horizon h is compared with true state s+h-1. A target counts when the history determines it: that state
+    and every state between the history and it are flagged predictable (`Clip.predictable`: determined by the
+    states before it), so no random event (an object that appeared, the lamp's first switch) happened inside the
+    rollout. At h = 1 that is the flagged step itself. `by_horizon`, `by_family`, `by_scenario` (each a
+    {horizon: rate} map, with `steps` and `family_steps` counting targets) are on these targets.
+
+    `by_horizon_flagged` (`flagged_steps`, `by_family_flagged`) keeps every flagged step, also those that lie
+    after a random event inside the rollout; `by_horizon_after_event` (`after_event_steps`) has those alone: no
+    history determines them, so their share caps what any predictor reaches on the flagged steps at long
+    horizons. Also: horizon-1 results on unpredictable steps, and the share of predictions that are valid world
+    states (at horizon 1, and at every horizon over all rollouts).
     """
     if horizon < 1 or min_history < 1:
         raise ValueError(f"horizon and min_history must be >= 1, got {horizon}, {min_history}")
@@ -197,12 +201,13 @@ horizon over all rollouts). `by_horizon_chain`
                     if h == 1:
                         unpredictable.append(hit)
                     continue
+                hits.setdefault(("flagged", "all", h), []).append(hit)
+                hits.setdefault(("flagged", family, h), []).append(hit)
+                if not all(clip.predictable[s:t]):  # a random event inside the rollout: no history foretells it
+                    hits.setdefault(("event", "all", h), []).append(hit)
+                    continue
                 for key in (("all", "all"), ("family", family), ("scenario", clip.scenario)):
                     hits.setdefault((*key, h), []).append(hit)
-                # chain: nothing random happened since the rollout began; event: something did (an object
-                # appeared, the lamp's first switch), which no history can foretell
-                kind = "chain" if all(clip.predictable[s:t + 1]) else "event"
-                hits.setdefault((kind, "all", h), []).append(hit)
 
     def table(kind: str, name: str) -> dict[str, Any]:
         return {str(h): _rate(hits.get((kind, name, h), [])) for h in range(1, horizon + 1)}
@@ -210,14 +215,15 @@ horizon over all rollouts). `by_horizon_chain`
     def counts(kind: str, name: str) -> dict[str, int]:
         return {str(h): len(hits.get((kind, name, h), [])) for h in range(1, horizon + 1)}
 
-    families = sorted({k[1] for k in hits if k[0] == "family"})
+    families = sorted({k[1] for k in hits if k[0] == "flagged" and k[1] != "all"})
     scenarios = sorted({k[1] for k in hits if k[0] == "scenario"})
     return {
         "by_horizon": table("all", "all"), "steps": counts("all", "all"),
-        "by_horizon_chain": table("chain", "all"), "chain_steps": counts("chain", "all"),
-        "by_horizon_after_event": table("event", "all"), "after_event_steps": counts("event", "all"),
         "by_family": {f: table("family", f) for f in families},
         "family_steps": {f: counts("family", f) for f in families},
+        "by_horizon_flagged": table("flagged", "all"), "flagged_steps": counts("flagged", "all"),
+        "by_family_flagged": {f: table("flagged", f) for f in families},
+        "by_horizon_after_event": table("event", "all"), "after_event_steps": counts("event", "all"),
         "by_scenario": {s: table("scenario", s) for s in scenarios},
         "unpredictable_h1": _rate(unpredictable), "unpredictable_steps": len(unpredictable),
         "valid_h1": _rate(valid), "valid_by_horizon": {str(h): _rate(v) for h, v in sorted(valid_by_h.items())},

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.cli.eval import add_world_parser
+from pipeline.cli.eval import add_world_parser, write_report
 from pipeline.evaluation.metrics import psnr, scene_groups, ssim
 from pipeline.evaluation.world import (
     Clip,
@@ -76,7 +76,8 @@ def test_predictor_scores_by_horizon_on_predictable_steps_only(world_dir):
     # 7 states, starts 4..6: horizon 1 has 3 targets per clip, horizon 3 only one (state 6).
     assert perfect["steps"] == {"1": 6, "2": 4, "3": 2} and perfect["rollouts"] == 6
     assert set(perfect["by_family"]) == {"physics"} and perfect["valid_h1"] == 1.0
-    assert perfect["chain_steps"] == perfect["steps"]  # states 2.. of these clips are all predictable
+    assert perfect["flagged_steps"] == perfect["steps"]  # states 2.. of these clips are all predictable
+    assert perfect["by_family_flagged"] == perfect["by_family"]
     assert perfect["after_event_steps"] == {"1": 0, "2": 0, "3": 0}
     assert perfect["by_horizon_after_event"] == {"1": None, "2": None, "3": None}
     # Copy-last is right exactly where the true state repeats the one before (never, for moving objects).
@@ -290,14 +291,40 @@ def test_eval_world_rolls_out_from_min_history_states_by_default_the_window_at_m
 
 def test_targets_after_a_random_event_are_split_from_the_chain(world_dir):
     """A step flagged unpredictable inside a rollout (an appearance) makes every later target of that rollout an
-    after-event target: scored in `all`, apart from the chain, whatever the predictor gets right."""
+    after-event target: out of the headline (`by_horizon`, families), kept in the flagged rows, whatever the
+    predictor gets right."""
     clips = read_world_dir(world_dir)
     flags = [False, False, True, True, True, False, True]  # state 5: something appeared; state 6 follows it
     marked = [Clip(c.index, c.states, flags, c.scenario, None) for c in clips]
     res = score_predictor(Oracle(marked), marked, horizon=3, min_history=4)
     # starts 4, 5, 6: h = 1 targets 4 (chain), 6 (start 6: chain, its own first step is predictable), 5 skipped;
     # h = 2 targets 5 (skipped), 6 from start 5 (after the event at 5); h = 3 target 6 from start 4 (after 5)
-    assert res["steps"] == {"1": 4, "2": 2, "3": 2}
-    assert res["chain_steps"] == {"1": 4, "2": 0, "3": 0}
+    assert res["flagged_steps"] == {"1": 4, "2": 2, "3": 2}
+    assert res["steps"] == {"1": 4, "2": 0, "3": 0}  # the determined targets: the headline
     assert res["after_event_steps"] == {"1": 0, "2": 2, "3": 2}
-    assert res["by_horizon_after_event"]["3"] == 1.0 and res["by_horizon"]["3"] == 1.0
+    assert res["by_horizon_after_event"]["3"] == 1.0 and res["by_horizon_flagged"]["3"] == 1.0
+    assert res["by_horizon"] == {"1": 1.0, "2": None, "3": None}
+    assert res["family_steps"]["physics"] == res["steps"]
+
+
+def test_a_wrong_guess_after_a_random_event_counts_only_in_the_flagged_rows(world_dir, capsys):
+    """The headline is what the history determines: an oracle that gets every after-event target wrong keeps
+    100% there, and loses exactly those targets on `by_horizon_flagged`; the report prints both."""
+    clips = read_world_dir(world_dir)
+    flags = [False, False, True, True, True, False, True]
+    marked = [Clip(c.index, c.states, flags, c.scenario, None) for c in clips]
+
+    class WrongAfterEvent(Oracle):
+        def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
+            out = super().predict(states, k)
+            # a rollout from 5 states reaches state 6 after the event at 5; from 4, states 5 and 6
+            return [f[:1] + ["empty ."] * (k - 1) if len(h) in (4, 5) else f for h, f in zip(states, out)]
+
+    res = score_predictor(WrongAfterEvent(marked), marked, horizon=3, min_history=4)
+    assert res["by_horizon"]["1"] == 1.0 and res["by_family"]["physics"]["1"] == 1.0
+    assert res["by_horizon_after_event"] == {"1": None, "2": 0.0, "3": 0.0}
+    assert res["by_horizon_flagged"] == {"1": 1.0, "2": 0.0, "3": 0.0}
+    write_report({"data": "d", "clips": 2, "states": 14, "weights": "w",
+                  "predictor": {"model": "oracle", "projection": False, **res}, "copy_last": res})
+    text = capsys.readouterr().out
+    assert "the history determines" in text and "after an event" in text and "all flagged" in text
