@@ -110,7 +110,8 @@ class Recipe:
     or, for the predictor, a preset name. train: fields of the stage's training arguments that differ from their
     defaults (validated when the arguments are built). data: the predictor's world data: clips of every scenario
     (clips, length; seed_offset, 0 if absent, is added to the run's seed). mix: more clips after those, each
-    (scenarios, clips, seed offset), e.g. ("memory", 1500, 0). init_from: the recipe whose result this one
+    (scenarios, clips, seed offset) of data's length, e.g. ("memory", 1500, 0), or (scenarios, clips, seed
+    offset, length) for clips of another length. init_from: the recipe whose result this one
     starts from (a fine-tune). seed_offset: added to the run's seed for this recipe's training (a later phase
     that draws another stream of scenes than the one before).
     """
@@ -122,7 +123,7 @@ class Recipe:
     train: Mapping[str, Any] = field(default_factory=dict)
     data: Mapping[str, int] = field(default_factory=dict)
     init_from: str | None = None
-    mix: tuple[tuple[str, int, int], ...] = ()
+    mix: tuple[tuple[str, int, int] | tuple[str, int, int, int], ...] = ()
     seed_offset: int = 0
 
     def __post_init__(self) -> None:
@@ -136,9 +137,10 @@ class Recipe:
         if self.mix and self.stage != "predictor":
             raise ValueError(f"recipe {self.name!r}: only a predictor recipe mixes world data")
         for part in self.mix:
-            if len(part) != 3 or not isinstance(part[0], str) or not isinstance(part[1], int) or part[1] < 1:
-                raise ValueError(f"recipe {self.name!r}: a mix part is (scenarios, clips >= 1, seed offset), "
-                                 f"got {part!r}")
+            if (len(part) not in (3, 4) or not isinstance(part[0], str) or not isinstance(part[1], int)
+                    or part[1] < 1 or (len(part) == 4 and not (isinstance(part[3], int) and part[3] >= 2))):
+                raise ValueError(f"recipe {self.name!r}: a mix part is (scenarios, clips >= 1, seed offset) or "
+                                 f"(scenarios, clips >= 1, seed offset, length >= 2), got {part!r}")
         object.__setattr__(self, "train", MappingProxyType(dict(self.train)))
         object.__setattr__(self, "data", MappingProxyType(dict(self.data)))
 
@@ -198,7 +200,7 @@ RECIPES: dict[str, Recipe] = _by_name(
     # weights/predictor: the 4-tensor model with the tensor memory (docs/tensor-memory.md), trained from scratch
     # with the loss on S(T) on 3,000 clips of every scenario plus 1,500 of the memory family (run M), then
     # fine-tuned on 15,000 fresh clips weighted to M's weakest scenes (run MF5), then on 7,000 more (run MF6), then
-    # with an 8-state window (run T8), then on short histories (runs T8B, T8C, T8D).
+    # with an 8-state window (run T8), then on short histories (runs T8B, T8C, T8D, T8E, T8F).
     Recipe("predictor-base", "predictor", "phase 1 of weights/predictor: run M, memory, from scratch",
            "small", {"model": "four_tensor", "epochs": 4, "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 200, "min_lr_ratio": 0.02, "target_slices": "last",
@@ -237,10 +239,21 @@ RECIPES: dict[str, Recipe] = _by_name(
            "small-t8", _T8_TRAIN | {"lr": 1.5e-4, "warmup_steps": 30},
            {"clips": 3000, "length": 12, "seed_offset": 30}, init_from="predictor-t8b",
            mix=(("collide", 2000, 31), ("occlude", 1000, 32))),
-    Recipe("predictor", "predictor", "weights/predictor: phase 7, run T8D, short histories of every scenario",
+    Recipe("predictor-t8d", "predictor", "phase 7 of weights/predictor: run T8D, short histories of every scenario",
            "small-t8", _T8_TRAIN | {"lr": 1e-4, "warmup_steps": 30},
            {"clips": 5000, "length": 12, "seed_offset": 40}, init_from="predictor-t8c",
            mix=(("hide", 1000, 41), ("bounce", 1000, 42), ("collide", 500, 43), ("occlude", 500, 44))),
+    # Phases 8-9 (runs T8E, T8F; ninth session): lower rates still, weighted to the short histories of occlude and
+    # collide, T8D's weakest (1-2% wrong at h = 1 from 4-5 states). T8F's clips are mostly 8 states long, so that
+    # every window of them is a short history; its 12-state parts keep the longer ones (docs/predictor_world.md).
+    Recipe("predictor-t8e", "predictor", "phase 8 of weights/predictor: run T8E, short histories, lr 7e-5",
+           "small-t8", _T8_TRAIN | {"lr": 7e-5, "warmup_steps": 30},
+           {"clips": 4000, "length": 12, "seed_offset": 50}, init_from="predictor-t8d",
+           mix=(("hide", 1500, 51), ("occlude", 1000, 52), ("fast", 500, 53), ("collide", 500, 54))),
+    Recipe("predictor", "predictor", "weights/predictor: phase 9, run T8F, 8-state clips of occlude and collide",
+           "small-t8", _T8_TRAIN | {"lr": 7e-5, "warmup_steps": 30},
+           {"clips": 3000, "length": 8, "seed_offset": 60}, init_from="predictor-t8e",
+           mix=(("occlude", 1500, 61), ("collide", 1000, 62), ("all", 2000, 63, 12), ("hide", 500, 64, 12))),
     # The predictor without memory that shipped until the fifth session of 2026-12-01 (docs/predictor_world.md
     # has the measurements): the 4-tensor model on world state sequences of every scenario (train split), 5% of
     # the clips held out for the section 8.2 stopping rule. Phase 1 is the paper's rule on 3,000 clips; phase 2

@@ -90,13 +90,15 @@ def build_renderer(args: TrainAllArgs, run: Path, out: Path, captioner: Path | N
 
 def predictor_data(path: Path, seed: int, recipe: Recipe) -> Path:
     """The recipe's world state sequences (train split) as JSONL, written once: `data["clips"]` of every
-    scenario at seed + data.get("seed_offset", 0), then each (scenarios, clips, offset) of `recipe.mix`."""
+    scenario at seed + data.get("seed_offset", 0), then each (scenarios, clips, offset[, length]) of `recipe.mix`
+    (a part without a length has data's)."""
     from world import sequences
 
     if not path.is_file():
         length = recipe.data["length"]
         parts = [("all", recipe.data["clips"], recipe.data.get("seed_offset", 0)), *recipe.mix]
-        records = [r for scenarios, n, offset in parts for r in sequences(scenarios, n, seed + offset, length, "train")]
+        records = [r for scenarios, n, offset, *size in parts
+                   for r in sequences(scenarios, n, seed + offset, size[0] if size else length, "train")]
         atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
     return path
 

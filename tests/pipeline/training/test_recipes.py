@@ -50,7 +50,7 @@ def test_the_shipped_recipes_cover_every_stage_and_the_finetune_names_its_base()
     assert {RECIPES[s].stage for s in STAGES} == set(STAGES)
     assert {RECIPES[f"quick-{s}"].stage for s in STAGES} == set(STAGES)
     assert get_recipe("captioner").init_from == "captioner-base"
-    assert get_recipe("predictor").init_from == "predictor-t8c"
+    assert get_recipe("predictor").init_from == "predictor-t8e"
     assert get_recipe("quick-predictor").init_from == "quick-predictor-base"
     assert get_recipe("renderer").init_from == "renderer-r2"
     assert get_recipe("renderer-r2").init_from == "renderer-r1"
@@ -70,17 +70,20 @@ def test_predictor_data_writes_every_scenario_then_the_mix_in_order(tmp_path):
     from world import sequences
 
     recipe = Recipe("t", "predictor", "", "tiny", {}, {"clips": 8, "length": 6, "seed_offset": 2},
-                    mix=(("memory", 3, 1), ("collide", 2, 0)))
+                    mix=(("memory", 3, 1), ("collide", 2, 0), ("hide", 2, 3, 9)))
     path = predictor_data(tmp_path / "train.jsonl", 5, recipe)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     want = sequences("all", 8, 7, 6, "train") + sequences("memory", 3, 6, 6, "train") \
-        + sequences("collide", 2, 5, 6, "train")
+        + sequences("collide", 2, 5, 6, "train") + sequences("hide", 2, 8, 9, "train")  # a part with its own length
     assert records == json.loads(json.dumps(want))
+    assert [len(r["states"]) for r in records[-3:]] == [6, 9, 9]
 
 
 def test_a_bad_mix_is_refused_by_name():
     with pytest.raises(ValueError, match="mix part"):
         Recipe("bad", "predictor", "", "tiny", mix=(("memory", 0, 0),))
+    with pytest.raises(ValueError, match="length >= 2"):
+        Recipe("bad", "predictor", "", "tiny", mix=(("memory", 3, 0, 1),))
     with pytest.raises(ValueError, match="only a predictor recipe"):
         Recipe("bad", "renderer", "", RendererConfig(), mix=(("memory", 3, 0),))
 
@@ -94,12 +97,13 @@ def test_the_predictor_recipe_is_the_run_that_made_the_shipped_predictor():
     summary = json.loads((Path(__file__).resolve().parents[3] / "weights" / "predictor"
                           / "training_summary.json").read_text())["args"]
     recipe = get_recipe("predictor")
-    assert recipe.init_from == "predictor-t8c" and summary["init_from"] is not None
+    assert recipe.init_from == "predictor-t8e" and summary["init_from"] is not None
     assert summary["preset"] == recipe.model
     for key, value in recipe.train.items():
         assert summary[key] == value, key
     assert [r.name for r in recipe_chain(recipe)] == ["predictor-base", "predictor-mf5", "predictor-mf6",
-                                                     "predictor-t8", "predictor-t8b", "predictor-t8c", "predictor"]
+                                                     "predictor-t8", "predictor-t8b", "predictor-t8c", "predictor-t8d",
+                                                     "predictor-t8e", "predictor"]
     base = get_recipe("predictor-base")
     assert base.train["memory"] and base.mix == (("memory", 1500, 0),)
 
