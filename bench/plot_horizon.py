@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flagged", action="store_true",
                    help="also draw `by_horizon_flagged` (every flagged step) in the all panel, dashed")
     p.add_argument("--out", type=Path, default=Path("docs/img/horizon.png"))
+    p.add_argument("--ymin", type=float, default=0.0, help="lower end of the y axis, in %% (default 0)")
     ns = p.parse_args(argv)
     names = dict(r.split("=", 1) for r in ns.rename)
     runs: dict[str, dict] = {}
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.set_xticks(range(1, 9))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("exact match (%)")
-    axes[0].set_ylim(0, 101)
+    axes[0].set_ylim(ns.ymin, 100.5 if ns.ymin > 50 else 101)
     fig.suptitle(ns.title)
     handles, labels = axes[0].get_legend_handles_labels()
     ncol = min(len(labels), 3)  # rows of three: six long labels in one row run off the figure
