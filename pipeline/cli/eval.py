@@ -166,7 +166,7 @@ def _predictor_table(result: dict[str, Any], res: dict[str, Any]) -> Any:
     row("targets", res["steps"])
     table.add_section()
     # the flagged steps after a random event inside the rollout: no history determines them
-    row("after an event", res["by_horizon_after_event"])
+    row("after event", res["by_horizon_after_event"])
     row("  targets", res["after_event_steps"])
     row("all flagged", res["by_horizon_flagged"])
     return table

@@ -327,4 +327,4 @@ def test_a_wrong_guess_after_a_random_event_counts_only_in_the_flagged_rows(worl
     write_report({"data": "d", "clips": 2, "states": 14, "weights": "w",
                   "predictor": {"model": "oracle", "projection": False, **res}, "copy_last": res})
     text = capsys.readouterr().out
-    assert "the history determines" in text and "after an event" in text and "all flagged" in text
+    assert "after event" in text and "all flagged" in text
