@@ -1,0 +1,57 @@
+"""Rebuild one phase of a predictor recipe chain from the folder of the phase before, and compare the result with
+the shipped run's weights byte for byte (sha256).
+
+It makes the same calls as `semworld train all` for that phase (`predictor_data`, `args_from_recipe`,
+`train_predictor`), so a match says that the committed recipe reproduces the run. The whole chain from scratch
+is `make weights` (hours of CPU); this checks one phase in minutes:
+
+    python bench/rebuild_phase.py --recipe predictor --init-from runs/t8e/model --out runs/rebuild/t8f \\
+        --compare weights/predictor/model.safetensors
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from models.presets import get_recipe  # noqa: E402
+from pipeline.training.all import predictor_data  # noqa: E402
+from pipeline.training.args import args_from_recipe  # noqa: E402
+from pipeline.training.predictor import train_predictor  # noqa: E402
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--recipe", required=True, help="a predictor recipe name (models/presets.py)")
+    p.add_argument("--init-from", required=True, help="the folder of the phase the recipe starts from")
+    p.add_argument("--out", required=True, type=Path, help="run folder (train.jsonl, model/)")
+    p.add_argument("--compare", type=Path, default=None, help="model.safetensors of the shipped run")
+    p.add_argument("--seed", type=int, default=0, help="the run's seed, as `train all --seed` (default 0)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (the shipped runs used 1)")
+    ns = p.parse_args(argv)
+    recipe = get_recipe(ns.recipe)
+    if recipe.stage != "predictor":
+        p.error(f"{ns.recipe} is a {recipe.stage} recipe; this rebuilds predictor phases")
+    data = predictor_data(ns.out / "train.jsonl", ns.seed, recipe)
+    args = args_from_recipe(recipe, data=str(data), out=str(ns.out / "model"), init_from=ns.init_from,
+                            seed=ns.seed, device="cpu", threads=ns.threads, progress=False)
+    train_predictor(args)  # type: ignore[arg-type]
+    rebuilt = sha256(ns.out / "model" / "model.safetensors")
+    print(f"{ns.recipe}: rebuilt sha256 {rebuilt}")
+    if ns.compare is not None:
+        shipped = sha256(ns.compare)
+        print(f"{ns.recipe}: shipped sha256 {shipped}: {'identical' if rebuilt == shipped else 'DIFFERENT'}")
+        return 0 if rebuilt == shipped else 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
