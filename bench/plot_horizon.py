@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.set_xticks(range(1, 9))
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("exact match (%)")
-    axes[0].set_ylim(ns.ymin, 100.5 if ns.ymin > 50 else 101)
+    axes[0].set_ylim(ns.ymin, 101)
     fig.suptitle(ns.title)
     handles, labels = axes[0].get_legend_handles_labels()
     ncol = min(len(labels), 3)  # rows of three: six long labels in one row run off the figure

@@ -1,8 +1,8 @@
 """Rebuild one phase of a predictor recipe chain from the folder of the phase before, and compare the result with
 the shipped run's weights byte for byte (sha256).
 
-It makes the same calls as `semworld train all` for that phase (`predictor_data`, `args_from_recipe`,
-`train_predictor`), so a match says that the committed recipe reproduces the run. The whole chain from scratch
+It runs the phase with the function `semworld train all` runs each phase with
+(`pipeline.training.all.train_predictor_phase`), so a match says that the committed recipe reproduces the run. The whole chain from scratch
 is `make weights` (hours of CPU); this checks one phase in minutes:
 
     python bench/rebuild_phase.py --recipe predictor --init-from runs/t8e/model --out runs/rebuild/t8f \\
@@ -19,9 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from models.presets import get_recipe  # noqa: E402
-from pipeline.training.all import predictor_data  # noqa: E402
-from pipeline.training.args import args_from_recipe  # noqa: E402
-from pipeline.training.predictor import train_predictor  # noqa: E402
+from pipeline.training.all import train_predictor_phase  # noqa: E402
 
 
 def sha256(path: Path) -> str:
@@ -40,10 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     recipe = get_recipe(ns.recipe)
     if recipe.stage != "predictor":
         p.error(f"{ns.recipe} is a {recipe.stage} recipe; this rebuilds predictor phases")
-    data = predictor_data(ns.out / "train.jsonl", ns.seed, recipe)
-    args = args_from_recipe(recipe, data=str(data), out=str(ns.out / "model"), init_from=ns.init_from,
-                            seed=ns.seed, device="cpu", threads=ns.threads, progress=False)
-    train_predictor(args)  # type: ignore[arg-type]
+    train_predictor_phase(recipe, ns.out, ns.seed, ns.init_from, device="cpu", threads=ns.threads, progress=False)
     rebuilt = sha256(ns.out / "model" / "model.safetensors")
     print(f"{ns.recipe}: rebuilt sha256 {rebuilt}")
     if ns.compare is not None:

@@ -2,8 +2,7 @@
 
 Owns the world metrics of the shipped models: captioner exact match on the PNG frames, predictor exact match by
 horizon on the steps the history determines (rolled out from true histories, beside a copy-last-state reference),
-and the
-renderer round trip (render a state, caption it, compare) with PSNR and SSIM against `world.render_state`.
+and the renderer round trip (render a state, caption it, compare) with PSNR and SSIM against `world.render_state`.
 """
 
 from __future__ import annotations
@@ -202,7 +201,7 @@ def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 
                         unpredictable.append(hit)
                     continue
                 hits.setdefault(("flagged", "all", h), []).append(hit)
-                hits.setdefault(("flagged", family, h), []).append(hit)
+                hits.setdefault(("flagged_family", family, h), []).append(hit)
                 if not all(clip.predictable[s:t]):  # a random event inside the rollout: no history foretells it
                     hits.setdefault(("event", "all", h), []).append(hit)
                     continue
@@ -215,14 +214,14 @@ def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 
     def counts(kind: str, name: str) -> dict[str, int]:
         return {str(h): len(hits.get((kind, name, h), [])) for h in range(1, horizon + 1)}
 
-    families = sorted({k[1] for k in hits if k[0] == "flagged" and k[1] != "all"})
+    families = sorted({k[1] for k in hits if k[0] == "flagged_family"})
     scenarios = sorted({k[1] for k in hits if k[0] == "scenario"})
     return {
         "by_horizon": table("all", "all"), "steps": counts("all", "all"),
         "by_family": {f: table("family", f) for f in families},
         "family_steps": {f: counts("family", f) for f in families},
         "by_horizon_flagged": table("flagged", "all"), "flagged_steps": counts("flagged", "all"),
-        "by_family_flagged": {f: table("flagged", f) for f in families},
+        "by_family_flagged": {f: table("flagged_family", f) for f in families},
         "by_horizon_after_event": table("event", "all"), "after_event_steps": counts("event", "all"),
         "by_scenario": {s: table("scenario", s) for s in scenarios},
         "unpredictable_h1": _rate(unpredictable), "unpredictable_steps": len(unpredictable),

@@ -114,33 +114,39 @@ def recipe_chain(recipe: Recipe) -> list[Recipe]:
     return chain
 
 
+def train_predictor_phase(recipe: Recipe, folder: Path, seed: int, init_from: str | None,
+                          **run: Any) -> tuple[TrainArgs, Any]:
+    """One phase of a predictor chain in `folder`: the recipe's data (folder/train.jsonl, written once), its
+    arguments and the run (folder/model/, resumed when a checkpoint is there), started from `init_from`. `run`
+    adds device, threads, progress. Returns the arguments and the run's result."""
+    from pipeline.training.predictor import train_predictor
+
+    data = predictor_data(folder / "train.jsonl", seed, recipe)
+    targs = args_from_recipe(recipe, data=str(data), out=str(folder / "model"), init_from=init_from, seed=seed,
+                             **run)
+    assert isinstance(targs, TrainArgs)
+    return targs, train_predictor(targs)[targs.model]
+
+
+def _phase_record(recipe: Recipe, targs: TrainArgs, result: Any) -> dict[str, Any]:
+    return {"args": dataclasses.asdict(targs), "data": dict(recipe.data), "mix": list(recipe.mix),
+            "best": result.best, "epochs_run": len(result.history), "stopped_by": result.stopped_by}
+
+
 def build_predictor(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
     """The predictor recipe into `out`. A fine-tune trains its chain of base recipes first, each in
     run/<recipe name>/ and started from the one before."""
-    from pipeline.training.predictor import train_predictor
-
     *bases, recipe = recipe_chain(_recipe(args, "predictor"))
-    common = dict(seed=args.seed, device=args.device, threads=args.threads, progress=args.progress)
+    common = dict(device=args.device, threads=args.threads, progress=args.progress)
     phases: dict[str, Any] = {}
     init_from = None
     for base in bases:  # each phase resumes from its own run folder
-        base_data = predictor_data(run / base.name / "train.jsonl", args.seed, base)
-        bargs = args_from_recipe(base, data=str(base_data), out=str(run / base.name / "model"),
-                                 init_from=init_from, **common)
-        assert isinstance(bargs, TrainArgs)
-        base_result = train_predictor(bargs)[bargs.model]
-        phases[base.name] = {"args": dataclasses.asdict(bargs), "data": dict(base.data), "mix": list(base.mix),
-                             "best": base_result.best,
-                             "epochs_run": len(base_result.history), "stopped_by": base_result.stopped_by}
+        bargs, base_result = train_predictor_phase(base, run / base.name, args.seed, init_from, **common)
+        phases[base.name] = _phase_record(base, bargs, base_result)
         init_from = bargs.out
-    data = predictor_data(run / "train.jsonl", args.seed, recipe)
-    targs = args_from_recipe(recipe, data=str(data), out=str(run / "model"), init_from=init_from, **common)
-    assert isinstance(targs, TrainArgs)
-    result = train_predictor(targs)[targs.model]
+    targs, result = train_predictor_phase(recipe, run, args.seed, init_from, **common)
     _replace_dir(run / "model", out, PREDICTOR_FILES)
-    return {"recipe": recipe.name, "args": dataclasses.asdict(targs), "data": dict(recipe.data),
-            "mix": list(recipe.mix), "best": result.best, "epochs_run": len(result.history), "stopped_by": result.stopped_by,
-            "phases": phases}
+    return {"recipe": recipe.name, **_phase_record(recipe, targs, result), "phases": phases}
 
 
 # ---- the weights folder --------------------------------------------------------------------------------
