@@ -47,7 +47,7 @@ def build_captioner(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
     from pipeline.training.captioner import train_captioner
 
     recipe = _recipe(args, "captioner")
-    common = {"seed": args.seed, "threads": args.threads}
+    common = {"seed": args.seed, "threads": args.threads, "progress": args.progress}
     phases: dict[str, Any] = {}
     init_from = None
     if recipe.init_from is not None:
@@ -72,7 +72,7 @@ def build_renderer(args: TrainAllArgs, run: Path, out: Path, captioner: Path | N
         return folder / BEST_FOLDER if (folder / BEST_FOLDER).is_dir() else folder / FINAL_FOLDER
 
     *bases, recipe = recipe_chain(_recipe(args, "renderer"))
-    common = {"seed": args.seed, "threads": args.threads,
+    common = {"seed": args.seed, "threads": args.threads, "progress": args.progress,
               "captioner": str(captioner) if captioner is not None else None}
     phases: dict[str, Any] = {}
     init_from = None

@@ -276,6 +276,7 @@ class TrainCaptionerArgs:
     test_clips: at the end, the saved model is reloaded through `Captioner` and scored on the frames of this
         many clips of the world's test split (0: skip).
     threads: torch CPU threads (1 leaves the other core of a shared machine free).
+    progress: draw a progress bar per epoch (off: the log lines alone, e.g. in a background job's log file).
     model: the BLIP shape (see CaptionerConfig).
     """
 
@@ -309,6 +310,7 @@ class TrainCaptionerArgs:
     # the machine
     threads: int = 1
     device: str = "cpu"
+    progress: bool = True
     model: CaptionerConfig = field(default_factory=CaptionerConfig)
 
     def __post_init__(self) -> None:
@@ -381,6 +383,7 @@ class TrainRendererArgs:
     vae_minutes / unet_minutes: optional wall-clock caps per stage (0 = none; steps are the reproducible stop).
     threads: torch intra-op threads (1 leaves the other core to everyone else).
     captioner: optional captioner directory for the round-trip metric at evaluation.
+    progress: draw progress bars (off: the log lines alone, e.g. in a background job's log file).
     """
 
     out: str
@@ -422,6 +425,7 @@ class TrainRendererArgs:
     unet_minutes: float = 0.0
     threads: int = 1
     captioner: str | None = None
+    progress: bool = True
 
     def __post_init__(self) -> None:
         self.model_config()  # validates the network's shape (models.renderer.RendererConfig)

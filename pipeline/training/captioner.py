@@ -361,7 +361,7 @@ def fit_epoch(run: CaptionerRun, epoch: int) -> tuple[list[float], int]:
     losses: list[float] = []
     step = epoch * args.steps_per_epoch
     bar = tqdm(range(args.steps_per_epoch), desc=f"captioner epoch {epoch + 1}/{args.epochs}", leave=False,
-               mininterval=5.0)  # fmt: skip
+               mininterval=5.0, disable=not args.progress)  # fmt: skip
     for i in bar:
         step = epoch * args.steps_per_epoch + i
         frames, states = make_examples(rng, args.batch_size, args.count_weights, degrade_prob=args.degrade_prob,

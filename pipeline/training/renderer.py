@@ -404,7 +404,8 @@ def fit_vae(run: RendererRun, train_pool: Sequence[str], held_out: Sequence[str]
     vae.train()
     for group in run.vae_opt.param_groups:
         group["lr"] = args.vae_lr
-    bar = tqdm(total=args.vae_steps, initial=run.step, desc="renderer vae", unit="step")
+    bar = tqdm(total=args.vae_steps, initial=run.step, desc="renderer vae", unit="step",
+               disable=not args.progress)
     while not _stage_done(args, "vae", run.step, run.started):
         gen = torch.Generator().manual_seed(args.seed * 1_000_003 + run.step)
         vae_idx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen).tolist()
@@ -460,7 +461,8 @@ def fit_unet(
         run.start_ema()
     pipe.unet.train()
     pipe.text_encoder.train()
-    bar = tqdm(total=args.unet_steps, initial=run.step, desc="renderer unet", unit="step")
+    bar = tqdm(total=args.unet_steps, initial=run.step, desc="renderer unet", unit="step",
+               disable=not args.progress)
     while not _stage_done(args, "unet", run.step, run.started):
         loss = _unet_step(run, train_pool, pool_latents, ids, empty_ids)
         run.after_step(bar, loss=loss)
@@ -565,7 +567,8 @@ def _encode_pool(vae, states: Sequence[str], args: TrainRendererArgs, out: Path)
 
     chunks = []
     with torch.no_grad():
-        for i in tqdm(range(0, len(states), 64), desc="renderer latents", unit="batch"):
+        for i in tqdm(range(0, len(states), 64), desc="renderer latents", unit="batch",
+                           disable=not args.progress):
             z = vae.encode(
                 frames_of(states[i : i + 64], args.image_size, args.render_size)
             ).latent_dist.mode()

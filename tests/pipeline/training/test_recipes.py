@@ -136,9 +136,11 @@ def test_a_renderer_chain_trains_every_phase_in_order_each_from_the_last_shipped
     monkeypatch.setattr(ta, "get_recipe", {"r0": r0, "r1": r1, "r2": r2}.__getitem__)
     monkeypatch.setattr(ta, "_recipe", lambda args, stage: r2)
     calls: list[tuple[str, str | None]] = []
+    bars: list[bool] = []
 
     def fake_train(args):  # a trained run: its best/ folder holds one file
         calls.append((args.out, args.init_from))
+        bars.append(args.progress)
         (Path(args.out) / tr.BEST_FOLDER).mkdir(parents=True)
         (Path(args.out) / tr.BEST_FOLDER / "made_by").write_text(args.out)
         return {"roundtrip_acc": 1.0}
@@ -149,6 +151,7 @@ def test_a_renderer_chain_trains_every_phase_in_order_each_from_the_last_shipped
     assert calls == [(str(run / "base"), None), (str(run / "r1"), str(run / "base" / "best")),
                      (str(run / "finetune"), str(run / "r1" / "best"))]
     assert list(report["phases"]) == ["r0", "r1"] and report["recipe"] == "r2"
+    assert bars == [False, False, False]  # `train all --no-progress` reaches every phase's bars
     assert (out / "made_by").read_text() == str(run / "finetune")
 
 
@@ -160,3 +163,15 @@ def test_a_recipe_seed_offset_moves_the_run_seed_and_defaults_to_zero():
     assert args_from_recipe(get_recipe("renderer-r2"), out="x", seed=5).seed == 5
     quick = get_recipe("quick-predictor")
     assert quick.seed_offset == 0 and args_from_recipe(quick, data="d", out="x", seed=5).seed == 5
+
+
+def test_train_all_hands_its_progress_switch_to_both_captioner_phases(monkeypatch, tmp_path):
+    import pipeline.training.captioner as tc
+    from pipeline.training import all as ta
+
+    seen: list[tuple[str, bool]] = []
+    monkeypatch.setattr(tc, "train_captioner", lambda args: seen.append((args.out, args.progress)) or {})
+    monkeypatch.setattr(ta, "_replace_dir", lambda *a, **k: None)
+    ta.build_captioner(ta.TrainAllArgs(out=str(tmp_path / "w"), progress=False), tmp_path / "run",
+                       tmp_path / "w" / "captioner")
+    assert [p for _, p in seen] == [False, False] and len(seen) == 2
