@@ -126,17 +126,20 @@ def frames_of(states: Sequence[str], size: int, render_size: int | None = None) 
     return x.float().div(127.5).sub(1.0)
 
 
-def reconstruction_loss(recon: torch.Tensor, x: torch.Tensor, object_weight: float) -> torch.Tensor:
+def reconstruction_loss(
+    recon: torch.Tensor, x: torch.Tensor, object_weight: float, symmetric: bool = True
+) -> torch.Tensor:
     """Weighted L1 + MSE of frames (B, 3, H, W) in [-1, 1]. Objects cover a few percent of a frame: pixels that
-    differ from the room's colour (the corner pixel) in the truth or in the reconstruction weigh object_weight
-    times more, or the VAE learns the background long before the sprites (and, weighting the truth's pixels only,
-    never learns a ball from a box: it loses nothing by drawing a box's corners on the room)."""
+    differ from the room's colour (the corner pixel) in the truth, and with `symmetric` also those that differ in
+    the reconstruction, weigh object_weight times more, or the VAE learns the background long before the sprites.
+    Symmetric, drawing a box's corners where a ball leaves the room visible costs as much as the converse (the
+    truth's pixels alone let it draw every ball as a box); but from a random start every blurred halo of the
+    reconstruction weighs as much as a sprite, so the VAE stage from scratch uses the truth's alone
+    (TrainRendererArgs.vae_object_pixels)."""
     room = x[:, :, :1, :1]  # (B, 3, 1, 1)
-    # Symmetric: pixels where either the truth or the reconstruction differs from the room weigh more, so that
-    # drawing a box's corners where a ball leaves the room visible costs as much as the converse.
-    differs = ((x - room).abs().sum(1, keepdim=True) > 0.05) | (
-        (recon.detach() - room).abs().sum(1, keepdim=True) > 0.1
-    )
+    differs = (x - room).abs().sum(1, keepdim=True) > 0.05  # (B, 1, H, W)
+    if symmetric:
+        differs = differs | ((recon.detach() - room).abs().sum(1, keepdim=True) > 0.1)
     weight = 1.0 + (object_weight - 1.0) * differs.float()
     err = recon - x
     return (weight * (err.abs() + err**2)).mean() / weight.mean()
@@ -413,7 +416,7 @@ def fit_vae(run: RendererRun, train_pool: Sequence[str], held_out: Sequence[str]
         posterior = vae.encode(x).latent_dist
         latent = posterior.sample(generator=gen) if args.vae_sample else posterior.mode()
         recon = vae.decode(latent).sample
-        rec = reconstruction_loss(recon, x, args.object_weight)
+        rec = reconstruction_loss(recon, x, args.object_weight, symmetric=args.vae_object_pixels == "both")
         kl = posterior.kl().mean() / x[0].numel()
         loss = rec + args.kl_weight * kl
         run.vae_opt.zero_grad(set_to_none=True)

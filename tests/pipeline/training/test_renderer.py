@@ -20,6 +20,21 @@ def test_args_are_validated():
         TrainRendererArgs(out="o", image_size=34, vae_channels=(8, 16, 16))
     with pytest.raises(ValueError, match="eval_set must be 'test' or 'varied', got 'hard'"):
         TrainRendererArgs(out="o", eval_set="hard")
+    with pytest.raises(ValueError, match="vae_object_pixels must be 'truth' or 'both', got 'all'"):
+        TrainRendererArgs(out="o", vae_object_pixels="all")
+
+
+def test_the_loss_weighs_the_reconstructions_strokes_on_the_room_only_when_symmetric():
+    from pipeline.training.renderer import reconstruction_loss
+
+    x = torch.full((1, 3, 4, 4), -1.0)  # a room of one colour
+    x[..., 0, 3] = 1.0  # one object pixel in the truth
+    recon = x.clone()
+    recon[..., 3, 0] = 0.0  # a stroke drawn on the room, error 1 on 3 channels: L1 + MSE = 2 per channel
+    # truth only: weights 10 on the object pixel, 1 on the other 15; the stroke's pixel weighs 1
+    assert reconstruction_loss(recon, x, 10.0, symmetric=False).item() == pytest.approx(2 * 3 / 3 / 25)
+    # symmetric: the stroke's pixel weighs 10 as well (weights 10, 10 and 14 x 1)
+    assert reconstruction_loss(recon, x, 10.0).item() == pytest.approx(2 * 10 * 3 / 3 / 34)
 
 
 def test_varied_set_has_every_object_count_and_is_seeded_apart_from_the_report():
