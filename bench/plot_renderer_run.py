@@ -61,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         ax.grid(alpha=0.3)
         for step in ns.mark:
             ax.axvline(step, color="grey", ls=":", lw=1)
-    axes[0][0].legend(fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 2), frameon=False, fontsize=9)
     fig.suptitle(ns.title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06 * -(-len(labels) // 2) + 0.02, 1, 1))
     ns.out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(ns.out, dpi=110)
     print(ns.out)
