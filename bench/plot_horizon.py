@@ -40,10 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     families = sorted(next(iter(runs.values()))["by_family"])
     fig, axes = plt.subplots(1, 1 + len(families), figsize=(4.2 * (1 + len(families)), 3.8), sharey=True)
     for ax, fam in zip(axes, ["all", *families], strict=True):
-        for label, res in runs.items():
+        for i, (label, res) in enumerate(runs.items()):
             rates = res["by_horizon"] if fam == "all" else res["by_family"][fam]
             hs = sorted(int(h) for h in rates if rates[h] is not None)
-            line, = ax.plot(hs, [100 * rates[str(h)] for h in hs], marker="o", ms=3, label=label)
+            # the colour cycle has ten colours: an eleventh line and on repeat one, dash-dotted and square-marked
+            style = {"marker": "o", "ls": "-"} if i < 10 else {"marker": "s", "ls": "-."}
+            line, = ax.plot(hs, [100 * rates[str(h)] for h in hs], ms=3, label=label, **style)
             if fam == "all" and ns.flagged and "by_horizon_flagged" in res:
                 flagged = res["by_horizon_flagged"]
                 hs = sorted(int(h) for h in flagged if flagged[h] is not None)
