@@ -20,6 +20,20 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def save_with_legend_below(fig, ax, out: Path, ncol: int, fontsize: float | None = None) -> None:
+    """Draw `ax`'s legend under the panels in rows of `ncol`, leave room for it, and write the figure to `out`
+    (also bench/plot_renderer_run.py's)."""
+    handles, labels = ax.get_legend_handles_labels()
+    ncol = min(len(labels), ncol)
+    rows = -(-len(labels) // ncol)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False, fontsize=fontsize)
+    fig.tight_layout(rect=(0, 0.05 + 0.05 * rows, 1, 1))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    print(out)
+
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results", nargs="+", type=Path)
@@ -58,14 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     axes[0].set_ylabel("exact match (%)")
     axes[0].set_ylim(ns.ymin, 101)
     fig.suptitle(ns.title)
-    handles, labels = axes[0].get_legend_handles_labels()
-    ncol = min(len(labels), 3)  # rows of three: six long labels in one row run off the figure
-    rows = -(-len(labels) // ncol)
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, frameon=False)
-    fig.tight_layout(rect=(0, 0.05 + 0.05 * rows, 1, 1))
-    ns.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(ns.out, dpi=110)
-    print(ns.out)
+    save_with_legend_below(fig, axes[0], ns.out, ncol=3)  # rows of three: six long labels in one row run off
     return 0
 
 

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-import matplotlib
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling bench/plot_horizon.py, however it is run
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from plot_horizon import save_with_legend_below  # noqa: E402
 
 PERCENT = ("object_cell_acc", "layout_acc", "object_shape_acc", "frame_acc", "roundtrip_acc")
 
@@ -61,13 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         ax.grid(alpha=0.3)
         for step in ns.mark:
             ax.axvline(step, color="grey", ls=":", lw=1)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 2), frameon=False, fontsize=9)
     fig.suptitle(ns.title, fontsize=10)
-    fig.tight_layout(rect=(0, 0.06 * -(-len(labels) // 2) + 0.02, 1, 1))
-    ns.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(ns.out, dpi=110)
-    print(ns.out)
+    save_with_legend_below(fig, axes[0][0], ns.out, ncol=2, fontsize=9)
     return 0
 
 
