@@ -22,6 +22,16 @@ COMMAND_MODULES = (
 )
 
 
+# semworld's own packages: their INFO lines are the command's progress. Other libraries speak up from WARNING on
+# (matplotlib's "generated new fontManager", Ray's start-up notes), unless --verbose asks for everything.
+OWN_LOGGERS = ("pipeline", "models", "world", "api")
+
+
+def own_info_or_warning(record: logging.LogRecord) -> bool:
+    """A handler filter: semworld's records at every level the logger passes, other libraries' from WARNING."""
+    return record.levelno >= logging.WARNING or record.name.split(".", 1)[0] in OWN_LOGGERS
+
+
 class UserFormatter(logging.Formatter):
     """What a user reads: the message alone, "warning: ..." / "error: ..." before the ones that need a look."""
 
@@ -54,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(
         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s") if args.verbose else UserFormatter()
     )
+    if not args.verbose:
+        handler.addFilter(own_info_or_warning)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
         handlers=[handler],

@@ -23,7 +23,7 @@ from models.renderer import build_pipeline
 from pipeline.evaluation.metrics import evaluate_frames
 from pipeline.renderer import RenderSettings
 from pipeline.training.args import TrainRendererArgs
-from pipeline.utils import atomic_dir, atomic_torch_save
+from pipeline.utils import atomic_dir, atomic_torch_save, quiet_loading
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,8 @@ def build_tokenizer(max_length: int):  # -> transformers.PreTrainedTokenizerFast
 
 def fresh_pipeline(args: TrainRendererArgs):  # -> diffusers.StableDiffusionPipeline
     """The randomly initialised pipeline `args` describe, with the world's word-level tokenizer."""
-    return build_pipeline(args.model_config(), build_tokenizer(args.max_length))
+    with quiet_loading(diffusers=True):  # importing diffusers makes transformers note the absent torchvision
+        return build_pipeline(args.model_config(), build_tokenizer(args.max_length))
 
 
 def count_parameters(module: torch.nn.Module) -> int:
@@ -382,9 +383,10 @@ def _init_from(run: RendererRun, folder: Path) -> None:
 
     if not (folder / "model_index.json").is_file():
         raise ValueError(f"init_from: {folder} is not a saved renderer (no model_index.json)")
-    saved = StableDiffusionPipeline.from_pretrained(
-        folder, local_files_only=True, dtype=torch.float32, safety_checker=None, requires_safety_checker=False
-    )
+    with quiet_loading(diffusers=True):
+        saved = StableDiffusionPipeline.from_pretrained(
+            folder, local_files_only=True, dtype=torch.float32, safety_checker=None, requires_safety_checker=False
+        )
     for name in ("vae", "unet", "text_encoder"):
         try:
             getattr(run.pipe, name).load_state_dict(getattr(saved, name).state_dict())

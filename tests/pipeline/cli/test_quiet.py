@@ -1,5 +1,6 @@
 """Quiet, readable logs: a normal run shows only what concerns the user; --quiet shows warnings alone."""
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,31 @@ def test_world_generate_says_its_result_once(tmp_path, capsys):
     assert cli.build_parser().parse_args(["-q", "presets"]).quiet
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["-q", "-v", "presets"])  # one or the other
+
+
+def test_other_libraries_speak_from_warning_on_and_semworld_from_info():
+    def record(name: str, level: int) -> logging.LogRecord:
+        return logging.LogRecord(name, level, __file__, 1, "m", None, None)
+
+    keep = cli.own_info_or_warning
+    assert keep(record("pipeline.training.renderer", logging.INFO))
+    assert keep(record("world", logging.DEBUG))  # the logger's level decides for our own
+    assert not keep(record("matplotlib.font_manager", logging.INFO))  # "generated new fontManager"
+    assert not keep(record("pipelines_of_another_library", logging.INFO))
+    assert keep(record("ray.data", logging.WARNING)) and keep(record("root", logging.ERROR))
+
+
+@pytest.mark.timeout(300)
+def test_building_a_renderer_to_train_notes_no_missing_torchvision():
+    code = (
+        "from pipeline.training.args import TrainRendererArgs\n"
+        "from pipeline.training.renderer import fresh_pipeline\n"
+        "pipe = fresh_pipeline(TrainRendererArgs(out='unused'))\n"
+        "print(type(pipe).__name__)\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=300, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "StableDiffusionPipeline"
+    assert "torchvision" not in run.stderr, run.stderr
