@@ -72,6 +72,10 @@ def build_renderer(args: TrainAllArgs, run: Path, out: Path, captioner: Path | N
         return folder / BEST_FOLDER if (folder / BEST_FOLDER).is_dir() else folder / FINAL_FOLDER
 
     *bases, recipe = recipe_chain(_recipe(args, "renderer"))
+    if captioner is None:
+        logger.warning("renderer: no captioner in %s, so each phase's best/ is chosen by frame accuracy, not by the "
+                       "round trip the shipped renderers were chosen by; build the captioner stage first or copy "
+                       "one there", out.parent / "captioner")
     common = {"seed": args.seed, "threads": args.threads, "progress": args.progress,
               "captioner": str(captioner) if captioner is not None else None}
     phases: dict[str, Any] = {}

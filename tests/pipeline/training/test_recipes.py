@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -125,7 +126,7 @@ def test_a_fine_tune_is_trained_from_its_whole_chain_of_recipes(monkeypatch):
     assert [r.name for r in ta.recipe_chain(b)] == ["root", "a", "b"]
 
 
-def test_a_renderer_chain_trains_every_phase_in_order_each_from_the_last_shipped_folder(monkeypatch, tmp_path):
+def test_a_renderer_chain_trains_every_phase_in_order_each_from_the_last_shipped_folder(monkeypatch, tmp_path, caplog):
     import pipeline.training.renderer as tr
     from pipeline.training import all as ta
 
@@ -147,12 +148,19 @@ def test_a_renderer_chain_trains_every_phase_in_order_each_from_the_last_shipped
 
     monkeypatch.setattr(tr, "train_renderer", fake_train)
     run, out = tmp_path / "run", tmp_path / "w" / "renderer"
-    report = ta.build_renderer(ta.TrainAllArgs(out=str(tmp_path / "w"), progress=False), run, out, None)
+    with caplog.at_level(logging.WARNING, logger=ta.__name__):
+        report = ta.build_renderer(ta.TrainAllArgs(out=str(tmp_path / "w"), progress=False), run, out, None)
+    assert "chosen by frame accuracy" in caplog.text  # no captioner: the user is told what best/ means then
     assert calls == [(str(run / "base"), None), (str(run / "r1"), str(run / "base" / "best")),
                      (str(run / "finetune"), str(run / "r1" / "best"))]
     assert list(report["phases"]) == ["r0", "r1"] and report["recipe"] == "r2"
     assert bars == [False, False, False]  # `train all --no-progress` reaches every phase's bars
     assert (out / "made_by").read_text() == str(run / "finetune")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=ta.__name__):
+        ta.build_renderer(ta.TrainAllArgs(out=str(tmp_path / "w"), progress=False), tmp_path / "run2",
+                          tmp_path / "w2" / "renderer", tmp_path / "w" / "captioner")
+    assert caplog.text == ""
 
 
 def test_a_recipe_seed_offset_moves_the_run_seed_and_defaults_to_zero():
