@@ -90,8 +90,8 @@ _CHATTY_LOGGERS = ("transformers.utils.import_utils",)
 
 @contextmanager
 def quiet_loading(diffusers: bool = False) -> Iterator[None]:
-    """Load Hugging Face models without the libraries' loading bars ("Loading weights", and with `diffusers`
-    "Loading pipeline components") and import-time notes; errors still raise, and warnings about the model
+    """Load or save Hugging Face models without the libraries' bars ("Loading weights", "Writing model shards",
+    and with `diffusers` "Loading pipeline components") and import-time notes; errors still raise, and warnings about the model
     itself still log. The bars' settings are restored afterwards."""
     import transformers.utils.logging as hf_logging
 

@@ -29,7 +29,7 @@ from models.captioner import (
 from pipeline.evaluation.metrics import exact_match
 from pipeline.training.args import TrainCaptionerArgs
 from pipeline.training.schedule import warmup_cosine
-from pipeline.utils import UserError, atomic_dir, atomic_torch_save
+from pipeline.utils import UserError, atomic_dir, atomic_torch_save, quiet_loading
 
 logger = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ def world_split_exact_match(captioner, clips: int = 200, seed: int = 0, split: s
 
 def save_model(model, processor, directory: Path) -> None:
     """save_pretrained (safetensors) of model and processor into `directory`, replaced atomically."""
-    with atomic_dir(directory) as tmp:
+    with atomic_dir(directory) as tmp, quiet_loading():  # no "Writing model shards" bar per save
         model.save_pretrained(tmp, safe_serialization=True)
         processor.save_pretrained(tmp)
 

@@ -190,7 +190,7 @@ def save_renderer(
         for module in stored.components.values():
             if isinstance(module, torch.nn.Module):
                 torch.nn.Module.to(module, dtype=dtype)
-    with atomic_dir(directory) as tmp:
+    with atomic_dir(directory) as tmp, quiet_loading(diffusers=True):  # no "Writing model shards" bar per save
         stored.save_pretrained(tmp, safe_serialization=True)
         RenderSettings(steps=args.sample_steps, guidance=args.guidance, output_size=args.output_size).save(tmp)
         if metrics is not None:

@@ -52,7 +52,7 @@ def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
     assert not (tmp_path / "model" / "checkpoint.pt").exists()  # the HF folder holds the model only
 
 
-def test_init_from_continues_from_a_saved_captioner(tmp_path):
+def test_init_from_continues_from_a_saved_captioner(tmp_path, capfd):
     from models.captioner import CaptionerConfig
     from pipeline.training.args import TrainCaptionerArgs
     from pipeline.training.captioner import train_captioner
@@ -60,6 +60,7 @@ def test_init_from_continues_from_a_saved_captioner(tmp_path):
     model = CaptionerConfig(image_size=40, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
     common = dict(epochs=1, steps_per_epoch=1, batch_size=2, eval_frames=4, warmup_steps=1, test_clips=0, model=model)
     train_captioner(TrainCaptionerArgs(out=str(tmp_path / "a"), run_dir=str(tmp_path / "ra"), **common))
+    assert "Writing model shards" not in capfd.readouterr().err  # saves draw no bar of the libraries'
     before = Captioner.from_pretrained(tmp_path / "a", device="cpu").caption(_frames(2))
     # lr ~ 0: the fine-tuned model is the one it started from, so it captions the same
     train_captioner(TrainCaptionerArgs(out=str(tmp_path / "b"), run_dir=str(tmp_path / "rb"), init_from=str(tmp_path / "a"),

@@ -48,11 +48,12 @@ def test_varied_set_has_every_object_count_and_is_seeded_apart_from_the_report()
     assert len(chosen) == 21 and chosen[6:] != varied_states(5)[6:]  # not the reported set (seed 2026)
 
 
-def test_training_runs_checkpoints_resumes_and_saves_a_loadable_renderer(tmp_path):
+def test_training_runs_checkpoints_resumes_and_saves_a_loadable_renderer(tmp_path, capfd):
     out = tmp_path / "run"
     args = tiny_args(out, vae_steps=2, unet_steps=2, vae_batch=2, unet_batch=2, pool=8, eval_every=2,
                      eval_states=2, checkpoint_every=1)  # fmt: skip
     train_renderer(args)
+    assert "Writing model shards" not in capfd.readouterr().err  # saves draw no bar of the libraries'
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert [r["stage"] for r in log if r.get("final")] == ["vae"] and log[-1]["stage"] == "done"
     assert (out / "strips" / "unet_000002.png").is_file() and (out / "checkpoint.pt").is_file()
