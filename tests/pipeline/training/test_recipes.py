@@ -53,7 +53,8 @@ def test_the_shipped_recipes_cover_every_stage_and_the_finetune_names_its_base()
     assert get_recipe("captioner").init_from == "captioner-base"
     assert get_recipe("predictor").init_from == "predictor-t8e"
     assert get_recipe("quick-predictor").init_from == "quick-predictor-base"
-    assert get_recipe("renderer").init_from == "renderer-r2"
+    assert get_recipe("renderer").init_from == "renderer-r3"
+    assert get_recipe("renderer-r3").init_from == "renderer-r2"
     assert get_recipe("renderer-r2").init_from == "renderer-r1"
     assert get_recipe("renderer-r1").init_from == "renderer-base"
     assert get_recipe("quick-renderer").init_from == "quick-renderer-base"
@@ -166,8 +167,9 @@ def test_a_renderer_chain_trains_every_phase_in_order_each_from_the_last_shipped
 def test_a_recipe_seed_offset_moves_the_run_seed_and_defaults_to_zero():
     from pipeline.training.args import args_from_recipe
 
-    shifted = args_from_recipe(get_recipe("renderer"), out="x", seed=5)
-    assert get_recipe("renderer").seed_offset == 1 and shifted.seed == 6
+    shifted = args_from_recipe(get_recipe("renderer-r3"), out="x", seed=5)
+    assert get_recipe("renderer-r3").seed_offset == 1 and shifted.seed == 6
+    assert args_from_recipe(get_recipe("renderer"), out="x", seed=0).seed == 2  # R4: the pool of --seed 2
     assert args_from_recipe(get_recipe("renderer-r2"), out="x", seed=5).seed == 5
     quick = get_recipe("quick-predictor")
     assert quick.seed_offset == 0 and args_from_recipe(quick, data="d", out="x", seed=5).seed == 5
