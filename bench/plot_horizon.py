@@ -33,7 +33,6 @@ def save_with_legend_below(fig, ax, out: Path, ncol: int, fontsize: float | None
     print(out)
 
 
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results", nargs="+", type=Path)

@@ -195,13 +195,14 @@ RECIPES: dict[str, Recipe] = _by_name(
             "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-r1"),
     # Phase 4 (run R3, the shipped weights/renderer): from R2, 3,000 more steps at half the rate on a fresh pool of
     # scenes (seed + 1), half of them with 3 objects; the moving average as in R2.
-    Recipe("renderer-r3", "renderer", "phase 4 of weights/renderer: half the rate on a fresh, more crowded pool (run R3)",
+    Recipe("renderer-r3", "renderer",
+           "phase 4 of weights/renderer: half the rate on a fresh, more crowded pool (run R3)",
            _RENDERER,
            {"unet_steps": 3000, "unet_lr": 1.5e-4, "vae_lr": 3e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.13, 0.35, 0.5), "pool": 16000, "eval_every": 250, "eval_set": "varied",
             "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-r2", seed_offset=1),
     # Phase 5 (run R4), for `make weights` only: from scratch, phases 1-4 land 1-3 points under the shipped R3 (whose
-    # phase 1 had several times the steps); 3,000 more steps at lower rates on another fresh pool (seed + 2), 60% of
+    # phase 1 came from a longer run with restarts); 3,000 more steps at lower rates on another fresh pool (seed + 2), 60% of
     # it 3-object scenes, lift that rebuild by a point on five fresh varied sets (weights/README, "Rebuilding the
     # renderer from scratch"). On the shipped R3 the same phase tied, so the shipped files stay R3.
     Recipe("renderer", "renderer", "make weights' renderer: phase 5, a lower rate on a fresh pool, 60% 3-object (R4)",

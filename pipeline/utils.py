@@ -91,8 +91,8 @@ _CHATTY_LOGGERS = ("transformers.utils.import_utils",)
 @contextmanager
 def quiet_loading(diffusers: bool = False) -> Iterator[None]:
     """Load or save Hugging Face models without the libraries' bars ("Loading weights", "Writing model shards",
-    and with `diffusers` "Loading pipeline components") and import-time notes; errors still raise, and warnings about the model
-    itself still log. The bars' settings are restored afterwards."""
+    and with `diffusers` "Loading pipeline components") and import-time notes; errors still raise, and warnings
+    about the model itself still log. The bars' settings are restored afterwards."""
     import transformers.utils.logging as hf_logging
 
     libraries: list[Any] = [hf_logging]
