@@ -213,7 +213,7 @@ RECIPES: dict[str, Recipe] = _by_name(
     # weights/predictor: the 4-tensor model with the tensor memory (docs/tensor-memory.md), trained from scratch
     # with the loss on S(T) on 3,000 clips of every scenario plus 1,500 of the memory family (run M), then
     # fine-tuned on 15,000 fresh clips weighted to M's weakest scenes (run MF5), then on 7,000 more (run MF6), then
-    # with an 8-state window (run T8), then on short histories (runs T8B, T8C, T8D, T8E, T8F).
+    # with an 8-state window (run T8), then on short histories (runs T8B, T8C, T8D, T8E, T8F, T8J).
     Recipe("predictor-base", "predictor", "phase 1 of weights/predictor: run M, memory, from scratch",
            "small", {"model": "four_tensor", "epochs": 4, "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 200, "min_lr_ratio": 0.02, "target_slices": "last",
@@ -263,10 +263,16 @@ RECIPES: dict[str, Recipe] = _by_name(
            "small-t8", _T8_TRAIN | {"lr": 7e-5, "warmup_steps": 30},
            {"clips": 4000, "length": 12, "seed_offset": 50}, init_from="predictor-t8d",
            mix=(("hide", 1500, 51), ("occlude", 1000, 52), ("fast", 500, 53), ("collide", 500, 54))),
-    Recipe("predictor", "predictor", "weights/predictor: phase 9, run T8F, 8-state clips of occlude and collide",
+    Recipe("predictor-t8f", "predictor", "phase 9 of weights/predictor: run T8F, 8-state clips of occlude and collide",
            "small-t8", _T8_TRAIN | {"lr": 7e-5, "warmup_steps": 30},
            {"clips": 3000, "length": 8, "seed_offset": 60}, init_from="predictor-t8e",
            mix=(("occlude", 1500, 61), ("collide", 1000, 62), ("all", 2000, 63, 12), ("hide", 500, 64, 12))),
+    # Phase 10 (run T8J; eleventh session, shipped in the twelfth): one more epoch at lr 5e-5 on 9,000 fresh clips,
+    # mostly 8 states long, weighted to occlude, bounce and hide, where T8F still erred from 4-5 states on fresh seeds.
+    Recipe("predictor", "predictor", "weights/predictor: phase 10, run T8J, short histories of occlude, bounce, hide",
+           "small-t8", _T8_TRAIN | {"lr": 5e-5, "warmup_steps": 30},
+           {"clips": 3000, "length": 8, "seed_offset": 100}, init_from="predictor-t8f",
+           mix=(("occlude", 2000, 101), ("bounce", 1000, 102), ("all", 2000, 103, 12), ("hide", 1000, 104, 12))),
     # The predictor without memory that shipped until the fifth session of 2026-12-01 (docs/predictor_world.md
     # has the measurements): the 4-tensor model on world state sequences of every scenario (train split), 5% of
     # the clips held out for the section 8.2 stopping rule. Phase 1 is the paper's rule on 3,000 clips; phase 2
