@@ -458,7 +458,7 @@ def fit_unet(
     tokenize = partial(pipe.tokenizer, padding="max_length", max_length=args.max_length, return_tensors="pt")
     ids = tokenize(list(train_pool), truncation=True).input_ids  # (P, L)
     empty_ids = tokenize([""]).input_ids  # (1, L)
-    best: dict[str, Any] = {}
+    best = _saved_best(run.out / BEST_FOLDER)  # a resumed run competes with what best/ already holds
     if run.stage != "unet":
         return best
     run.started = time.time()
@@ -486,6 +486,15 @@ def fit_unet(
     run.stage = "done"
     run.checkpoint()
     return best
+
+
+def _saved_best(folder: Path) -> dict[str, Any]:
+    """The evaluation best/ was saved with, as fit_unet records it ({} when there is none yet)."""
+    path = folder / "metrics.json"
+    if not path.is_file():
+        return {}
+    metrics = json.loads(path.read_text())
+    return {"score": metrics.get("roundtrip_acc", metrics["frame_acc"]), **metrics}
 
 
 def _unet_step(

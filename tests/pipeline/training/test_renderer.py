@@ -78,6 +78,22 @@ def test_training_runs_checkpoints_resumes_and_saves_a_loadable_renderer(tmp_pat
 
 
 
+def test_a_resumed_run_keeps_best_unless_it_beats_the_score_best_was_saved_with(tmp_path):
+    """best/ is chosen over the whole run: a run resumed from its checkpoint compares its evaluations with the one
+    best/ holds, instead of replacing it with the first evaluation after the restart."""
+    out = tmp_path / "run"
+    common = dict(vae_steps=2, vae_batch=2, unet_batch=2, pool=8, eval_every=1, eval_states=2, checkpoint_every=1)
+    train_renderer(tiny_args(out, unet_steps=2, **common))
+    metrics_path = out / "best" / "metrics.json"
+    saved = json.loads(metrics_path.read_text())
+    unbeatable = {**saved, "frame_acc": 2.0}  # no evaluation reaches it: best/ must stay as it is
+    metrics_path.write_text(json.dumps(unbeatable))
+    train_renderer(tiny_args(out, unet_steps=3, **common))
+    assert json.loads(metrics_path.read_text()) == unbeatable
+    done = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()][-1]
+    assert done["stage"] == "done" and done["best"]["score"] == 2.0
+
+
 def test_a_fine_tune_starts_stage_two_from_a_saved_renderer(tmp_path):
     """init_from loads a saved renderer's networks and skips the VAE stage; the encoder, frozen in stage 2, is
     the saved one bit for bit. A folder that is not a renderer, or one of other shapes, is refused by name."""
