@@ -67,6 +67,7 @@ def _load_pipeline(app: FastAPI, settings: Settings) -> WorldModelPipeline:
             stage_dtypes=settings.stage_dtypes,
             compile=settings.compile,
             project=settings.project,
+            mirror=settings.mirror,
             **options,
         )
     if stages is None:

@@ -56,6 +56,11 @@ class Settings(BaseSettings):
         default=True,
         description="project predicted states onto the valid states of the grammar model_index.json names",
     )
+    mirror: bool = Field(
+        default=False,
+        description="forecast from the mean of each history and its left-right mirror (world grammar only; "
+        "twice the predictor's work)",
+    )
 
     data_dir: Path = Field(default=Path("data/api"), description="jobs database, uploads and results")
     samples_dir: Path | None = Field(default=None, description="built-in sample clips for the web page")

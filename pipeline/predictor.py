@@ -22,6 +22,7 @@ from typing import Any, cast
 import torch
 
 from pipeline.projection import GrammarProjection, projection_for
+from pipeline.symmetry import MirrorAveraged, mirror_for
 from pipeline.tokenizer import PAD_ID, StateTokenizer
 from pipeline.utils import UserError, resolve_device
 
@@ -90,11 +91,14 @@ class Predictor:
         compile: bool = False,
         grammar: str | None = None,
         project: bool = True,
+        mirror: bool = False,
     ) -> Predictor:
         """Load weights (either model kind) and tokenizer.json from a training output directory.
 
         grammar: the grammar the weights were trained on (model_index.json's "grammar"; None: none). With one
         and `project` (the default), predicted states are projected onto its valid states (pipeline/projection.py).
+        mirror: forecast from the mean of each history and its left-right mirror (pipeline/symmetry.py; the
+        4-tensor model on a grammar with a known mirror only; twice the model's work per step).
         """
         from models.hub import load_predictor
 
@@ -105,6 +109,12 @@ class Predictor:
         except (FileNotFoundError, ValueError) as err:  # the user's folder: one line, like the other stages
             raise UserError(f"predictor weights {err}") from None
         n_slots = int(cast(Any, model).config.N)  # nn.Module's typing does not see the config
+        if mirror:
+            perm = mirror_for(grammar, tokenizer)
+            if perm is None or not hasattr(model, "readout_matrix"):
+                raise UserError("mirror averaging needs the 4-tensor model and weights trained on a grammar with a "
+                                "known mirror (model_index.json's \"grammar\": \"world\")")
+            model = MirrorAveraged(model, perm)
         projection = projection_for(grammar, tokenizer, n_slots, tokenizer.end_ids) if project else None
         return cls(model, tokenizer, dev, dtype=dtype, compile=compile, projection=projection)
 

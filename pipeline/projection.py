@@ -27,6 +27,16 @@ logger = logging.getLogger(__name__)
 INF = math.inf
 
 
+def argmax_state_ids(logits: torch.Tensor, end_ids: tuple[int, ...] = ()) -> torch.Tensor:
+    """(B, N, V) -> (B, N): argmax over the non-padding ids, cut after the first end id (the predictor's rule)."""
+    ids = logits.index_fill(-1, torch.tensor([PAD_ID], device=logits.device), float("-inf")).argmax(-1)
+    if end_ids:
+        is_end = torch.isin(ids, torch.tensor(end_ids, device=ids.device))  # (B, N)
+        after = (is_end.cumsum(dim=-1) - is_end.long()) > 0  # strictly after the first end id
+        ids = ids.masked_fill(after, PAD_ID)
+    return ids
+
+
 # ---- the world grammar as a left-to-right automaton ----------------------------------------------------------
 @dataclass(frozen=True)
 class _Prefix:
@@ -173,13 +183,8 @@ class GrammarProjection:
         return True
 
     def argmax_ids(self, logits: torch.Tensor) -> torch.Tensor:
-        """(B, N, V) -> (B, N): argmax over the non-padding ids, cut after the first end id (the predictor's rule)."""
-        ids = logits.index_fill(-1, torch.tensor([PAD_ID], device=logits.device), float("-inf")).argmax(-1)
-        if self.end_ids:
-            is_end = torch.isin(ids, torch.tensor(self.end_ids, device=ids.device))  # (B, N)
-            after = (is_end.cumsum(dim=-1) - is_end.long()) > 0  # strictly after the first end id
-            ids = ids.masked_fill(after, PAD_ID)
-        return ids
+        """(B, N, V) -> (B, N): the predictor's own decoding (`argmax_state_ids`)."""
+        return argmax_state_ids(logits, self.end_ids)
 
     @torch.no_grad()
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:

@@ -285,6 +285,7 @@ class WorldModelPipeline:
         renderer: str | Path | None = None,
         stages: Collection[str] = STAGES,
         project: bool = True,
+        mirror: bool = False,
         **kwargs: Any,
     ) -> WorldModelPipeline:
         """Load the three stages named by `weights_dir/model_index.json` (offline, local files only).
@@ -297,7 +298,9 @@ class WorldModelPipeline:
         `stages` picks which of captioner, predictor and renderer to load (e.g. only the captioner to turn
         videos into states); the others are stand-ins that raise if called, and need no entry in the index.
         `project`: when the index names a grammar, each predicted state is projected onto its valid states and
-        fed back as such (pipeline/projection.py); False keeps the predictor's raw argmax states.
+        fed back as such (pipeline/projection.py); False keeps the predictor's raw argmax states. `mirror`: the
+        predictor forecasts from the mean of each history and its left-right mirror (pipeline/symmetry.py; weights
+        whose index names the world grammar; twice the predictor's work).
         """
         weights_dir = Path(weights_dir) if weights_dir is not None else default_weights_dir()
         overrides = {"captioner": captioner, "predictor": predictor, "renderer": renderer}
@@ -324,7 +327,7 @@ class WorldModelPipeline:
             else NotLoaded("captioner"),
             TensorPredictor.from_pretrained(folders["predictor"], device=place.predictor.device,
                                             dtype=place.predictor.dtype, compile=place.compile,
-                                            grammar=kwargs["grammar"], project=project)  # fmt: skip
+                                            grammar=kwargs["grammar"], project=project, mirror=mirror)  # fmt: skip
             if "predictor" in stages
             else NotLoaded("predictor"),
             HFRenderer.from_pretrained(folders["renderer"], device=place.renderer.device,

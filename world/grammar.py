@@ -25,6 +25,9 @@ PUNCTUATION: tuple[str, ...] = (",", ".")
 GRID = 5  # rows == columns == GRID
 MAX_TOKENS = 16  # N: every state is at most this many tokens, the final "." included
 SCREEN_COLUMN = 2  # the screen stands in front of the center column, top to bottom
+# The world's laws are the same seen in a mirror (walls, screen and lamp stand symmetric, and the caption orders
+# objects by identity, not place): swapping these words turns a valid history into another one.
+MIRROR: dict[str, str] = dict(zip(COLUMNS, reversed(COLUMNS)))
 
 VOCAB: tuple[str, ...] = COLOURS + SHAPES + ROWS + COLUMNS + OTHER_WORDS + PUNCTUATION
 _KIND = (

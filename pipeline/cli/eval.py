@@ -106,6 +106,8 @@ def add_world_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Ar
     p.add_argument("--no-project", dest="project", action="store_false",
                    help="score the predictor's raw argmax states, without projecting them onto the grammar that "
                         "model_index.json names (default: project)")
+    p.add_argument("--mirror", action="store_true",
+                   help="score the predictor averaged with its left-right mirror (pipeline/symmetry.py)")
     p.add_argument("--min-history", type=int, default=None,
                    help="roll out from every true history of at least this many states (default: the "
                         "predictor's window, at most 4)")
@@ -128,6 +130,7 @@ def run_eval_world(ns: argparse.Namespace) -> int:
         device=ns.device,
         threads=ns.threads,
         project=ns.project,
+        mirror=ns.mirror,
         min_history=ns.min_history,
     )
     from pipeline.evaluation.world import evaluate_world

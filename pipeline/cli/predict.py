@@ -180,6 +180,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="keep the predictor's raw argmax states instead of projecting each onto the closest valid state of "
         "the grammar the weights' model_index.json names (default: project)",
     )  # fmt: skip
+    p.add_argument(
+        "--mirror", action="store_true",
+        help="forecast from the mean of each history and its left-right mirror (weights trained on the world "
+        "grammar; twice the predictor's work; docs/predictor_world.md has what it gains)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     p.set_defaults(func=run_predict)
 
@@ -262,6 +267,7 @@ def run_predict(args: argparse.Namespace) -> int:
         stage_devices=args.stage_device, stage_dtypes=args.stage_dtype, compile=bool(args.compile), limits=limits,
         default_state_rate=default_rate,
         captioner=own["captioner"], predictor=own["predictor"], renderer=own["renderer"], project=args.project,
+        mirror=args.mirror,
     )  # fmt: skip
     output = pipe(
         clip,

@@ -283,7 +283,8 @@ class EvalWorldArgs:
     render_states: distinct states rendered. steps/guidance: renderer overrides (None: its saved defaults).
     seed: renderer noise. device: "auto", "cpu", "cuda"... threads: torch CPU threads (None: torch's).
     project: project predicted states onto the grammar model_index.json names (pipeline/projection.py; no
-    grammar: nothing to project). min_history: rollouts start from every true history of at least this many
+    grammar: nothing to project). mirror: average the predictor with its left-right mirror (pipeline/symmetry.py).
+    min_history: rollouts start from every true history of at least this many
     states (None: the predictor's window T, at most 4, so that models of every window are scored on the same
     starts; a shorter history is front-padded as `Predictor.predict` does)."""
 
@@ -299,6 +300,7 @@ class EvalWorldArgs:
     device: str = "auto"
     threads: int | None = None
     project: bool = True
+    mirror: bool = False
     min_history: int | None = None
 
     def __post_init__(self) -> None:
@@ -360,12 +362,14 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
             from pipeline.predictor import Predictor
 
             grammar = read_model_index(weights).get("grammar") if (weights / MODEL_INDEX).is_file() else None
-            predictor = Predictor.from_pretrained(folder, device=device, grammar=grammar, project=args.project)
+            predictor = Predictor.from_pretrained(folder, device=device, grammar=grammar, project=args.project,
+                                                   mirror=args.mirror)
             kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
             start = args.min_history if args.min_history is not None else min(predictor.T, DEFAULT_MIN_HISTORY)
             scores = score_predictor(predictor, clips, args.horizon, start)
             projection = predictor.projection
-            result[part] = {"weights": str(folder), "model": kind, "projection": projection is not None, **scores}
+            result[part] = {"weights": str(folder), "model": kind, "projection": projection is not None,
+                            "mirror": args.mirror, **scores}
             if projection is not None:  # the share of predicted states (all horizons) the projection changed
                 result[part]["projected"] = _rate([True] * projection.stats.projected
                                                   + [False] * (projection.stats.states - projection.stats.projected))

@@ -303,3 +303,23 @@ def test_rollout_refuses_words_a_non_world_predictor_does_not_know(make_client):
     assert calls == [1]
     with pytest.raises(UserError, match="unknown word 'dog'"):  # the Python API refuses the same way
         pipe(states=["the dog ."], horizon=1)
+
+
+def test_the_service_hands_its_projection_and_mirror_settings_to_the_pipeline(tmp_path, monkeypatch):
+    """SEMWORLD_PROJECT and SEMWORLD_MIRROR reach WorldModelPipeline.from_pretrained."""
+    from fastapi import FastAPI
+
+    from api.main import _load_pipeline
+    from api.settings import Settings
+    from pipeline.world_model import WorldModelPipeline
+
+    got: dict = {}
+    monkeypatch.setattr(WorldModelPipeline, "from_pretrained", staticmethod(lambda w, **kw: got.update(kw)))
+    app = FastAPI()
+    app.state.stages = None
+    monkeypatch.setenv("SEMWORLD_MIRROR", "true")
+    monkeypatch.setenv("SEMWORLD_PROJECT", "false")
+    _load_pipeline(app, Settings(data_dir=tmp_path, samples_dir=tmp_path))
+    assert got["mirror"] is True and got["project"] is False
+    _load_pipeline(app, Settings(data_dir=tmp_path, samples_dir=tmp_path, mirror=False))
+    assert got["mirror"] is False

@@ -46,6 +46,11 @@ def test_predict_hands_the_placement_to_the_pipeline(states, tmp_path, seen):
         cli.main(argv)
     assert seen["dtype"] == "bfloat16" and seen["stage_dtypes"] == ["predictor=float32"]
     assert seen["stage_devices"] == ["renderer=cpu"] and seen["compile"] is True
+    assert seen["project"] is True and seen["mirror"] is False
+    seen.clear()
+    with pytest.raises(SystemExit):
+        cli.main([*argv, "--mirror", "--no-project"])
+    assert seen["mirror"] is True and seen["project"] is False
 
 
 def test_serve_hands_the_placement_to_the_settings(monkeypatch):

@@ -268,6 +268,35 @@ def test_eval_world_projects_for_world_weights_unless_told_not_to(world_dir, tin
     assert off["valid_h1"] < 0.5
 
 
+def test_eval_world_mirror_scores_the_mirror_averaged_predictor_and_refuses_weights_without_one(
+        world_dir, tiny_weights, tmp_path, monkeypatch):
+    """--mirror reaches the predictor: every rollout step is the mirror average; weights whose index names no
+    grammar have no known mirror: one line, no traceback."""
+    from pipeline.symmetry import MirrorAveraged
+
+    rows: list[int] = []
+    averaged = MirrorAveraged.next_logits
+    monkeypatch.setattr(MirrorAveraged, "next_logits",
+                        lambda self, ids, *a, **kw: rows.append(ids.shape[0]) or averaged(self, ids, *a, **kw))
+    weights = tmp_path / "w"
+    shutil.copytree(tiny_weights, weights)
+    with pytest.raises(UserError, match="mirror averaging needs"):
+        evaluate_world(EvalWorldArgs(data=str(world_dir), weights=str(weights), parts=("predictor",), horizon=2,
+                                     device="cpu", mirror=True))  # fmt: skip
+    index = json.loads((weights / "model_index.json").read_text())
+    (weights / "model_index.json").write_text(json.dumps({**index, "grammar": "world"}))
+    parser = argparse.ArgumentParser()
+    add_world_parser(parser.add_subparsers())
+    ns = parser.parse_args(["world", "--data", str(world_dir), "--weights", str(weights), "--mirror"])
+    runs = {m: evaluate_world(EvalWorldArgs(data=str(world_dir), weights=str(weights), parts=("predictor",),
+                                            horizon=2, device="cpu", project=False, mirror=m))["predictor"]
+            for m in (False, ns.mirror)}  # fmt: skip
+    assert runs[True]["mirror"] is True and runs[False]["mirror"] is False
+    assert runs[True]["rollouts"] == runs[False]["rollouts"]
+    # each rollout: 2 steps of the averaged model, none without --mirror
+    assert sum(rows) == 2 * runs[True]["rollouts"]
+
+
 def test_eval_world_rolls_out_from_min_history_states_by_default_the_window_at_most_4(world_dir, tiny_weights):
     from pipeline.cli.eval import run_eval_world
 
