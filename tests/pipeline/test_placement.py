@@ -82,7 +82,7 @@ def test_every_stage_gets_its_own_device_and_dtype(tiny_weights, monkeypatch):
                                        stage_devices={"renderer": "meta"}, stage_dtypes=["predictor=fp32"])
     assert got["captioner"] == {"device": torch.device("cpu"), "dtype": torch.bfloat16}
     assert got["predictor"] == {"device": torch.device("cpu"), "dtype": torch.float32, "compile": True,
-                                "grammar": None, "project": True}  # tiny_weights names no grammar
+                                "grammar": None, "project": True, "mirror": False}  # tiny_weights names no grammar
     assert got["renderer"] == {"device": torch.device("meta"), "dtype": torch.bfloat16}
 
 
