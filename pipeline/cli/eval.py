@@ -197,8 +197,9 @@ def write_report(result: dict[str, Any]) -> None:
             projected = (f", projected onto the grammar: {_fmt(res.get('projected'))} of predicted states changed"
                          if res.get("projection") else ", not projected")
             worst = min((v for v in res["valid_by_horizon"].values() if v is not None), default=None)
+            mirror = "; averaged with its left-right mirror (--mirror)" if res.get("mirror") else ""
             console.print(f"valid states: {_fmt(res['valid_h1'])} at h = 1, {_fmt(worst)} at the worst horizon"
-                          f"{projected}")
+                          f"{projected}{mirror}")
             continue
         table = Table(title=part)
         table.add_column("metric")

@@ -269,7 +269,7 @@ def test_eval_world_projects_for_world_weights_unless_told_not_to(world_dir, tin
 
 
 def test_eval_world_mirror_scores_the_mirror_averaged_predictor_and_refuses_weights_without_one(
-        world_dir, tiny_weights, tmp_path, monkeypatch):
+        world_dir, tiny_weights, tmp_path, monkeypatch, capsys):
     """--mirror reaches the predictor: every rollout step is the mirror average; weights whose index names no
     grammar have no known mirror: one line, no traceback."""
     from pipeline.symmetry import MirrorAveraged
@@ -295,6 +295,12 @@ def test_eval_world_mirror_scores_the_mirror_averaged_predictor_and_refuses_weig
     assert runs[True]["rollouts"] == runs[False]["rollouts"]
     # each rollout: 2 steps of the averaged model, none without --mirror
     assert sum(rows) == 2 * runs[True]["rollouts"]
+    from pipeline import cli
+
+    capsys.readouterr()
+    assert cli.main(["eval", "world", "--data", str(world_dir), "--weights", str(weights), "--parts", "predictor",
+                     "--horizon", "2", "--device", "cpu", "--mirror"]) == 0
+    assert "averaged with its left-right mirror" in " ".join(capsys.readouterr().out.split())
 
 
 def test_eval_world_rolls_out_from_min_history_states_by_default_the_window_at_most_4(world_dir, tiny_weights):
