@@ -23,7 +23,7 @@ from models.renderer import build_pipeline
 from pipeline.evaluation.metrics import evaluate_frames
 from pipeline.renderer import RenderSettings
 from pipeline.training.args import TrainRendererArgs
-from pipeline.utils import atomic_dir, atomic_torch_save, quiet_loading
+from pipeline.utils import UserError, atomic_dir, atomic_torch_save, quiet_loading
 
 logger = logging.getLogger(__name__)
 
@@ -356,6 +356,7 @@ def setup_run(args: TrainRendererArgs) -> RendererRun:
             _init_from(run, Path(args.init_from))
         return run
     ckpt = torch.load(ckpt_path, weights_only=False)
+    _check_same_run(ckpt.get("args"), args, ckpt_path)
     vae.load_state_dict(ckpt["vae"])
     run.vae_opt.load_state_dict(ckpt["vae_opt"])
     # At the start of stage 2 the UNet is still untrained: its sizes may be changed before resuming.
@@ -374,6 +375,25 @@ def setup_run(args: TrainRendererArgs) -> RendererRun:
     np.random.set_state(ckpt["rng"]["numpy"])
     logger.info("resumed %s at stage %s step %d", ckpt_path, run.stage, run.step)
     return run
+
+
+# What makes a run the run it is: resuming with other values would continue one recipe's checkpoint as another's
+# (e.g. `train all` after a recipe was renamed). Budgets, evaluation, threads and sampling may change on a resume.
+RESUME_KEYS = ("seed", "count_weights", "pool", "init_from", "vae_lr", "unet_lr", "ema_decay", "prediction_type",
+               "image_size", "vae_channels", "vae_latent_channels", "object_weight", "pixel_weight")
+
+
+def _check_same_run(saved: dict[str, Any] | None, args: TrainRendererArgs, path: Path) -> None:
+    """Refuse to resume `path` with arguments that make another run (a checkpoint without its arguments: allowed)."""
+    if saved is None:
+        return
+    now = json.loads(json.dumps(args.to_dict()))  # tuples as lists, as they were saved
+    before = json.loads(json.dumps(saved))
+    diff = [k for k in RESUME_KEYS if k in before and before[k] != now[k]]
+    if diff:
+        changes = ", ".join(f"{k} {before[k]} -> {now[k]}" for k in diff)
+        raise UserError(f"{path.parent} holds a checkpoint of a different renderer run ({changes}); "
+                        f"use another --out or delete {path}")
 
 
 def _init_from(run: RendererRun, folder: Path) -> None:

@@ -94,6 +94,22 @@ def test_a_resumed_run_keeps_best_unless_it_beats_the_score_best_was_saved_with(
     assert done["stage"] == "done" and done["best"]["score"] == 2.0
 
 
+def test_resuming_with_arguments_of_another_run_is_refused_by_name(tmp_path):
+    """A checkpoint continues only the run it belongs to: another rate, pool or seed in the same --out is one line
+    that names what changed (e.g. `train all` after a recipe was renamed); a larger budget still resumes."""
+    from pipeline.utils import UserError
+
+    out = tmp_path / "run"
+    common = dict(vae_steps=2, vae_batch=2, unet_batch=2, pool=8, eval_every=2, eval_states=2)
+    train_renderer(tiny_args(out, unet_steps=1, **common))
+    with pytest.raises(UserError, match=r"different renderer run \(unet_lr 0.0008 -> 0.0001\)"):
+        train_renderer(tiny_args(out, unet_steps=2, unet_lr=1e-4, **common))
+    with pytest.raises(UserError, match=r"seed 0 -> 1, count_weights"):
+        train_renderer(tiny_args(out, unet_steps=2, seed=1, count_weights=(0.0, 0.2, 0.4, 0.4), **common))
+    train_renderer(tiny_args(out, unet_steps=2, **common))
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["step"] == 2
+
+
 def test_a_fine_tune_starts_stage_two_from_a_saved_renderer(tmp_path):
     """init_from loads a saved renderer's networks and skips the VAE stage; the encoder, frozen in stage 2, is
     the saved one bit for bit. A folder that is not a renderer, or one of other shapes, is refused by name."""
