@@ -59,7 +59,7 @@ class Settings(BaseSettings):
     mirror: bool = Field(
         default=False,
         description="forecast from the mean of each history and its left-right mirror (world grammar only; "
-        "twice the predictor's work)",
+        "about 2.7x the predictor's time)",
     )
 
     data_dir: Path = Field(default=Path("data/api"), description="jobs database, uploads and results")

@@ -300,7 +300,7 @@ class WorldModelPipeline:
         `project`: when the index names a grammar, each predicted state is projected onto its valid states and
         fed back as such (pipeline/projection.py); False keeps the predictor's raw argmax states. `mirror`: the
         predictor forecasts from the mean of each history and its left-right mirror (pipeline/symmetry.py; weights
-        whose index names the world grammar; twice the predictor's work).
+        whose index names the world grammar; about 2.7x the predictor's time).
         """
         weights_dir = Path(weights_dir) if weights_dir is not None else default_weights_dir()
         overrides = {"captioner": captioner, "predictor": predictor, "renderer": renderer}

@@ -183,7 +183,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--mirror", action="store_true",
         help="forecast from the mean of each history and its left-right mirror (weights trained on the world "
-        "grammar; twice the predictor's work; docs/predictor_world.md has what it gains)",
+        "grammar; about 2.7x the predictor's time; docs/predictor_world.md has what it gains)",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     p.set_defaults(func=run_predict)
