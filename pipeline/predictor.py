@@ -98,7 +98,8 @@ class Predictor:
         grammar: the grammar the weights were trained on (model_index.json's "grammar"; None: none). With one
         and `project` (the default), predicted states are projected onto its valid states (pipeline/projection.py).
         mirror: forecast from the mean of each history and its left-right mirror (pipeline/symmetry.py; the
-        4-tensor model on a grammar with a known mirror only; the model reads twice the rows: 2.5-2.7x its time on the CPU, docs/benchmarks.md).
+        4-tensor model on a grammar with a known mirror only; the model reads twice the rows: 2.5-2.7x its time
+        on the CPU, docs/benchmarks.md).
         """
         from models.hub import load_predictor
 

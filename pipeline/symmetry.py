@@ -49,8 +49,15 @@ class MirrorAveraged(nn.Module):
         self.inner = model
         self.perm: Tensor
         self.register_buffer("perm", perm.long(), persistent=False)  # (V,)
-        self.config: Any = model.config
-        self.memory = getattr(model, "memory", None)
+
+    @property
+    def config(self) -> Any:
+        return self.inner.config
+
+    @property
+    def memory(self) -> Any:
+        """The wrapped model's tensor memory (None without one): Predictor streams histories through it."""
+        return getattr(self.inner, "memory", None)
 
     def both(self, token_ids: Tensor) -> Tensor:
         """(B, ..., N) ids -> (2B, ..., N): the rows, then the same rows mirrored."""

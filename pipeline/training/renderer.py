@@ -494,7 +494,7 @@ def fit_unet(
         if run.step % args.eval_every == 0:
             with run.averaged():
                 metrics = _eval_unet(pipe, held_out, args, captioner, run.out, run.step)
-                score = metrics.get("roundtrip_acc", metrics["frame_acc"])
+                score = _score(metrics)
                 if not best or score >= best["score"]:
                     best = {"score": score, "step": run.step, **metrics}
                     save_renderer(pipe, args, run.out / BEST_FOLDER, metrics)
@@ -508,13 +508,18 @@ def fit_unet(
     return best
 
 
+def _score(metrics: dict[str, Any]) -> float:
+    """What best/ is chosen by: the captioner round trip when there was a captioner, else the frame check."""
+    return float(metrics.get("roundtrip_acc", metrics["frame_acc"]))
+
+
 def _saved_best(folder: Path) -> dict[str, Any]:
     """The evaluation best/ was saved with, as fit_unet records it ({} when there is none yet)."""
     path = folder / "metrics.json"
     if not path.is_file():
         return {}
     metrics = json.loads(path.read_text())
-    return {"score": metrics.get("roundtrip_acc", metrics["frame_acc"]), **metrics}
+    return {"score": _score(metrics), **metrics}
 
 
 def _unet_step(
