@@ -67,6 +67,8 @@ PRESETS: dict[str, Preset] = _by_name(
     _preset("small", "quick CPU training on a few thousand windows", 4096, 16, 8, 2, 2, 16, 4),
     _preset("small-t8", "small with an 8-state window (the world's hide and blink fit inside it)",
             4096, 16, 8, 2, 2, 16, 8),
+    _preset("small-t8-l3", "small-t8 with a third layer (grown from a small-t8 model with --grow-layer)",
+            4096, 16, 8, 2, 3, 16, 8),
     _preset("medium", "overnight CPU training, d = 512", 8192, 32, 16, 2, 2, 16, 4),
     _preset("paper-h2-l2", "paper table 5, H=2 L=2", PAPER_VOCAB, 64, 32, 2, 2, 16, 4,
             paper={"four_tensor": 122.2, "baseline": 175.9}),
@@ -269,10 +271,20 @@ RECIPES: dict[str, Recipe] = _by_name(
            mix=(("occlude", 1500, 61), ("collide", 1000, 62), ("all", 2000, 63, 12), ("hide", 500, 64, 12))),
     # Phase 10 (run T8J; eleventh session, shipped in the twelfth): one more epoch at lr 5e-5 on 9,000 fresh clips,
     # mostly 8 states long, weighted to occlude, bounce and hide, where T8F still erred from 4-5 states on fresh seeds.
-    Recipe("predictor", "predictor", "weights/predictor: phase 10, run T8J, short histories of occlude, bounce, hide",
+    Recipe("predictor-t8j", "predictor", "phase 10 of weights/predictor: run T8J, short histories of occlude, bounce, hide",
            "small-t8", _T8_TRAIN | {"lr": 5e-5, "warmup_steps": 30},
            {"clips": 3000, "length": 8, "seed_offset": 100}, init_from="predictor-t8f",
            mix=(("occlude", 2000, 101), ("bounce", 1000, 102), ("all", 2000, 103, 12), ("hide", 1000, 104, 12))),
+    # Phase 11 (run L3; thirteenth session): T8J grown to three layers. The new middle layer starts as the identity
+    # (--grow-layer 1), the memory taps stay on the two trained layers (every 2nd layer: 0 and 2), and three epochs
+    # at lr 1e-4 on 15,000 fresh clips, half of them 6 states long (every target a 4- or 5-state history, where
+    # T8J's binding errors were).
+    Recipe("predictor", "predictor", "weights/predictor: phase 11, run L3, T8J grown to three layers",
+           "small-t8-l3", _T8_TRAIN | {"lr": 1e-4, "warmup_steps": 100, "epochs": 3, "memory_every_n_layers": 2,
+                                       "grow_layer": 1},
+           {"clips": 3000, "length": 8, "seed_offset": 120}, init_from="predictor-t8j",
+           mix=(("collide", 2000, 121, 6), ("bounce", 2000, 122, 6), ("occlude", 2000, 123, 6),
+                ("gravity", 1000, 124, 6), ("fast", 500, 125, 6), ("all", 3000, 126, 12), ("hide", 1500, 127, 12))),
     # The predictor without memory that shipped until the fifth session of 2026-12-01 (docs/predictor_world.md
     # has the measurements): the 4-tensor model on world state sequences of every scenario (train split), 5% of
     # the clips held out for the section 8.2 stopping rule. Phase 1 is the paper's rule on 3,000 clips; phase 2

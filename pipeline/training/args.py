@@ -63,6 +63,9 @@ class TrainArgs:
         or novel (the latest one written that the window does not show again: hold it, not the fillers after it).
     memory_lr_scale: the memory's parameters train at lr x this.
     init_from: start from the weights of this saved predictor (a memory model may start from one without memory).
+    grow_layer: with init_from, a saved 4-tensor model of one layer fewer: insert a new identity layer at this index.
+        The saved layers from the index on move one down; the new layer's values and MLP output start at zero, so
+        the grown model starts as the saved one (capacity added without losing what was learned).
     lr_schedule: constant (the paper's) or cosine: linear warmup over warmup_steps, then cosine decay to
         lr * min_lr_ratio at the last step of the epoch budget.
     warmup_steps: optimizer steps of linear warmup (cosine schedule only).
@@ -121,6 +124,7 @@ class TrainArgs:
     memory_recall_target: str = "last"
     memory_lr_scale: float = 1.0
     init_from: str | None = None
+    grow_layer: int | None = None
     # beyond the paper: schedule, loss slots, rollout-aware training (docs/predictor_world.md)
     lr_schedule: str = "constant"
     warmup_steps: int = 0
@@ -170,6 +174,11 @@ class TrainArgs:
                             f"{self.rollout_prob}")
         if self.min_history is not None and self.min_history < 1:
             raise UserError(f"--min-history must be >= 1, got {self.min_history}")
+        if self.grow_layer is not None:
+            if self.init_from is None or self.model != "four_tensor" or self.attention != "four_tensor":
+                raise UserError("--grow-layer needs --init-from and the 4-tensor model with 4-tensor attention")
+            if self.grow_layer < 0:
+                raise UserError(f"--grow-layer must be >= 0, got {self.grow_layer}")
         if self.target_slices != "all" and self.model != "four_tensor":
             raise UserError("--target-slices last applies to the 4-tensor model")
         if self.rollout_steps and self.target_slices != "last":
@@ -221,6 +230,8 @@ class TrainArgs:
             d.pop("attention")
         if self.init_from is None:
             d.pop("init_from")
+        if self.grow_layer is None:
+            d.pop("grow_layer")
         if self.min_history is None:  # runs from before the knob keep their fingerprint
             d.pop("min_history")
         defaults = {f.name: f.default for f in dataclasses.fields(self)}

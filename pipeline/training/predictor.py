@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -449,8 +450,34 @@ def init_tokenizer(directory: str | Path) -> StateTokenizer:
     return StateTokenizer.from_file(directory)
 
 
-def init_weights(model: Any, directory: str | Path) -> None:
-    """Copy the weights of a saved predictor into model; the memory's own weights may be absent (fresh)."""
+def _shift_layers(saved: dict[str, torch.Tensor], at: int) -> dict[str, torch.Tensor]:
+    """saved's weights with every layer (and memory tap) numbered `at` or more moved one down: layers.2.fc1.weight
+    -> layers.3.fc1.weight for at <= 2."""
+    def shifted(key: str) -> str:
+        m = re.fullmatch(r"(layers|memory_taps)\.(\d+)(\..*)?", key)
+        if m is None or int(m.group(2)) < at:
+            return key
+        return f"{m.group(1)}.{int(m.group(2)) + 1}{m.group(3) or ''}"
+
+    return {shifted(k): v for k, v in saved.items()}
+
+
+def _identity_layer(model: Any, at: int) -> None:
+    """Layer `at` of a 4-tensor model adds nothing to its input: the attention's values and the MLP's output are
+    zero, so both residual branches are zero until training moves them (queries, keys and fc1 keep their init)."""
+    layer = model.layers[at]
+    with torch.no_grad():
+        layer.attention.W_V.zero_()
+        layer.fc2.weight.zero_()
+        layer.fc2.bias.zero_()
+
+
+def init_weights(model: Any, directory: str | Path, grow_layer: int | None = None) -> None:
+    """Copy the weights of a saved predictor into model; the memory's own weights may be absent (fresh).
+
+    grow_layer: the saved predictor has one layer fewer; model's layer grow_layer is new and starts as the
+    identity, the saved layers (and their memory taps) from that index on fill the ones after it.
+    """
     from safetensors.torch import load_file
 
     path = Path(directory) / "model.safetensors"
@@ -458,13 +485,30 @@ def init_weights(model: Any, directory: str | Path) -> None:
         raise UserError(f"--init-from {directory}: no model.safetensors there")
     saved = load_file(str(path))
     own = model.state_dict()
-    missing = sorted(k for k in own if k not in saved and not k.startswith(("memory.", "memory_taps.")))
+    fresh: tuple[str, ...] = ("memory.", "memory_taps.")
+    if grow_layer is not None:
+        n_saved = len({k.split(".")[1] for k in saved if k.startswith("layers.")})
+        n_own = len(model.layers)
+        if n_own != n_saved + 1 or not 0 <= grow_layer < n_own:
+            raise UserError(f"--grow-layer {grow_layer}: the model has {n_own} layers and {directory} has "
+                            f"{n_saved}; growing needs one more layer and an index below {n_own}")
+        saved = _shift_layers(saved, grow_layer)
+        taps = {k.split(".")[1] for k in own if k.startswith("memory_taps.")}
+        saved_taps = {k.split(".")[1] for k in saved if k.startswith("memory_taps.")}
+        if saved_taps and taps != saved_taps:
+            raise UserError(f"--grow-layer {grow_layer}: the memory taps would sit at layers {sorted(taps)} but "
+                            f"the saved ones move to {sorted(saved_taps)}; choose --memory-every-n-layers so "
+                            "that the new layer has none")
+        fresh = (*fresh, f"layers.{grow_layer}.")
+    missing = sorted(k for k in own if k not in saved and not k.startswith(fresh))
     extra = sorted(k for k in saved if k not in own)
     bad = sorted(k for k in saved if k in own and saved[k].shape != own[k].shape)
     if missing or extra or bad:
         raise UserError(f"--init-from {directory}: weights do not fit this model (missing {missing[:3]}, "
                         f"unexpected {extra[:3]}, other shapes {bad[:3]})")
     nn.Module.load_state_dict(model, {**own, **saved})
+    if grow_layer is not None:
+        _identity_layer(model, grow_layer)
 
 
 def parameter_groups(model: nn.Module, args: TrainArgs) -> list[dict[str, Any]]:
@@ -622,7 +666,7 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
         args.memory_config(shape["d_x"] * shape["d_t"]),
     ).to(ctx.device)
     if args.init_from is not None:
-        init_weights(model, args.init_from)
+        init_weights(model, args.init_from, args.grow_layer)
     optimizer = torch.optim.AdamW(parameter_groups(model, args), lr=args.lr, weight_decay=args.weight_decay)
     history: list[dict[str, Any]] = []
     ckpt_path = out / CHECKPOINT_DIR / CHECKPOINT_FILE

@@ -379,3 +379,66 @@ def test_memory_recall_target_reaches_the_segments_is_refused_by_name_and_keeps_
     train_clip_batch(Probe(), opt, group, bptt_windows=2, device="cpu", recall_target="novel")
     windows, _ = stack_clips(group)
     assert torch.equal(torch.cat(seen, dim=1), recall_targets(windows, "novel"))
+
+
+def _saved_tiny(tmp_path, tok, memory):
+    """A 1-layer tiny 4-tensor model saved to tmp_path/one, with random (not zero) weights everywhere."""
+    torch.manual_seed(1)
+    model = build_model("four_tensor", "tiny", tok, memory=memory)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(tmp_path / "one")
+    return model.eval()
+
+
+def _two_layers(model, memory_every_n_layers=None):
+    import dataclasses
+
+    from models.four_tensor import FourTensorModel
+
+    c = model.config
+    mem = c.memory if memory_every_n_layers is None else dataclasses.replace(
+        c.memory, memory_every_n_layers=memory_every_n_layers)
+    return FourTensorModel(dataclasses.replace(c, n_layers=c.n_layers + 1, memory=mem))
+
+
+@pytest.mark.parametrize("at", [0, 1])
+def test_grow_layer_inserts_an_identity_layer(tmp_path, toy_jsonl, at):
+    from pipeline.training.predictor import init_weights
+
+    tok = StateTokenizer.build(s for q in read_sequences(toy_jsonl) for s in q.states)
+    one = _saved_tiny(tmp_path, tok, None)
+    two = _two_layers(one)
+    init_weights(two, tmp_path / "one", grow_layer=at)
+    two.eval()
+    old = 1 - at  # where the saved layer went
+    assert torch.equal(two.layers[old].fc1.weight, one.layers[0].fc1.weight)
+    assert not two.layers[at].attention.W_V.any() and not two.layers[at].fc2.weight.any()
+    assert two.layers[at].attention.W_Q.abs().sum() > 0  # queries and keys keep a random init
+    ids = torch.randint(4, tok.vocab_size, (2, one.config.T, one.config.N))
+    assert torch.allclose(two(ids), one(ids), atol=1e-6)  # the same function as the saved model
+    two.train()
+    loss = two.training_step(torch.randint(4, tok.vocab_size, (2, one.config.T + 1, one.config.N)))
+    loss.backward()
+    assert two.layers[at].attention.W_V.grad.abs().sum() > 0  # and the new layer learns from there
+
+
+def test_grow_layer_keeps_the_memory_taps_on_the_saved_layers(tmp_path, toy_jsonl):
+    from pipeline.training.predictor import init_weights
+
+    tok = StateTokenizer.build(s for q in read_sequences(toy_jsonl) for s in q.states)
+    mem = TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", **MEM).memory_config(32)
+    one = _saved_tiny(tmp_path, tok, mem)
+    two = _two_layers(one, memory_every_n_layers=2)  # taps on layer 0 only: the saved layer stays first
+    init_weights(two, tmp_path / "one", grow_layer=1)
+    two.eval()
+    ids = torch.randint(4, tok.vocab_size, (2, one.config.T, one.config.N))
+    (a, sa), (b, sb) = one.memory_hidden_states(ids, None), two.memory_hidden_states(ids, None)
+    assert torch.allclose(a, b, atol=1e-6) and torch.allclose(sa.h, sb.h, atol=1e-6)
+    with pytest.raises(UserError, match="memory taps"):  # growing at 0 would move the tap onto the new layer
+        init_weights(_two_layers(one, memory_every_n_layers=2), tmp_path / "one", grow_layer=0)
+    with pytest.raises(UserError, match="one more layer"):
+        init_weights(_two_layers(_two_layers(one)), tmp_path / "one", grow_layer=0)
+    with pytest.raises(UserError, match="grow-layer needs --init-from"):
+        TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", grow_layer=0)

@@ -26,7 +26,8 @@ RUN = {
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_every_recipe_builds_its_arguments_and_network(name):
     recipe = get_recipe(name)
-    args = args_from_recipe(recipe, **RUN[recipe.stage])
+    run = RUN[recipe.stage] | ({"init_from": "base"} if recipe.init_from and recipe.stage == "predictor" else {})
+    args = args_from_recipe(recipe, **run)  # a fine-tune runs from its base's folder (--grow-layer needs one)
     for key, value in recipe.train.items():  # the recipe's departures from the defaults reach the arguments
         assert getattr(args, key) == value, key
     torch.manual_seed(0)
@@ -51,7 +52,8 @@ def test_the_shipped_recipes_cover_every_stage_and_the_finetune_names_its_base()
     assert {RECIPES[s].stage for s in STAGES} == set(STAGES)
     assert {RECIPES[f"quick-{s}"].stage for s in STAGES} == set(STAGES)
     assert get_recipe("captioner").init_from == "captioner-base"
-    assert get_recipe("predictor").init_from == "predictor-t8f"
+    assert get_recipe("predictor").init_from == "predictor-t8j"
+    assert get_recipe("predictor-t8j").init_from == "predictor-t8f"
     assert get_recipe("predictor-t8f").init_from == "predictor-t8e"
     assert get_recipe("quick-predictor").init_from == "quick-predictor-base"
     assert get_recipe("renderer").init_from == "renderer-r3"
@@ -100,13 +102,13 @@ def test_the_predictor_recipe_is_the_run_that_made_the_shipped_predictor():
     summary = json.loads((Path(__file__).resolve().parents[3] / "weights" / "predictor"
                           / "training_summary.json").read_text())["args"]
     recipe = get_recipe("predictor")
-    assert recipe.init_from == "predictor-t8f" and summary["init_from"] is not None
+    assert recipe.init_from == "predictor-t8j" and summary["init_from"] is not None
     assert summary["preset"] == recipe.model
     for key, value in recipe.train.items():
         assert summary[key] == value, key
     assert [r.name for r in recipe_chain(recipe)] == ["predictor-base", "predictor-mf5", "predictor-mf6",
                                                      "predictor-t8", "predictor-t8b", "predictor-t8c", "predictor-t8d",
-                                                     "predictor-t8e", "predictor-t8f", "predictor"]
+                                                     "predictor-t8e", "predictor-t8f", "predictor-t8j", "predictor"]
     base = get_recipe("predictor-base")
     assert base.train["memory"] and base.mix == (("memory", 1500, 0),)
 
