@@ -1,12 +1,14 @@
-"""What mirror averaging costs: the shipped predictor's rollout with and without `mirror=True`, side by side in one
-process, on the same world histories (pipeline/symmetry.py).
+"""What a predictor's rollout costs, side by side in one process: the shipped predictor against other weights
+and against itself with mirror averaging (pipeline/symmetry.py), on the same world histories.
 
-Both predictors load the same weights with the projection on (what `semworld eval world` and the pipeline run).
-The runs are interleaved (plain, mirror, plain, ...) because this machine's speed swings; medians of wall and CPU
-time are reported with their ratio. What the mirror gains is measured by `semworld eval world --mirror`
+Every predictor loads with the projection on (what `semworld eval world` and the pipeline run). The runs are
+interleaved (a, b, c, a, b, c, ...) because this machine's speed swings; medians of wall and CPU time are reported,
+each with its ratio to the first predictor. What each gains is measured by `semworld eval world`
 (docs/predictor_world.md).
 
-    .venv/bin/python bench/mirror_cost.py --threads 2
+    .venv/bin/python bench/rollout_cost.py --threads 2 "T8J=runs/t8j-w" "L3=weights" "L3 mirror=weights:mirror"
+
+A predictor is LABEL=WEIGHTS (a folder with model_index.json), with ":mirror" for mirror averaging.
 """
 
 from __future__ import annotations
@@ -27,41 +29,55 @@ from pipeline.predictor import Predictor  # noqa: E402
 from pipeline.utils import read_model_index  # noqa: E402
 
 
+def load(spec: str) -> tuple[str, Predictor]:
+    """"LABEL=WEIGHTS[:mirror]" -> (label, the folder's predictor with its grammar's projection)."""
+    label, _, rest = spec.partition("=")
+    folder, _, flag = rest.partition(":")
+    if not label or not folder or flag not in ("", "mirror"):
+        raise SystemExit(f"bad predictor {spec!r}: expected LABEL=WEIGHTS or LABEL=WEIGHTS:mirror")
+    grammar = read_model_index(folder).get("grammar")
+    return label, Predictor.from_pretrained(Path(folder) / "predictor", device="cpu", grammar=grammar,
+                                            mirror=flag == "mirror")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--weights", type=Path, default=Path("weights"), help="a folder with model_index.json")
+    p.add_argument("predictors", nargs="*", default=["plain=weights", "mirror=weights:mirror"],
+                   help="LABEL=WEIGHTS[:mirror] ...; ratios are to the first (default: the shipped predictor "
+                        "with and without mirror averaging)")
     p.add_argument("--histories", type=int, default=256, help="histories rolled out together (one batch)")
     p.add_argument("--history", type=int, default=8, help="true states per history")
     p.add_argument("--horizon", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=5, help="interleaved plain/mirror pairs")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=7, help="test-split seed of the histories")
-    p.add_argument("--json", type=Path, default=Path("runs/bench/mirror_cost.json"))
+    p.add_argument("--json", type=Path, default=Path("runs/bench/rollout_cost.json"))
     ns = p.parse_args(argv)
     torch.set_num_threads(ns.threads)
-    grammar = read_model_index(ns.weights).get("grammar")
-    folder = ns.weights / "predictor"
-    models = {m: Predictor.from_pretrained(folder, device="cpu", grammar=grammar, mirror=m) for m in (False, True)}
+    models = dict(load(s) for s in ns.predictors)
     clips = world.sequences("all", ns.histories, seed=ns.seed, length=ns.history, split="test")
     histories = [c["states"] for c in clips]
-    times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
-    for m in (False, True):  # warm-up
-        models[m].predict(histories[:8], 2)
+    times: dict[str, list[tuple[float, float]]] = {label: [] for label in models}
+    for model in models.values():  # warm-up
+        model.predict(histories[:8], 2)
     for _ in range(ns.repeats):
-        for m in (False, True):
+        for label, model in models.items():
             wall, cpu = time.perf_counter(), time.process_time()
-            models[m].predict(histories, ns.horizon)
-            times[m].append((time.perf_counter() - wall, time.process_time() - cpu))
-    med = {m: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v)) for m, v in times.items()}
-    result = {
-        "weights": str(ns.weights), "histories": ns.histories, "history": ns.history, "horizon": ns.horizon,
-        "threads": ns.threads, "repeats": ns.repeats,
-        "plain_wall_s": round(med[False][0], 3), "mirror_wall_s": round(med[True][0], 3),
-        "plain_cpu_s": round(med[False][1], 3), "mirror_cpu_s": round(med[True][1], 3),
-        "wall_ratio": round(med[True][0] / med[False][0], 2), "cpu_ratio": round(med[True][1] / med[False][1], 2),
-        "ms_per_state_plain": round(1000 * med[False][0] / (ns.histories * ns.horizon), 3),
-        "ms_per_state_mirror": round(1000 * med[True][0] / (ns.histories * ns.horizon), 3),
+            model.predict(histories, ns.horizon)
+            times[label].append((time.perf_counter() - wall, time.process_time() - cpu))
+    med = {k: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v)) for k, v in times.items()}
+    first = med[next(iter(med))]
+    rows = {
+        label: {
+            "parameters": sum(p.numel() for p in models[label].model.parameters()),
+            "wall_s": round(w, 3), "cpu_s": round(c, 3),
+            "wall_ratio": round(w / first[0], 2), "cpu_ratio": round(c / first[1], 2),
+            "ms_per_state": round(1000 * w / (ns.histories * ns.horizon), 3),
+        }
+        for label, (w, c) in med.items()
     }
+    result = {"predictors": ns.predictors, "histories": ns.histories, "history": ns.history, "horizon": ns.horizon,
+              "threads": ns.threads, "repeats": ns.repeats, "results": rows}
     ns.json.parent.mkdir(parents=True, exist_ok=True)
     ns.json.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
