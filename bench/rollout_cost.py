@@ -30,7 +30,7 @@ from pipeline.utils import read_model_index  # noqa: E402
 
 
 def load(spec: str) -> tuple[str, Predictor]:
-    """"LABEL=WEIGHTS[:mirror]" -> (label, the folder's predictor with its grammar's projection)."""
+    """Parse "LABEL=WEIGHTS[:mirror]" into (label, the folder's predictor with its grammar's projection)."""
     label, _, rest = spec.partition("=")
     folder, _, flag = rest.partition(":")
     if not label or not folder or flag not in ("", "mirror"):
