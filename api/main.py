@@ -31,7 +31,7 @@ from api.routes import health, jobs, pages, predict, rollout, samples
 from api.routes.pages import STATIC_DIR
 from api.schemas import ErrorResponse, predict_payload
 from api.settings import Settings
-from pipeline.video import VideoLimits, write_world_samples
+from pipeline.video import VideoLimits, write_samples
 from pipeline.world_model import WorldModelPipeline
 
 logger = logging.getLogger("api")
@@ -73,20 +73,21 @@ def _load_pipeline(app: FastAPI, settings: Settings) -> WorldModelPipeline:
     if stages is None:
         module, _, func = (settings.pipeline_factory or "").partition(":")
         stages = getattr(importlib.import_module(module), func or "make_pipeline")()
-    # what the stages speak and read at goes with them (their grammar, state rate and confidence threshold)
-    spoken = {"grammar": stages.grammar, "default_state_rate": stages.default_state_rate,
+    # what the stages speak and read at goes with them (their domain, state rate and confidence threshold)
+    spoken = {"domain": stages.domain, "default_state_rate": stages.default_state_rate,
               "confidence_threshold": stages.confidence_threshold}  # fmt: skip
     return WorldModelPipeline(stages.captioner, stages.predictor, stages.renderer, **options, **spoken)
 
 
-def _prepare_samples(app: FastAPI, settings: Settings) -> None:
+def _prepare_samples(app: FastAPI, settings: Settings, pipe: WorldModelPipeline) -> None:
+    """The page's sample clips: the samples folder's, else the domain's own (none for a domain without any)."""
     folder = settings.samples_dir or settings.data_dir / "samples"
     app.state.samples_dir = folder
     if settings.samples_dir is None and not any(folder.glob("*.mp4")):
         try:
-            write_world_samples(folder)
+            write_samples(folder, pipe.domain)
         except Exception as err:  # samples are a convenience of the page; never a reason not to serve
-            logger.warning("no world samples: %s", err)
+            logger.warning("no %s samples: %s", pipe.domain.name, err)
 
 
 async def _start(app: FastAPI, settings: Settings, metrics: Metrics, store: JobStore) -> None:
@@ -96,7 +97,7 @@ async def _start(app: FastAPI, settings: Settings, metrics: Metrics, store: JobS
         engine = Engine(pipe, metrics, settings.max_sync_waiting)
         if settings.warmup:
             await asyncio.to_thread(engine.warmup)
-        await asyncio.to_thread(_prepare_samples, app, settings)
+        await asyncio.to_thread(_prepare_samples, app, settings, pipe)
     except Exception as err:
         # One line for /ready and the log; the traceback only at debug level.
         app.state.load_error = f"failed to load models: {err}"

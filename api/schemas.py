@@ -11,8 +11,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.settings import GUIDANCE_MAX, HORIZON_LIMIT, SEED_MAX, STATES_LIMIT, STEPS_MAX
-from pipeline.outputs import png_bytes
-from pipeline.timeline import timeline
+from pipeline.outputs import changes_of, png_bytes
 from pipeline.world_model import WorldModelOutput
 
 THUMB_SIDE = 192  # observed frames come back scaled down to this longest side
@@ -39,7 +38,7 @@ class ErrorResponse(BaseModel):
 
 class StatesResponse(BaseModel):
     """What /v1/predict, a job's result and /v1/rollout say about their states, under the same names: how sure
-    each observed state is, whether the states parse under the weights' grammar, and the semantic timeline."""
+    each observed state is, whether the states parse in the weights' domain, and the semantic timeline."""
 
     observed_states: list[str] = Field(examples=[_STATES_EXAMPLE])
     predicted_states: list[str] = Field(examples=[_PREDICTED_EXAMPLE])
@@ -50,13 +49,19 @@ class StatesResponse(BaseModel):
     )
     observed_parses: list[bool | None] = Field(
         default_factory=list,
-        description="per observed state: whether it parses under the weights' grammar (null: no grammar)",
+        description="per observed state: whether it parses in the weights' domain (null: a domain without a "
+        "grammar, such as free text)",
     )
     predicted_parses: list[bool | None] = Field(
         default_factory=list,
-        description="per predicted state: whether it parses under the weights' grammar (null: no grammar)",
+        description="per predicted state: whether it parses in the weights' domain (null: a domain without a "
+        "grammar, such as free text)",
     )
-    confidence_threshold: float | None = Field(None, description="below it a read state is unsure")
+    confidence_threshold: float | None = Field(
+        None, description="below it a read state is unsure (null: the weights and their domain set none)"
+    )
+    domain: str | None = Field(None, description="the domain the states are written in (model_index.json's)",
+                               examples=["shapes"])  # fmt: skip
     warnings: list[str] = Field(default_factory=list, description="e.g. that the clip is outside what the models know")
     changes: list[list[str]] = Field(
         default_factory=list,
@@ -200,5 +205,6 @@ def states_fields(output: WorldModelOutput) -> dict[str, Any]:
         "predicted_parses": output.predicted_parses,
         "confidence_threshold": output.confidence_threshold,
         "warnings": output.warnings,
-        "changes": timeline([*output.observed_states, *output.predicted_states]),
+        "changes": changes_of(output),
+        "domain": output.domain,
     }

@@ -54,11 +54,13 @@ class Settings(BaseSettings):
     warmup: bool = Field(default=True, description="run every stage once at startup before /ready says yes")
     project: bool = Field(
         default=True,
-        description="project predicted states onto the valid states of the grammar model_index.json names",
+        description="project predicted states onto the valid states of the domain model_index.json names "
+        "(a domain with a grammar)",
     )
     mirror: bool = Field(
         default=False,
-        description="forecast from the mean of each history and its left-right mirror (world grammar only; "
+        description="forecast from the mean of each history and its left-right mirror (a domain with a "
+        "mirror; "
         "about 2.7x the predictor's time)",
     )
 

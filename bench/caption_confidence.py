@@ -3,7 +3,7 @@
     nice -n 10 python bench/caption_confidence.py [--weights weights] [--world 24]
 
 Confidence is the captioner's mean log-probability per generated token (pipeline.captioner.caption_scored); a
-state is "unsure" when it is below the threshold or does not parse under the world grammar. The threshold is the
+state is "unsure" when it is below the threshold or does not parse under the shapes world's grammar. The threshold is the
 value between the lowest world frame and the highest real frame (pipeline.confidence); the script prints how
 many frames of each set it flags. Real frames: every frame of /work/shared/clips/bigbuckbunny.mp4 (or tests/assets' excerpt), the test
 asset, and matplotlib's sample photograph (grace_hopper.jpg) with four crops.
@@ -48,20 +48,21 @@ def main() -> None:
     parser.add_argument("--weights", type=Path, default=REPO / "weights")
     parser.add_argument("--world", type=int, default=24, help="world test sequences (12 frames each)")
     parser.add_argument("--threshold", type=float, default=None,
-                        help="the threshold to report at (default: the shipped DEFAULT_CONFIDENCE_THRESHOLD)")
+                        help="the threshold to report at (default: the shapes domain's confidence_threshold)")
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     import world
     from pipeline.captioner import Captioner
-    from pipeline.confidence import state_parses
+    from pipeline.domain import get_domain, parses
 
-    captioner = Captioner.from_pretrained(args.weights / "captioner", device="cpu")
+    shapes = get_domain("shapes")
+    captioner = Captioner.from_pretrained(args.weights / "captioner", device="cpu", domain=shapes)
 
     def score(frames: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         out = [r for i in range(0, len(frames), 16) for r in captioner.caption_scored(frames[i : i + 16])]
-        return np.array([c for _, c in out]), np.array([state_parses(t) for t, _ in out])
+        return np.array([c for _, c in out]), np.array([parses(shapes, t) for t, _ in out])
 
     import tempfile
 
@@ -74,21 +75,19 @@ def main() -> None:
         decoded = [f for p in sorted(Path(tmp, "clips").glob("*.mp4")) for f in read_video(p, state_rate=2).frames]
     rows = {"world test frames (rendered)": score(world_frames), "world test clips (H.264, 2 Hz)": score(decoded)}
     w_conf = np.concatenate([rows[k][0] for k in rows])
-    from pipeline.confidence import DEFAULT_CONFIDENCE_THRESHOLD
-
-    threshold = DEFAULT_CONFIDENCE_THRESHOLD if args.threshold is None else args.threshold
+    threshold = shapes.confidence_threshold if args.threshold is None else args.threshold
     for name, frames in real_frames().items():
         rows[name] = score(frames)
     report = {"threshold": threshold, "world_p01": float(np.percentile(w_conf, 1)), "sets": {}}
     print(f"threshold {threshold:g}; world frames: 1st percentile {report['world_p01']:.4f}, "
           f"lowest {w_conf.min():.4f} (mean token log-prob)")  # fmt: skip
     print(f"{'set':40s} {'n':>4s} {'median':>8s} {'p01':>8s} {'p99':>8s} {'min':>8s} {'max':>8s} {'parses':>7s} {'below':>6s} {'unsure':>7s}")
-    for name, (conf, parses) in rows.items():
+    for name, (conf, parsed) in rows.items():
         below = conf < threshold
-        unsure = below | ~parses
+        unsure = below | ~parsed
         stats = {
             "n": len(conf), "median": float(np.median(conf)), "p01": float(np.percentile(conf, 1)),
-            "p99": float(np.percentile(conf, 99)), "min": float(conf.min()), "max": float(conf.max()), "parses": float(parses.mean()), "below": float(below.mean()),
+            "p99": float(np.percentile(conf, 99)), "min": float(conf.min()), "max": float(conf.max()), "parses": float(parsed.mean()), "below": float(below.mean()),
             "unsure": float(unsure.mean()),
         }  # fmt: skip
         report["sets"][name] = stats

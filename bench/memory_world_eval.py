@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, Any]] = {}
     for spec in ns.predictor:
         label, folder = spec.split("=", 1)
-        predictor = Predictor.from_pretrained(folder, device="cpu", grammar="world" if ns.project else None,
+        predictor = Predictor.from_pretrained(folder, device="cpu", domain="shapes",
                                               project=ns.project)
         results[label] = score_predictor(predictor, clips, ns.horizon, ns.min_history)
         logging.info("%s: h=1 %.3f (%.0f s)", label, results[label]["by_horizon"]["1"], results[label]["seconds"])

@@ -43,7 +43,7 @@ def main() -> None:
     import world
     from pipeline.projection import projection_for
 
-    raw = Predictor.from_pretrained(args.weights, device="cpu")  # no grammar: the model's argmax states
+    raw = Predictor.from_pretrained(args.weights, device="cpu")  # free text: the model's argmax states
     tok = raw.tokenizer
     projected = Predictor(raw.model, tok, "cpu", projection=projection_for("world", tok, raw.N, tok.end_ids,
                                                                            args.top_k, args.beam))

@@ -25,18 +25,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import world  # noqa: E402
+from pipeline.domain import domain_of_index  # noqa: E402
 from pipeline.predictor import Predictor  # noqa: E402
 from pipeline.utils import read_model_index  # noqa: E402
 
 
 def load(spec: str) -> tuple[str, Predictor]:
-    """Parse "LABEL=WEIGHTS[:mirror]" into (label, the folder's predictor with its grammar's projection)."""
+    """Parse "LABEL=WEIGHTS[:mirror]" into (label, the folder's predictor with its domain's projection)."""
     label, _, rest = spec.partition("=")
     folder, _, flag = rest.partition(":")
     if not label or not folder or flag not in ("", "mirror"):
         raise SystemExit(f"bad predictor {spec!r}: expected LABEL=WEIGHTS or LABEL=WEIGHTS:mirror")
-    grammar = read_model_index(folder).get("grammar")
-    return label, Predictor.from_pretrained(Path(folder) / "predictor", device="cpu", grammar=grammar,
+    domain = domain_of_index(read_model_index(folder))
+    return label, Predictor.from_pretrained(Path(folder) / "predictor", device="cpu", domain=domain,
                                             mirror=flag == "mirror")
 
 

@@ -1,8 +1,8 @@
 """The captioning stage: frames in, textual semantic states out.
 
 `Captioner` wraps any local Hugging Face image-to-text checkpoint (our embedded BLIP, a real BLIP or GIT
-directory) loaded offline through `AutoProcessor` + `AutoModelForImageTextToText`, and post-processes what it
-generates into plain state text in the world's spelling (`pipeline.utils.canonical_state`).
+directory) loaded offline through `AutoProcessor` + `AutoModelForImageTextToText`, and spells what it generates
+as the weights' domain spells a state (`Domain.spell`; free text: as written, white space collapsed).
 """
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from pipeline.domain import Domain
 from pipeline.utils import (
     UserError,
-    canonical_state,
     default_dtype,
     quiet_loading,
     read_user_json,
@@ -28,9 +28,9 @@ from pipeline.utils import (
 
 logger = logging.getLogger(__name__)
 
-# A state has at most N = 16 word-level tokens; a little headroom lets a real captioner finish its sentence,
-# and a real model's sub-word tokenizer needs more pieces per word.
-DEFAULT_MAX_NEW_TOKENS = 24
+# New tokens per caption when neither the domain (`Domain.caption_tokens`) nor the checkpoint's generation config
+# says: room for a sentence of a real captioner's sub-word pieces.
+DEFAULT_MAX_NEW_TOKENS = 40
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json")
@@ -71,20 +71,32 @@ def _check_checkpoint_dir(directory: Path) -> None:
 
 class Captioner:
     """Image-to-text stage: `caption(frames) -> list[str]`, one state per frame, in one forward pass (the
-    pipeline decides the batches)."""
+    pipeline decides the batches).
+
+    Args:
+        model / processor: a transformers image-to-text model and its processor.
+        max_new_tokens: tokens generated per caption at most (None: the model's generation config, else
+            DEFAULT_MAX_NEW_TOKENS).
+        spell: turns a decoded caption into a state (the domain's `spell`; None: strip and collapse white space).
+    """
 
     def __init__(
         self,
         model: torch.nn.Module,
         processor: object,
         *,
-        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        max_new_tokens: int | None = None,
+        spell: Callable[[str], str] | None = None,
     ) -> None:
+        if max_new_tokens is None:
+            config = getattr(model, "generation_config", None)
+            max_new_tokens = getattr(config, "max_new_tokens", None) or DEFAULT_MAX_NEW_TOKENS
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         self.model = model.eval()
         self.processor = processor
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = int(max_new_tokens)
+        self.spell = spell or (lambda text: " ".join(text.split()))
 
     @property
     def device(self) -> torch.device:
@@ -100,9 +112,12 @@ class Captioner:
         directory: str | os.PathLike[str],
         device: str | torch.device | None = None,
         dtype: torch.dtype | None = None,
-        **kwargs: int,
+        domain: Domain | None = None,
+        max_new_tokens: int | None = None,
     ) -> Captioner:
         """Load a local image-to-text checkpoint offline; fp16/bf16 on CUDA, fp32 on CPU unless `dtype` is given.
+        Captions are spelled as `domain` spells states, and as long as its states may be (`caption_tokens`)
+        unless `max_new_tokens` says otherwise.
 
         Only files already in `directory` are read (`local_files_only`, whatever HF_HUB_OFFLINE says) and no
         code from the checkpoint is ever run (no `trust_remote_code`).
@@ -129,7 +144,10 @@ class Captioner:
         module: torch.nn.Module = model  # (transformers' own `to` wrapper confuses type checkers)
         module.to(dev)
         logger.info("captioner %s loaded from %s on %s (%s)", type(model).__name__, path, dev, dtype)
-        return cls(model, processor, **kwargs)
+        if max_new_tokens is None and domain is not None:
+            max_new_tokens = domain.caption_tokens
+        return cls(model, processor, max_new_tokens=max_new_tokens,
+                   spell=domain.spell if domain is not None else None)  # fmt: skip
 
     @torch.inference_mode()
     def caption_scored(self, frames: Sequence[np.ndarray] | np.ndarray) -> list[tuple[str, float]]:
@@ -159,10 +177,10 @@ class Captioner:
         counted = before_end.float()
         mean = (logp.float().masked_fill(~before_end, 0.0).sum(dim=1) / counted.sum(dim=1).clamp(min=1)).tolist()
         decoded = self.processor.batch_decode(sequences, skip_special_tokens=True)  # type: ignore[attr-defined]
-        return [(canonical_state(t), float(c)) for t, c in zip(decoded, mean, strict=True)]
+        return [(self.spell(t), float(c)) for t, c in zip(decoded, mean, strict=True)]
 
     def caption(self, frames: Sequence[np.ndarray] | np.ndarray) -> list[str]:
-        """Caption frames, each (H, W, 3) uint8 (or one (B, H, W, 3) array), into lowercase state texts."""
+        """Caption frames, each (H, W, 3) uint8 (or one (B, H, W, 3) array), into state texts."""
         return [text for text, _ in self.caption_scored(frames)]
 
 

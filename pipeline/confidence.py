@@ -1,93 +1,61 @@
-"""How far to trust what was read: a confidence per read state, the world grammar's verdict, one plain warning when
-most of a clip is unsure, and the check of states a user wrote (before any model is loaded).
+"""How far to trust what was read: a confidence per read state, the domain's verdict, one plain warning when most
+of a clip is unsure, and the check of states a user wrote (before any model is loaded).
 
-The shipped models know only the built-in world. On real footage the captioner still writes world sentences, so
-each read state carries the captioner's mean log-probability per generated token (0 is certain) and, for weights
-whose `model_index.json` says `"grammar": "world"`, whether it parses under the world grammar. A state is unsure
-below the threshold (calibrated on world vs real frames by bench/caption_confidence.py) or when it does not
-parse; a clip is never refused for it, only warned about.
+A captioner writes a sentence for any frame, also for footage unlike anything it was trained on. So each read state
+carries the captioner's mean log-probability per generated token (0 is certain) and, in a domain with a grammar,
+whether it parses. A state is unsure below the confidence threshold (the weights' own, else the domain's; none:
+the confidence alone never makes a state unsure) or when it does not parse; a clip is never refused for it, only
+warned about, in the domain's words.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
+from pipeline.domain import Domain, parse_error
 from pipeline.utils import UserError, canonical_state
 
-# Mean token log-probability below which a read state is unsure: between the lowest world test frame and the
-# highest real frame of the shipped captioner (bench/caption_confidence.py; the numbers are in docs/api.md).
-DEFAULT_CONFIDENCE_THRESHOLD = -0.0025
-GRAMMARS = ("world",)  # the grammars a weights folder may name in model_index.json
 
-MOUNT_HINT = (
-    "The shipped models only know the built-in world (coloured shapes on a 5x5 grid, a screen, a lamp); "
-    "for real footage mount real weights: a weights folder with your own model_index.json, or "
-    "--captioner/--predictor/--renderer DIR (a BLIP or GIT image-to-text checkpoint, a trained semworld "
-    "predictor, a Stable Diffusion text-to-image checkpoint); see docs/api.md"
-)
-
-
-def check_grammar(name: object, where: str | Path = "model_index.json") -> str | None:
-    if name is None:
-        return None
-    if name not in GRAMMARS:
-        raise UserError(f"{where}: grammar must be one of {', '.join(GRAMMARS)}, got {name!r}")
-    return str(name)
-
-
-def parse_error(text: str, grammar: str = "world") -> str | None:
-    """None when `text` is a valid state of `grammar`, else the parser's message (it names the word)."""
-    from world.grammar import parse_state
-
-    try:
-        parse_state(canonical_state(text))
-    except ValueError as err:
-        return str(err)
-    return None
-
-
-def state_parses(text: str, grammar: str = "world") -> bool:
-    return parse_error(text, grammar) is None
-
-
-def unsure(confidence: float | None, parses: bool | None, threshold: float) -> bool:
+def unsure(confidence: float | None, parses: bool | None, threshold: float | None) -> bool:
     """A read state is unsure when it is below the threshold or does not parse (unknown counts as sure)."""
-    return (confidence is not None and confidence < threshold) or parses is False
+    low = threshold is not None and confidence is not None and confidence < threshold
+    return low or parses is False
 
 
 def clip_warning(
-    confidences: Sequence[float | None], parses: Sequence[bool | None], threshold: float
+    confidences: Sequence[float | None], parses: Sequence[bool | None], threshold: float | None, domain: Domain
 ) -> str | None:
     """The one warning for a clip most of whose read states are unsure, else None."""
     n = len(confidences)
     low = sum(unsure(c, p, threshold) for c, p in zip(confidences, parses, strict=True))
     if n == 0 or 2 * low <= n:
         return None
+    why = [f"confidence below {threshold:g}" if threshold is not None else "",
+           f"outside the {domain.name} domain's grammar" if any(p is False for p in parses) else ""]  # fmt: skip
+    because = " or ".join(w for w in why if w)
     return (
-        f"{low} of {n} states read from this clip are unsure (confidence below {threshold:g} or outside the "
-        f"world grammar): the reading and the forecast are probably meaningless. {MOUNT_HINT}."
+        f"{low} of {n} states read from this clip are unsure ({because}): the reading and the forecast are "
+        f"probably meaningless. {domain.unsure_hint}."
     )
 
 
 def check_written_states(
     states: Sequence[str],
     *,
-    grammar: str | None,
+    domain: Domain | None,
     vocabulary: set[str] | None = None,
     max_tokens: int | None = None,
     label: str = "states",
 ) -> None:
-    """Refuse states a user wrote that the models cannot read, naming the state and the word: under `grammar`
-    the parser's message; otherwise a word outside `vocabulary`, or more than `max_tokens` tokens."""
+    """Refuse states a user wrote that the models cannot read, naming the state and the word: the domain's
+    parser's message when it has a grammar; otherwise a word outside `vocabulary`, or more than `max_tokens`
+    tokens (the predictor's; the spelling is its tokenizer's: lowercase, punctuation marks apart)."""
     for i, text in enumerate(states):
-        spelled = canonical_state(text)
-        if grammar is not None:
-            err = parse_error(spelled, grammar)
+        if domain is not None:
+            err = parse_error(domain, text)
             if err is not None:
                 raise UserError(f"{label}[{i}]: {err}")
-            continue
-        words = spelled.split()
+        words = canonical_state(text).split()
         if vocabulary is not None and "[unk]" in text.lower():  # what a predictor writes for a word it lacks
             raise UserError(
                 f"{label}[{i}]: {text!r} holds [UNK], the predictor's mark for a word outside its vocabulary "

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from pipeline.timeline import timeline
 from pipeline.utils import atomic_write_bytes
 from pipeline.video import encode_mp4
 from pipeline.world_model import WorldModelOutput
@@ -50,10 +49,17 @@ def png_bytes(frame: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def changes_of(output: WorldModelOutput) -> list[list[str]]:
+    """Per step (observed, then predicted), what changed since the step before in the domain's words, as the
+    pipeline found it; no changes at all for an output made without a domain."""
+    n = len(output.observed_states) + len(output.predicted_states)
+    return list(output.changes) if len(output.changes) == n else [[] for _ in range(n)]
+
+
 def states_document(output: WorldModelOutput) -> dict[str, Any]:
     """The states JSON: both lists, and one entry per step: observed or predicted, its confidence when read,
-    whether it parses under the weights' grammar (None: no grammar), and what changed since the step before
-    (pipeline.timeline)."""
+    whether it parses in the weights' domain (None: a domain without a grammar), and what changed since the step
+    before (`changes_of`)."""
     n_obs = len(output.observed_states)
     indices: list[int | None] = list(output.source_indices) or [None] * n_obs
     confidence = list(output.observed_confidence) or [None] * n_obs
@@ -67,7 +73,7 @@ def states_document(output: WorldModelOutput) -> dict[str, Any]:
         {"step": n_obs + j, "kind": "predicted", "state": s, "parses": ok}
         for j, (s, ok) in enumerate(zip(output.predicted_states, predicted_parses, strict=True))
     ]
-    for step, changed in zip(steps, timeline([*output.observed_states, *output.predicted_states]), strict=True):
+    for step, changed in zip(steps, changes_of(output), strict=True):
         step["changes"] = changed  # what changed since the step before, in words
     return {
         "observed_states": output.observed_states,
@@ -263,9 +269,8 @@ def strip_of(output: WorldModelOutput) -> np.ndarray:
     observed: list[np.ndarray | None] = list(output.observed_frames)
     if not observed and output.context_frames:
         observed = [None] * (n - len(output.context_frames)) + list(output.context_frames)
-    steps = [*output.observed_states, *output.predicted_states]
     return make_strip(observed, output.observed_states, output.predicted_frames, output.predicted_states,
-                      changes=timeline(steps))  # fmt: skip
+                      changes=changes_of(output))  # fmt: skip
 
 
 def zip_outputs(output: WorldModelOutput) -> bytes:

@@ -8,7 +8,7 @@ rollout and a fixed-shape step with no host round trip; the whole rollout stays 
 (`compile=True`: torch.compile, CUDA graphs on a GPU) and run in bfloat16/float16 under autocast (`dtype`).
 
 With a projection (pipeline/projection.py) each predicted state is first made a valid state of the weights'
-grammar, from the model's per-slot logits (`next_logits`), and that state is what the next window reads.
+domain, from the model's per-slot logits (`next_logits`), and that state is what the next window reads.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import torch
 
+from pipeline.domain import Domain, get_domain
 from pipeline.projection import GrammarProjection, projection_for
 from pipeline.symmetry import MirrorAveraged, mirror_for
 from pipeline.tokenizer import PAD_ID, StateTokenizer
@@ -89,17 +90,18 @@ class Predictor:
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         compile: bool = False,
-        grammar: str | None = None,
+        domain: Domain | str | None = None,
         project: bool = True,
         mirror: bool = False,
     ) -> Predictor:
         """Load weights (either model kind) and tokenizer.json from a training output directory.
 
-        grammar: the grammar the weights were trained on (model_index.json's "grammar"; None: none). With one
-        and `project` (the default), predicted states are projected onto its valid states (pipeline/projection.py).
-        mirror: forecast from the mean of each history and its left-right mirror (pipeline/symmetry.py; the
-        4-tensor model on a grammar with a known mirror only; the model reads twice the rows: 2.5-2.7x its time
-        on the CPU, docs/benchmarks.md).
+        domain: the domain the weights were trained on (model_index.json's "domain"; None: free text). When it
+        has an automaton of its valid states and `project` is on (the default), predicted states are projected
+        onto them (pipeline/projection.py).
+        mirror: forecast from the mean of each history and its mirror (pipeline/symmetry.py; the 4-tensor model
+        in a domain with a mirror only; the model reads twice the rows: 2.5-2.7x its time on the CPU,
+        docs/benchmarks.md).
         """
         from models.hub import load_predictor
 
@@ -110,13 +112,14 @@ class Predictor:
         except (FileNotFoundError, ValueError) as err:  # the user's folder: one line, like the other stages
             raise UserError(f"predictor weights {err}") from None
         n_slots = int(cast(Any, model).config.N)  # nn.Module's typing does not see the config
+        domain = get_domain(domain)
         if mirror:
-            perm = mirror_for(grammar, tokenizer)
+            perm = mirror_for(domain, tokenizer)
             if perm is None or not hasattr(model, "readout_matrix"):
-                raise UserError("mirror averaging needs the 4-tensor model and weights trained on a grammar with a "
-                                "known mirror (model_index.json's \"grammar\": \"world\")")
+                raise UserError(f"mirror averaging needs the 4-tensor model and a domain with a mirror; the "
+                                f"{domain.name} domain has none")  # fmt: skip
             model = MirrorAveraged(model, perm)
-        projection = projection_for(grammar, tokenizer, n_slots, tokenizer.end_ids) if project else None
+        projection = projection_for(domain, tokenizer, n_slots, tokenizer.end_ids) if project else None
         return cls(model, tokenizer, dev, dtype=dtype, compile=compile, projection=projection)
 
     @property

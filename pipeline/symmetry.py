@@ -1,12 +1,12 @@
-"""Mirror averaging: the predictor reads each history twice, as it is and left-right mirrored, and forecasts from
-the mean of the two views' per-slot log-probabilities.
+"""Mirror averaging: the predictor reads each history twice, as it is and mirrored, and forecasts from the mean of
+the two views' per-slot log-probabilities.
 
-The built-in world's laws are unchanged by a left-right mirror (world.grammar.MIRROR swaps the column words; the
-caption orders objects by identity, so a word keeps its slot). A mirrored history is therefore another valid
-history, and the mirror of its next state is the next state of the original. Averaging the two views is test-time
-augmentation: two forecasts that share the weights but err differently. The model runs on a batch twice as large
-(`docs/predictor_world.md` has what it costs and gains). Like the projection, it needs a grammar that names its
-symmetry, so a corpus without one gets none (`mirror_for` -> None).
+A domain may name a word swap that leaves its laws unchanged (`Domain.mirror`; the built-in shapes world swaps
+its column words: a left-right mirror, with each word keeping its slot because the caption orders objects by
+identity). A mirrored history is then another valid history, and the mirror of its next state is the next state
+of the original. Averaging the two views is test-time augmentation: two forecasts that share the weights but err
+differently. The model runs on a batch twice as large (`docs/predictor_world.md` has what it costs and gains). A
+domain without a mirror gets none (`mirror_for` -> None).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pipeline.domain import Domain
 from pipeline.projection import argmax_state_ids
 from pipeline.tokenizer import StateTokenizer
 
@@ -89,12 +90,8 @@ class MirrorAveraged(nn.Module):
         return argmax_state_ids(logp, tuple(self.config.end_ids)), state  # (B, N)
 
 
-def mirror_for(grammar: str | None, tokenizer: StateTokenizer) -> Tensor | None:
-    """The id permutation of `grammar`'s mirror (None: a corpus without a grammar has no known symmetry)."""
-    if grammar is None:
+def mirror_for(domain: Domain, tokenizer: StateTokenizer) -> Tensor | None:
+    """The id permutation of `domain`'s mirror (None: a domain without a known symmetry)."""
+    if not domain.mirror:
         return None
-    if grammar != "world":
-        raise ValueError(f"grammar: no mirror is known for {grammar!r} (known: 'world')")
-    from world.grammar import MIRROR
-
-    return mirror_permutation(tokenizer, MIRROR)
+    return mirror_permutation(tokenizer, dict(domain.mirror))

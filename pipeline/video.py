@@ -21,6 +21,7 @@ import av
 import cv2
 import numpy as np
 
+from pipeline.domain import Domain
 from pipeline.utils import UserError, atomic_write_bytes
 
 logger = logging.getLogger(__name__)
@@ -247,22 +248,14 @@ def _encode_to(path: str, frames: Sequence[np.ndarray], rate: Fraction) -> None:
             container.mux(packet)
 
 
-def write_world_samples(
-    folder: str | os.PathLike[str],
-    scenarios: Sequence[str] = ("bounce", "gravity", "collide"),
-    seed: int = 0,
-    size: int = 128,
-) -> list[Path]:
-    """Write one test-split clip of the built-in world per scenario as `world-<scenario>.mp4` (for demos)."""
-    from world.scenarios import FPS, STRIDE, episode
-
+def write_samples(folder: str | os.PathLike[str], domain: Domain, seed: int = 0) -> list[Path]:
+    """Write the domain's sample clips (`Domain.sample_clips`) as `<name>.mp4` (for demos and the web page);
+    [] for a domain that has none."""
     out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name in scenarios:
-        ep = episode(name, seed, 0, split="test")
-        frames = ep.frames(STRIDE, size)  # (F, size, size, 3)
-        path = out / f"world-{name}.mp4"
-        atomic_write_bytes(path, encode_mp4(list(frames), FPS))
+    for clip in domain.sample_clips(seed):
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / f"{clip.name}.mp4"
+        atomic_write_bytes(path, encode_mp4(list(clip.frames), clip.fps))
         paths.append(path)
     return paths

@@ -7,6 +7,7 @@ weights directory whose `model_index.json` names a folder per stage, like a diff
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -17,13 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline.confidence import (
-    DEFAULT_CONFIDENCE_THRESHOLD,
-    check_grammar,
-    check_written_states,
-    clip_warning,
-    state_parses,
-)
+from pipeline.confidence import check_written_states, clip_warning
+from pipeline.domain import Domain, domain_of_index, get_domain, parses, timeline
 from pipeline.interfaces import Captioner, Predictor, ProgressCallback, Renderer, ScoringCaptioner
 from pipeline.placement import resolve_placement
 from pipeline.utils import (
@@ -40,6 +36,7 @@ from pipeline.video import SampledClip, VideoLimits, VideoSource, check_sampling
 logger = logging.getLogger(__name__)
 
 MAX_HORIZON = 32  # most states one call may predict, unless the pipeline is made with another max_horizon
+BUILTIN_LIBRARIES = ("transformers", "diffusers", "semworld")  # stage entries semworld's own adapters load
 
 
 @dataclass
@@ -55,15 +52,18 @@ class WorldModelOutput:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage, and "total"
     video: bytes | None = None  # H.264 MP4 of the predicted frames, when asked for
     # Per observed state: the captioner's mean token log-probability (None: given in words, or a captioner that
-    # does not score), and whether it parses under the weights' grammar (None: no grammar; states given in words
-    # are refused unless they parse, so under a grammar they are True).
+    # does not score), and whether it parses in the weights' domain (None: a domain without a grammar; states
+    # given in words are refused unless they parse, so under a grammar they are True).
     observed_confidence: list[float | None] = field(default_factory=list)
     observed_parses: list[bool | None] = field(default_factory=list)
-    # Per predicted state: whether it parses under the weights' grammar (None: the weights name no grammar).
+    # Per predicted state: whether it parses in the weights' domain (None: a domain without a grammar).
     predicted_parses: list[bool | None] = field(default_factory=list)
-    confidence_threshold: float | None = None  # below it a read state is unsure
+    confidence_threshold: float | None = None  # below it a read state is unsure (None: no threshold)
     warnings: list[str] = field(default_factory=list)  # said once per call (also logged)
     context_frames: list[np.ndarray] = field(default_factory=list)  # drawn for the last N observed states
+    # Per step (observed states, then predicted): what changed since the step before, in the domain's words.
+    changes: list[list[str]] = field(default_factory=list)
+    domain: str | None = None  # the name of the domain the states are written in
 
 
 def _stage_folder(weights_dir: Path, index: dict[str, Any], stage: str) -> Path:
@@ -105,13 +105,44 @@ def stage_folders(
     folders: dict[str, Path] = {}
     for stage in (s for s in STAGES if s in stages):
         own = overrides.get(stage)
-        if own is None:
+        if own is None and plugin_stage(index, stage, load=False) is not None:
+            folder = weights_dir / stage  # a plug-in stage may keep its files in a folder of its own, or need none
+            if folder.is_dir():
+                folders[stage] = folder
+        elif own is None:
             folders[stage] = _stage_folder(weights_dir, index, stage)
         elif not Path(own).is_dir():
             raise UserError(f"--{stage} {own}: no such directory")
         else:
             folders[stage] = Path(own)
     return folders, index
+
+
+def plugin_stage(index: Mapping[str, Any], stage: str, load: bool = True) -> Callable[..., Any] | None:
+    """The factory of a plug-in stage, or None for one of semworld's own (a folder name, or a [library, class]
+    pair of transformers, diffusers or semworld).
+
+    A plug-in is named in `model_index.json` as `"captioner": ["my_package.stages", "make_captioner"]`: an
+    installed module and a callable in it, called as `factory(folder, device=..., dtype=..., domain=...)` (folder:
+    `weights_dir/<stage>` when it exists, else None) that returns an object with the stage's methods
+    (pipeline.interfaces). Only installed modules are imported, never code from the weights folder. With
+    `load=False` the module is not imported (a truthy placeholder says it is a plug-in)."""
+    entry = index.get(stage)
+    if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry)):
+        return None
+    module, name = entry
+    if module in BUILTIN_LIBRARIES:
+        return None
+    if not load:
+        return NotLoaded
+    try:
+        factory = getattr(importlib.import_module(module), name, None)
+    except ImportError as err:
+        raise UserError(f"{MODEL_INDEX}: the {stage} is {module}.{name}, but {module} cannot be imported ({err})"
+                        ) from None  # fmt: skip
+    if not callable(factory):
+        raise UserError(f"{MODEL_INDEX}: the {stage} is {module}.{name}, which is not a callable in {module}")
+    return factory  # type: ignore[no-any-return]
 
 
 def check_call(
@@ -170,12 +201,13 @@ def sample_clip(
 def check_written_states_for(
     states: Sequence[str], folders: dict[str, Path], index: dict[str, Any], label: str = "states"
 ) -> None:
-    """Check states a user wrote against the weights before any model is loaded: under the world grammar when
-    the index says `"grammar": "world"`, else against the predictor's vocabulary (tokenizer.json) and its
-    token slots per state (config.json's N). A UserError names the state and the word."""
-    grammar = check_grammar(index.get("grammar"))
-    if grammar is not None:
-        check_written_states(states, grammar=grammar, label=label)
+    """Check states a user wrote against the weights before any model is loaded: under the grammar of the domain
+    the index names (when it has one), and against the predictor's vocabulary (tokenizer.json) and its token
+    slots per state (config.json's N), unless the predictor is a plug-in stage. A UserError names the state and
+    the word."""
+    domain = domain_of_index(index)
+    if plugin_stage(index, "predictor") is not None:
+        check_written_states(states, domain=domain, label=label)
         return
     from pipeline.tokenizer import StateTokenizer  # tokenizers only: no model
 
@@ -186,7 +218,7 @@ def check_written_states_for(
         raise UserError(f"predictor weights {err}") from None
     config = read_user_json(folder, "config.json", "a saved semworld predictor", "predictor weights")
     n = config.get("N") if isinstance(config, dict) else None
-    check_written_states(states, grammar=None, vocabulary=vocabulary, max_tokens=n if isinstance(n, int) else None,
+    check_written_states(states, domain=domain, vocabulary=vocabulary, max_tokens=n if isinstance(n, int) else None,
                          label=label)  # fmt: skip
 
 
@@ -233,10 +265,12 @@ class WorldModelPipeline:
         default_state_rate: states per second to read a clip at when a call gives neither stride nor state_rate
             (from_pretrained takes it from model_index.json: the rate the predictor was trained for); None reads
             every frame.
-        grammar: "world" when the stages speak the built-in world's language: read states are checked against
-            its grammar, and so are states given in words (from_pretrained: model_index.json's "grammar").
+        domain: the domain the stages' states are written in (a Domain or a registry name; None: free text):
+            read and predicted states are checked against its grammar, states given in words too, and the
+            timeline is in its words (from_pretrained: model_index.json's "domain").
         confidence_threshold: mean token log-probability below which a read state is unsure; when most states of
-            a clip are, the output carries one plain warning (model_index.json's "confidence_threshold").
+            a clip are, the output carries one plain warning (from_pretrained: model_index.json's
+            "confidence_threshold"; None: the domain's, which may be none).
     """
 
     def __init__(
@@ -250,8 +284,8 @@ class WorldModelPipeline:
         render_batch_size: int = 8,
         max_horizon: int = MAX_HORIZON,
         default_state_rate: float | None = None,
-        grammar: str | None = None,
-        confidence_threshold: float = DEFAULT_CONFIDENCE_THRESHOLD,
+        domain: Domain | str | None = None,
+        confidence_threshold: float | None = None,
     ) -> None:
         if default_state_rate is not None and not default_state_rate > 0:
             raise ValueError(f"default_state_rate must be > 0 states per second, got {default_state_rate}")
@@ -267,8 +301,10 @@ class WorldModelPipeline:
         self.render_batch_size = render_batch_size
         self.max_horizon = max_horizon
         self.default_state_rate = default_state_rate
-        self.grammar = check_grammar(grammar, "grammar")
-        self.confidence_threshold = float(confidence_threshold)
+        self.domain = get_domain(domain)
+        if confidence_threshold is None:
+            confidence_threshold = self.domain.confidence_threshold
+        self.confidence_threshold = None if confidence_threshold is None else float(confidence_threshold)
 
     @classmethod
     def from_pretrained(
@@ -297,16 +333,21 @@ class WorldModelPipeline:
         (pipeline.placement.resolve_placement chooses them all). The index's `state_rate` becomes `default_state_rate` unless kwargs give one.
         `stages` picks which of captioner, predictor and renderer to load (e.g. only the captioner to turn
         videos into states); the others are stand-ins that raise if called, and need no entry in the index.
-        `project`: when the index names a grammar, each predicted state is projected onto its valid states and
-        fed back as such (pipeline/projection.py); False keeps the predictor's raw argmax states. `mirror`: the
-        predictor forecasts from the mean of each history and its left-right mirror (pipeline/symmetry.py; weights
-        whose index names the world grammar; about 2.7x the predictor's time).
+        `project`: when the index's domain has an automaton of its valid states, each predicted state is
+        projected onto them and fed back as such (pipeline/projection.py); False keeps the predictor's raw argmax
+        states. `mirror`: the predictor forecasts from the mean of each history and its mirror (pipeline/symmetry.py;
+        a domain with a mirror; about 2.7x the predictor's time).
+
+        A stage whose index entry is `[module, factory]` of an installed module other than transformers,
+        diffusers or semworld is a plug-in: `factory(folder, device=..., dtype=..., domain=...)` makes it
+        (`plugin_stage`).
         """
         weights_dir = Path(weights_dir) if weights_dir is not None else default_weights_dir()
         overrides = {"captioner": captioner, "predictor": predictor, "renderer": renderer}
         folders, index = stage_folders(weights_dir, overrides, stages)
         kwargs.setdefault("default_state_rate", index_state_rate(index, weights_dir / MODEL_INDEX))
-        kwargs.setdefault("grammar", check_grammar(index.get("grammar"), weights_dir / MODEL_INDEX))
+        kwargs.setdefault("domain", domain_of_index(index, weights_dir / MODEL_INDEX))
+        domain = get_domain(kwargs["domain"])
         if isinstance(index.get("confidence_threshold"), int | float):
             kwargs.setdefault("confidence_threshold", float(index["confidence_threshold"]))
         # One choice for all stages (a device this machine lacks, a bad dtype: one line).
@@ -319,34 +360,35 @@ class WorldModelPipeline:
         from pipeline.predictor import Predictor as TensorPredictor
         from pipeline.renderer import Renderer as HFRenderer
 
+        builtin: dict[str, Callable[[], Any]] = {
+            "captioner": lambda: HFCaptioner.from_pretrained(folders["captioner"], device=place.captioner.device,
+                                                             dtype=place.captioner.dtype, domain=domain),
+            "predictor": lambda: TensorPredictor.from_pretrained(folders["predictor"], device=place.predictor.device,
+                                                                 dtype=place.predictor.dtype, compile=place.compile,
+                                                                 domain=domain, project=project, mirror=mirror),
+            "renderer": lambda: HFRenderer.from_pretrained(folders["renderer"], device=place.renderer.device,
+                                                           dtype=place.renderer.dtype),
+        }  # fmt: skip
         t0 = time.perf_counter()
-        loaded = (
-            HFCaptioner.from_pretrained(folders["captioner"], device=place.captioner.device,
-                                        dtype=place.captioner.dtype)  # fmt: skip
-            if "captioner" in stages
-            else NotLoaded("captioner"),
-            TensorPredictor.from_pretrained(folders["predictor"], device=place.predictor.device,
-                                            dtype=place.predictor.dtype, compile=place.compile,
-                                            grammar=kwargs["grammar"], project=project, mirror=mirror)  # fmt: skip
-            if "predictor" in stages
-            else NotLoaded("predictor"),
-            HFRenderer.from_pretrained(folders["renderer"], device=place.renderer.device,
-                                       dtype=place.renderer.dtype)  # fmt: skip
-            if "renderer" in stages
-            else NotLoaded("renderer"),
-        )
+        loaded: list[Any] = []
+        for stage in STAGES:
+            factory = plugin_stage(index, stage) if overrides.get(stage) is None and stage in stages else None
+            if stage not in stages:
+                loaded.append(NotLoaded(stage))
+            elif factory is not None:
+                at = getattr(place, stage)
+                loaded.append(factory(folders.get(stage), device=at.device, dtype=at.dtype, domain=domain))
+            else:
+                loaded.append(builtin[stage]())
         logger.info("loaded %s from %s in %.1f s", ", ".join(stages), weights_dir, time.perf_counter() - t0)
         return cls(*loaded, **kwargs)
 
     def check_states(self, states: Sequence[str], label: str = "states") -> None:
         """Refuse states given in words that the models cannot read (a UserError naming the state and the word):
-        under the pipeline's grammar when it has one, else words outside the predictor's vocabulary; either way
-        a state longer than the predictor's token slots. Needs no forward pass: the API runs it before queueing."""
+        under the domain's grammar when it has one, words outside the predictor's vocabulary, a state longer
+        than the predictor's token slots. Needs no forward pass: the API runs it before queueing."""
         vocabulary, n = predictor_vocabulary(self.predictor)
-        if self.grammar:
-            check_written_states(states, grammar=self.grammar, label=label)
-            vocabulary = None  # the grammar has named any unknown word already
-        check_written_states(states, grammar=None, vocabulary=vocabulary, max_tokens=n, label=label)
+        check_written_states(states, domain=self.domain, vocabulary=vocabulary, max_tokens=n, label=label)
 
     # ---- step 1 ---------------------------------------------------------------------------------------------
     def check_inputs(
@@ -427,16 +469,16 @@ class WorldModelPipeline:
             scored = self.caption_scored(clip.frames, notify)
             observed = [text for text, _ in scored]
             confidence = [c for _, c in scored]
-            parses = [state_parses(s, self.grammar) if self.grammar else None for s in observed]
+            parses = [self.parses(s) for s in observed]
             timings["caption"] = time.perf_counter() - t
-            warning = clip_warning(confidence, parses, self.confidence_threshold)
+            warning = clip_warning(confidence, parses, self.confidence_threshold, self.domain)
             if warning:
                 logger.warning("%s", warning)
                 warnings.append(warning)
         else:
             observed = [s.strip() for s in states or ()]
             self.check_states(observed)  # refused here unless they parse: then each is a valid state
-            confidence, parses = [None] * len(observed), [True if self.grammar else None] * len(observed)
+            confidence, parses = [None] * len(observed), [self.parses(s) for s in observed]
 
         # 4. predict
         notify("predict", 0, 1)
@@ -444,7 +486,7 @@ class WorldModelPipeline:
         # Captions of out-of-domain frames may run past the predictor's token slots: cut those; states a user
         # wrote are never cut silently (the predictor names the long one instead).
         predicted = self.predict(observed, horizon, truncate=clip is not None)
-        predicted_parses = [state_parses(s, self.grammar) if self.grammar else None for s in predicted]
+        predicted_parses = [self.parses(s) for s in predicted]
         timings["predict"] = time.perf_counter() - t
         notify("predict", 1, 1)
 
@@ -489,9 +531,15 @@ class WorldModelPipeline:
             confidence_threshold=self.confidence_threshold,
             warnings=warnings,
             context_frames=context_frames,
+            changes=timeline(self.domain, [*observed, *predicted]),
+            domain=self.domain.name,
         )
 
     # ---- the stages, each usable on its own -----------------------------------------------------------------
+    def parses(self, state: str) -> bool | None:
+        """Whether `state` is a valid state of the pipeline's domain (None: a domain without a grammar)."""
+        return parses(self.domain, state)
+
     def read(
         self,
         video: VideoSource,

@@ -5,8 +5,9 @@
     pipeline.cli -> pipeline.batch -> pipeline (inference)
     pipeline.cli -> api (`semworld serve`; api never imports the CLI)
 
-Inference modules (the files at the top of pipeline/) never import training, evaluation, the CLI, FastAPI or api;
-models never import pipeline or api; world is a leaf that imports none of them.
+Inference modules (the files at the top of pipeline/) never import training, evaluation, the CLI, FastAPI or api,
+nor any domain (world, pipeline.domains): they get one from the registry in pipeline/domain.py. Models never
+import pipeline or api; world is a leaf that imports none of them.
 """
 
 from __future__ import annotations
@@ -48,7 +49,11 @@ def layer_of(path: Path) -> str:
 FORBIDDEN = {
     "models": ("pipeline", "api", "fastapi", "world"),
     "world": ("pipeline", "api", "models", "fastapi"),
-    "pipeline": ("pipeline.training", "pipeline.evaluation", "pipeline.cli", "api", "fastapi", "uvicorn"),
+    # Inference modules receive a domain from the registry (pipeline.domain); they never import one by name.
+    "pipeline": ("pipeline.training", "pipeline.evaluation", "pipeline.cli", "pipeline.domains", "api", "fastapi",
+                 "uvicorn", "world"),
+    "pipeline.domains": ("pipeline.training", "pipeline.evaluation", "pipeline.cli", "pipeline.batch", "api",
+                         "fastapi", "world"),
     "pipeline.evaluation": ("pipeline.training", "pipeline.cli", "api", "fastapi"),
     "pipeline.training": ("pipeline.cli", "api", "fastapi"),
     "pipeline.batch": ("pipeline.training", "pipeline.evaluation", "pipeline.cli", "api", "fastapi"),
@@ -78,6 +83,10 @@ def test_the_check_sees_a_violation():
         "pipeline.training.args.TrainArgs",
     ]
     assert _forbidden(REPO / "models" / "_probe.py", "import pipeline.utils\n") == ["pipeline.utils"]
+    # an inference module that imports a domain by name, the built-in world's or a shipped one, is caught
+    assert _forbidden(probe, "from world.grammar import parse_state\n") == ["world.grammar", "world.grammar.parse_state"]
+    assert _forbidden(probe, "import pipeline.domains.text\n") == ["pipeline.domains.text"]
+    assert _forbidden(probe, "from pipeline.domain import get_domain\n") == []  # the registry is how
     assert _forbidden(REPO / "pipeline" / "evaluation" / "_probe.py", "from ..training import args\n") == [
         "pipeline.training",
         "pipeline.training.args",

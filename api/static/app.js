@@ -82,7 +82,7 @@ function frameCard(src, state, label, editable, index, extra = {}) {
     const g = document.createElement("span");
     g.className = "grammar";
     g.textContent = " · not a world state";
-    g.title = "this state does not parse under the weights' grammar";
+    g.title = "this state is not a valid state of the weights' domain";
     cap.appendChild(g);
   }
   if (editable) {

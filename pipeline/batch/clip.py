@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from pipeline.batch.jobs import BatchSettings, ClipJob
-from pipeline.confidence import clip_warning, state_parses
+from pipeline.confidence import clip_warning
+from pipeline.domain import timeline
 from pipeline.outputs import write_outputs
 from pipeline.utils import (
     MODEL_INDEX,
@@ -61,12 +62,16 @@ class ClipWork:
     rendered: list[np.ndarray] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     error: str | None = None  # "stage: message" once a stage failed; later stages pass the clip on
-    # As the pipeline reports them: per observed state the captioner's confidence and whether it parses under
-    # the weights' grammar; the pipeline's threshold; the clip's warning, if any (pipeline.confidence).
+    # As the pipeline reports them: per observed state the captioner's confidence and whether it parses in the
+    # weights' domain; the pipeline's threshold; the clip's warning, if any (pipeline.confidence); per predicted
+    # state whether it parses; per step what changed since the step before, in the domain's words.
     confidence: list[float | None] = field(default_factory=list)
     parses: list[bool | None] = field(default_factory=list)
     threshold: float | None = None
     warnings: list[str] = field(default_factory=list)
+    predicted_parses: list[bool | None] = field(default_factory=list)
+    changes: list[list[str]] = field(default_factory=list)
+    domain: str | None = None
 
 
 @dataclass
@@ -184,9 +189,10 @@ def caption(pipe: WorldModelPipeline, works: Sequence[ClipWork]) -> None:
         start += len(w.frames)
         w.observed = [text for text, _ in mine]
         w.confidence = [c for _, c in mine]
-        w.parses = [state_parses(x, pipe.grammar) if pipe.grammar else None for x in w.observed]
+        w.parses = [pipe.parses(x) for x in w.observed]
         w.threshold = pipe.confidence_threshold
-        warning = clip_warning(w.confidence, w.parses, pipe.confidence_threshold)
+        w.changes, w.domain = timeline(pipe.domain, w.observed), pipe.domain.name
+        warning = clip_warning(w.confidence, w.parses, pipe.confidence_threshold, pipe.domain)
         w.warnings = [warning] if warning else []
         w.timings["caption"] = seconds * len(w.frames) / len(frames)
 
@@ -216,6 +222,8 @@ def predict(pipe: WorldModelPipeline, works: Sequence[ClipWork]) -> None:
     seconds = time.perf_counter() - t
     for w, states in zip(live, rollouts, strict=True):
         w.predicted = list(states[: w.job.horizon])
+        w.predicted_parses = [pipe.parses(x) for x in w.predicted]
+        w.changes = timeline(pipe.domain, [*w.observed, *w.predicted])
         w.timings["predict"] = seconds / len(live)
 
 
@@ -271,8 +279,11 @@ def write_clip(work: ClipWork, settings: BatchSettings) -> ClipResult:
             source_indices=list(work.indices),
             observed_confidence=list(work.confidence),
             observed_parses=list(work.parses),
+            predicted_parses=list(work.predicted_parses),
             confidence_threshold=work.threshold,
             warnings=list(work.warnings),
+            changes=list(work.changes),
+            domain=work.domain,
         )
         with atomic_dir(settings.out / job.name) as tmp:
             files = write_outputs(output, tmp)

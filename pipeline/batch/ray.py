@@ -134,6 +134,9 @@ def work_to_row(work: ClipWork) -> dict[str, Any]:
                 "parses": work.parses,
                 "threshold": work.threshold,
                 "warnings": work.warnings,
+                "predicted_parses": work.predicted_parses,
+                "changes": work.changes,
+                "domain": work.domain,
             }
         ),
     }

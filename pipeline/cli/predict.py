@@ -60,19 +60,21 @@ def compare(label: str, got: list[str], truth: list[str], offset: int) -> tuple[
 
 
 def _truth_frames(truth: list[str] | None, output: WorldModelOutput, index: dict) -> list:
-    """The true frames of the predicted steps, drawn by the built-in world's renderer (world weights only;
-    [] when there is no truth, the weights speak another language, or a true state does not parse)."""
-    if truth is None or index.get("grammar") != "world":
-        return []
-    import world
+    """The true frames of the predicted steps, drawn by the weights' domain ([] when there is no truth, the domain
+    cannot draw a state, or a true state does not parse)."""
+    from pipeline.domain import domain_of_index
 
+    if truth is None:
+        return []
+    domain = domain_of_index(index)
     n = len(output.observed_states)
     wanted = truth[n : n + len(output.predicted_states)]
     try:
-        return [world.render_state(s, size=128) for s in wanted]
+        frames = [domain.draw(s, 128) for s in wanted]
     except ValueError as err:
         logger.warning("--truth: no side-by-side video (%s)", err)
         return []
+    return [] if any(f is None for f in frames) else frames
 
 
 def _sureness(output: WorldModelOutput, i: int) -> str:
@@ -83,7 +85,7 @@ def _sureness(output: WorldModelOutput, i: int) -> str:
     ok = output.observed_parses[i] if i < len(output.observed_parses) else None
     if not output.source_indices or (c is None and ok is None):  # given in words (checked already), or unknown
         return ""
-    mark = "?" if unsure(c, ok, output.confidence_threshold or 0.0) else " "
+    mark = "?" if unsure(c, ok, output.confidence_threshold) else " "
     return f"[{'  n/a ' if c is None else f'{c:+.3f}'}]{mark} "
 
 
@@ -178,12 +180,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-project", dest="project", action="store_false",
         help="keep the predictor's raw argmax states instead of projecting each onto the closest valid state of "
-        "the grammar the weights' model_index.json names (default: project)",
+        "the domain the weights' model_index.json names, when it has a grammar (default: project)",
     )  # fmt: skip
     p.add_argument(
         "--mirror", action="store_true",
-        help="forecast from the mean of each history and its left-right mirror (weights trained on the world "
-        "grammar; about 2.7x the predictor's time; docs/predictor_world.md has what it gains)",
+        help="forecast from the mean of each history and its mirror (a domain with a mirror, such as the "
+        "built-in shapes world; about 2.7x the predictor's time; docs/predictor_world.md has what it gains)",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     p.set_defaults(func=run_predict)
@@ -213,9 +215,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from pipeline.outputs import write_outputs
+    from pipeline.outputs import changes_of, write_outputs
     from pipeline.placement import resolve_placement
-    from pipeline.timeline import timeline
     from pipeline.utils import MODEL_INDEX
     from pipeline.video import TooManyStatesError, VideoLimits
     from pipeline.world_model import (
@@ -295,7 +296,8 @@ def run_predict(args: argparse.Namespace) -> int:
                     "warnings": output.warnings,
                     "predicted_states": output.predicted_states,
                     "predicted_parses": output.predicted_parses,
-                    "changes": timeline([*output.observed_states, *output.predicted_states]),
+                    "changes": changes_of(output),
+                    "domain": output.domain,
                     "frames": [str(p) for p in files.predicted_frames],
                     "video": str(files.video) if files.video else None,
                     "states_file": str(files.states),
@@ -317,8 +319,8 @@ def run_predict(args: argparse.Namespace) -> int:
         for i, s in enumerate(output.observed_states):
             print(f"  t={i:<3d} {_sureness(output, i)}{s}")
         outside = [ok is False for ok in output.predicted_parses] or [False] * len(output.predicted_states)
-        print(f"predicted {len(output.predicted_states)} states" + (" (? : not a world state):" if any(outside)
-                                                                     else ":"))  # fmt: skip
+        print(f"predicted {len(output.predicted_states)} states" + (f" (? : not a {output.domain} state):"
+                                                                     if any(outside) else ":"))  # fmt: skip
         for j, s in enumerate(output.predicted_states):
             print(f"  t={n + j:<3d} {'? ' if outside[j] else ''}{s}")
     else:

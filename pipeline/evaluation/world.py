@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from pipeline import utils
+from pipeline.domain import domain_of_index
 from pipeline.evaluation.metrics import psnr, scene_groups, ssim
 from pipeline.interfaces import Predictor
 from pipeline.utils import (
@@ -361,9 +362,9 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
         elif part == "predictor":
             from pipeline.predictor import Predictor
 
-            grammar = read_model_index(weights).get("grammar") if (weights / MODEL_INDEX).is_file() else None
-            predictor = Predictor.from_pretrained(folder, device=device, grammar=grammar, project=args.project,
-                                                   mirror=args.mirror)
+            index = read_model_index(weights) if (weights / MODEL_INDEX).is_file() else {}
+            predictor = Predictor.from_pretrained(folder, device=device, domain=domain_of_index(index),
+                                                  project=args.project, mirror=args.mirror)  # fmt: skip
             kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
             start = args.min_history if args.min_history is not None else min(predictor.T, DEFAULT_MIN_HISTORY)
             scores = score_predictor(predictor, clips, args.horizon, start)

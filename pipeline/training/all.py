@@ -179,14 +179,14 @@ def write_model_index(out: str | Path) -> dict[str, Any]:
     """out/model_index.json: every stage as [library, class], its folder being the stage's name (as in a
     diffusers pipeline); `WorldModelPipeline.from_pretrained` reads it. Classes come from the saved files."""
     out = Path(out)
-    from pipeline.confidence import DEFAULT_CONFIDENCE_THRESHOLD
+    from world.domain import CONFIDENCE_THRESHOLD, ShapesDomain
     from world.scenarios import FPS, STRIDE
 
     index: dict[str, Any] = {"_class_name": "WorldModelPipeline", "_semworld_layout": 1}
     # The rate of the states every stage was trained on: clips are read at it unless a caller says otherwise.
     index["state_rate"] = FPS / STRIDE
-    index["grammar"] = "world"  # every stage reads and writes the built-in world's sentences
-    index["confidence_threshold"] = DEFAULT_CONFIDENCE_THRESHOLD  # calibrated on the shipped captioner
+    index["domain"] = ShapesDomain.name  # every stage reads and writes the built-in world's sentences
+    index["confidence_threshold"] = CONFIDENCE_THRESHOLD  # calibrated on the shipped captioner
     for stage in ("captioner", "predictor", "renderer"):
         index[stage] = stage_class(out / stage, stage)
     atomic_write_json(out / MODEL_INDEX, index)

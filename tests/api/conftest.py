@@ -59,11 +59,12 @@ def wait_job(client: TestClient, job_id: str, timeout: float = 30.0, headers=Non
 @pytest.fixture(scope="session")
 def world_clip(tmp_path_factory) -> Path:
     """A clip of the built-in world (skipped when the world package cannot make one)."""
-    from pipeline.video import write_world_samples
+    from pipeline.domain import get_domain
+    from pipeline.video import write_samples
 
     folder = tmp_path_factory.mktemp("world-samples")
     try:
-        return write_world_samples(folder, scenarios=("bounce",))[0]
+        return write_samples(folder, get_domain("shapes"))[0]  # world-bounce.mp4
     except ImportError as err:
         pytest.skip(f"world package not available: {err}")
 

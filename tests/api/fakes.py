@@ -119,7 +119,7 @@ def make_pipeline(
     world = os.environ.get("FAKE_WORLD", "") == "1" if world is None else world
     renderer = NoiseRenderer(delay, step_delay=step_delay)
     if world:
-        return WorldModelPipeline(WorldCaptioner(), WorldPredictor(), renderer, render_batch_size=2, grammar="world")
+        return WorldModelPipeline(WorldCaptioner(), WorldPredictor(), renderer, render_batch_size=2, domain="shapes")
     return WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), renderer, render_batch_size=2)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.timeline import timeline
+from pipeline.domain import get_domain, timeline
 from tests.api.conftest import REAL_CLIP
 from tests.api.fakes import world_step
 
@@ -89,7 +89,7 @@ def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tm
     expected += [world_step(expected[0]), world_step(world_step(expected[0]))]
     assert predicted == expected
     # The semantic timeline beside every frame: what changed since the step before, as the result JSON says.
-    steps = timeline([*observed, *predicted])
+    steps = timeline(get_domain("shapes"), [*observed, *predicted])
     shown = page.locator(".frame ul.changes").evaluate_all(
         "els => els.map(ul => [...ul.querySelectorAll('li')].map(li => li.textContent))"
     )

@@ -207,7 +207,7 @@ def test_too_many_sync_requests_is_429(make_client):
 
 def test_rollout_says_what_predict_says_about_its_states(make_client):
     """/v1/rollout carries /v1/predict's confidence fields under the same names, and the semantic timeline."""
-    from pipeline.confidence import DEFAULT_CONFIDENCE_THRESHOLD
+    from pipeline.domain import get_domain
     from tests.api.fakes import make_pipeline
 
     client = make_client(pipeline=make_pipeline(0.0, world=True))
@@ -218,7 +218,8 @@ def test_rollout_says_what_predict_says_about_its_states(make_client):
     assert body["predicted_states"] == ["red ball top center , lamp off .", "red ball top midright , lamp on ."]
     assert body["observed_confidence"] == [None, None]  # given in words: nothing was read
     assert body["observed_parses"] == [True, True] and body["predicted_parses"] == [True, True]
-    assert body["confidence_threshold"] == DEFAULT_CONFIDENCE_THRESHOLD and body["warnings"] == []
+    assert body["confidence_threshold"] == get_domain("shapes").confidence_threshold and body["warnings"] == []
+    assert body["domain"] == "shapes"
     assert body["changes"] == [
         [],
         ["red ball moved from top left to top midleft"],
@@ -229,9 +230,11 @@ def test_rollout_says_what_predict_says_about_its_states(make_client):
     r = client.post("/v1/rollout", json={"states": ["empty ."], "horizon": 1, "render": False})
     assert r.json()["predicted_states"] == ["empty room ."] and r.json()["predicted_parses"] == [False]
     assert r.json()["changes"] == [[], ["changed (not a world state)"]]
-    # weights that name no grammar: no verdict either way
+    # weights that name no domain: free text, no verdict either way, no threshold, changes word by word
     plain = make_client(pipeline=make_pipeline(0.0)).post("/v1/rollout", json={"states": ["a."], "render": False})
     assert plain.json()["observed_parses"] == [None] and plain.json()["predicted_parses"] == [None] * 8
+    assert plain.json()["domain"] == "text" and plain.json()["confidence_threshold"] is None
+    assert plain.json()["changes"][1] == ["added: next 0 after"]  # "a ." -> "next 0 after a ."
     schemas = client.get("/openapi.json").json()["components"]["schemas"]
     fields = {"observed_confidence", "observed_parses", "predicted_parses", "confidence_threshold", "warnings",
               "changes"}  # fmt: skip
@@ -239,7 +242,7 @@ def test_rollout_says_what_predict_says_about_its_states(make_client):
 
 
 def test_predict_and_job_results_carry_the_timeline(make_client):
-    from pipeline.timeline import timeline
+    from pipeline.domain import get_domain, timeline
     from tests.api.conftest import wait_job
     from tests.api.fakes import make_pipeline, world_step
 
@@ -247,7 +250,7 @@ def test_predict_and_job_results_carry_the_timeline(make_client):
     body = post_clip(client, REAL_CLIP.read_bytes(), horizon="2", stride="4").json()
     steps = [*body["observed_states"], *body["predicted_states"]]
     assert body["predicted_states"][0] == world_step(body["observed_states"][-1])
-    assert body["changes"] == timeline(steps) and len(body["changes"]) == 6
+    assert body["changes"] == timeline(get_domain("shapes"), steps) and len(body["changes"]) == 6
     assert "lamp switched off" in body["changes"][4] and body["observed_parses"] == [True] * 4
     r = client.post("/v1/jobs", files={"file": ("c.mp4", REAL_CLIP.read_bytes(), "video/mp4")},
                     data={"horizon": "2", "stride": "4"})  # fmt: skip

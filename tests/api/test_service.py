@@ -118,8 +118,13 @@ def test_world_samples_are_made_when_no_folder_is_set(tmp_path):
     from tests.api.conftest import wait_ready
     from tests.api.fakes import make_pipeline
 
-    app = create_app(Settings(data_dir=tmp_path), stages=make_pipeline(0.0))
+    app = create_app(Settings(data_dir=tmp_path / "shapes"), stages=make_pipeline(0.0, world=True))
     with TestClient(app) as client:
         wait_ready(client)
         names = [s["name"] for s in client.get("/v1/samples").json()]
     assert names == ["world-bounce.mp4", "world-collide.mp4", "world-gravity.mp4"]
+    # stages of the free-text domain: it has no clips of its own, so the page offers none
+    app = create_app(Settings(data_dir=tmp_path / "text"), stages=make_pipeline(0.0))
+    with TestClient(app) as client:
+        wait_ready(client)
+        assert client.get("/v1/samples").json() == []

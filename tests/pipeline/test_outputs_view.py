@@ -35,7 +35,7 @@ def test_long_runs_wrap_into_rows_and_long_states_are_shown_whole():
 
 
 def test_states_given_in_words_are_drawn_and_the_timeline_goes_into_states_json(tmp_path):
-    pipe = WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), NoiseRenderer())
+    pipe = WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), NoiseRenderer(), domain="shapes")
     states = ["red ball top left , lamp on .", "red ball upper left , lamp off ."]
     out = pipe(states=states, horizon=2, seed=0, render_context=2)
     assert len(out.context_frames) == 2
@@ -71,7 +71,7 @@ def test_states_json_says_whether_each_predicted_state_parses_and_the_strip_says
     from pipeline.outputs import PREDICTED_COLOUR, _tile
     from tests.api.fakes import WorldPredictor
 
-    pipe = WorldModelPipeline(BrightnessCaptioner(), WorldPredictor(), NoiseRenderer(), grammar="world")
+    pipe = WorldModelPipeline(BrightnessCaptioner(), WorldPredictor(), NoiseRenderer(), domain="shapes")
     out = pipe(states=["red ball top left , lamp on .", "empty ."], horizon=2, render=False)
     assert out.observed_parses == [True, True] and out.predicted_parses == [False, False]
     steps = json.loads(write_outputs(out, tmp_path).states.read_text())["steps"]

@@ -80,9 +80,12 @@ def test_every_stage_gets_its_own_device_and_dtype(tiny_weights, monkeypatch):
     monkeypatch.setattr(pipeline.renderer.Renderer, "from_pretrained", recorder("renderer"))
     WorldModelPipeline.from_pretrained(tiny_weights, device="cpu", dtype="bfloat16", compile=True,
                                        stage_devices={"renderer": "meta"}, stage_dtypes=["predictor=fp32"])
+    assert got["captioner"].pop("domain").name == "text"
     assert got["captioner"] == {"device": torch.device("cpu"), "dtype": torch.bfloat16}
+    domain = got["predictor"].pop("domain")
+    assert domain.name == "text"  # tiny_weights names no domain: free text
     assert got["predictor"] == {"device": torch.device("cpu"), "dtype": torch.float32, "compile": True,
-                                "grammar": None, "project": True, "mirror": False}  # tiny_weights names no grammar
+                                "project": True, "mirror": False}
     assert got["renderer"] == {"device": torch.device("meta"), "dtype": torch.bfloat16}
 
 

@@ -1,5 +1,6 @@
-"""Valid states by projection: the world automaton accepts exactly the grammar's states, an invalid prediction
-becomes the best-scoring valid one, a valid argmax is kept, off is the old rollout, no grammar means no projection."""
+"""Valid states by projection: the shapes world's automaton accepts exactly its grammar's states, an invalid
+prediction becomes the best-scoring valid one, a valid argmax is kept, off is the old rollout, a domain without an
+automaton (free text) means no projection."""
 
 import json
 import shutil
@@ -11,11 +12,15 @@ import torch
 import world
 from models.baseline import BaselineConfig, BaselineModel
 from models.four_tensor import FourTensorConfig, FourTensorModel
+from pipeline.domain import get_domain
 from pipeline.predictor import Predictor
-from pipeline.projection import GrammarProjection, WorldAutomaton, _Prefix, projection_for
+from pipeline.projection import GrammarProjection, projection_for
 from pipeline.tokenizer import PAD_ID, StateTokenizer
 from pipeline.training.captioner import sample_scene, world_sentences
 from pipeline.world_model import WorldModelPipeline
+from world.automaton import Prefix, WorldAutomaton
+
+SHAPES = get_domain("shapes")
 
 N = 16
 
@@ -37,7 +42,7 @@ def peaked_logits(tok: StateTokenizer, words: list[str], runner_up: dict[int, st
 
 
 def accepts(automaton: WorldAutomaton, words: list[str]) -> bool:
-    prefix = _Prefix()
+    prefix = Prefix()
     for w in words:
         nxt = automaton.step(prefix)
         if w not in nxt:
@@ -53,7 +58,7 @@ def test_automaton_accepts_every_valid_state_and_only_valid_states():
         state = world.caption(sample_scene(rng, [1, 1, 1, 1]))
         assert accepts(automaton, world.tokenize(state)), state
     for _ in range(300):  # random walks through the automaton: every one is a valid state
-        prefix, words = _Prefix(), []
+        prefix, words = Prefix(), []
         while prefix.phase != "done":
             options = automaton.step(prefix)
             assert options, f"dead end after {words}"
@@ -71,7 +76,7 @@ def test_automaton_accepts_every_valid_state_and_only_valid_states():
 def test_an_invalid_predicted_state_becomes_the_best_valid_one(tok):
     # argmax "screen ball bottom midright ." does not parse; "blue" is slot 0's runner-up
     logits = peaked_logits(tok, world.tokenize("screen ball bottom midright ."), {0: "blue"})
-    proj = GrammarProjection(tok, N, tok.end_ids)
+    proj = GrammarProjection(SHAPES, tok, N, tok.end_ids)
     ids = proj(logits)
     assert tok.spell(ids[0]) == "blue ball bottom midright ."
     assert proj.stats.states == 1 and proj.stats.projected == 1
@@ -82,7 +87,7 @@ def test_an_invalid_predicted_state_becomes_the_best_valid_one(tok):
 
 def test_random_logits_always_give_a_valid_state(tok):
     torch.manual_seed(0)
-    proj = GrammarProjection(tok, N, tok.end_ids, top_k=3, beam=4)
+    proj = GrammarProjection(SHAPES, tok, N, tok.end_ids, top_k=3, beam=4)
     ids = proj(3 * torch.randn(64, N, tok.vocab_size))  # (64, N)
     for row in ids:
         world.parse_state(tok.spell(row))
@@ -92,7 +97,7 @@ def test_random_logits_always_give_a_valid_state(tok):
 def test_a_valid_argmax_state_is_unchanged(tok):
     state = "green triangle upper left , purple box lower midright , lamp off ."
     logits = peaked_logits(tok, world.tokenize(state), {0: "red", 3: "right"})
-    proj = GrammarProjection(tok, N, tok.end_ids)
+    proj = GrammarProjection(SHAPES, tok, N, tok.end_ids)
     ids = proj(logits)
     assert tok.spell(ids[0]) == state and proj.stats.projected == 0
     assert torch.equal(ids, proj.argmax_ids(logits))
@@ -100,12 +105,13 @@ def test_a_valid_argmax_state_is_unchanged(tok):
 
 def test_projection_rejects_bad_arguments(tok):
     with pytest.raises(ValueError, match="top_k"):
-        GrammarProjection(tok, N, top_k=0)
+        GrammarProjection(SHAPES, tok, N, top_k=0)
     with pytest.raises(ValueError, match="logits"):
-        GrammarProjection(tok, N)(torch.zeros(1, N - 1, tok.vocab_size))
-    with pytest.raises(ValueError, match="grammar"):
-        projection_for("english", tok, N)
-    assert projection_for(None, tok, N) is None
+        GrammarProjection(SHAPES, tok, N)(torch.zeros(1, N - 1, tok.vocab_size))
+    with pytest.raises(ValueError, match="domain 'text' has no automaton"):
+        GrammarProjection(get_domain("text"), tok, N)
+    assert projection_for(get_domain("text"), tok, N) is None
+    assert isinstance(projection_for(SHAPES, tok, N), GrammarProjection)
 
 
 def tiny_four_tensor(tok: StateTokenizer) -> FourTensorModel:
@@ -123,7 +129,7 @@ def test_next_logits_are_what_predict_next_decodes(tok):
     logits, state = model.next_logits(window, "carried")
     ids, _ = model.predict_next(window)
     assert logits.shape == (2, N, tok.vocab_size) and state == "carried"
-    assert torch.equal(GrammarProjection(tok, N, tok.end_ids).argmax_ids(logits), ids)
+    assert torch.equal(GrammarProjection(SHAPES, tok, N, tok.end_ids).argmax_ids(logits), ids)
     base = BaselineModel(BaselineConfig.from_predictor(model.config)).eval()
     blogits, _ = base.next_logits(window)
     assert blogits.shape == (2, N, tok.vocab_size)
@@ -141,7 +147,7 @@ def test_off_is_the_old_rollout_bit_for_bit_and_on_feeds_valid_states_back(tok):
     ids, _ = plain.predict_ids(window, 3)
     assert torch.equal(ids, torch.stack(expected, dim=1))
 
-    projected = Predictor(model, tok, projection=GrammarProjection(tok, N, tok.end_ids))
+    projected = Predictor(model, tok, projection=GrammarProjection(SHAPES, tok, N, tok.end_ids))
     out = projected.predict(HISTORIES, 3)
     for row in out:
         for s in row:
@@ -154,14 +160,14 @@ def test_off_is_the_old_rollout_bit_for_bit_and_on_feeds_valid_states_back(tok):
 
 
 def test_world_weights_project_by_default_and_other_weights_never(tiny_weights, tmp_path):
-    # tiny_weights' model_index.json names no grammar: no projection
+    # tiny_weights' model_index.json names no domain (free text): no projection
     pipe = WorldModelPipeline.from_pretrained(tiny_weights, device="cpu", stages=("predictor",))
     assert pipe.predictor.projection is None
     assert Predictor.from_pretrained(tiny_weights / "predictor", device="cpu").projection is None
     world_weights = tmp_path / "world-weights"
     shutil.copytree(tiny_weights, world_weights)
     index = json.loads((world_weights / "model_index.json").read_text())
-    (world_weights / "model_index.json").write_text(json.dumps({**index, "grammar": "world"}))
+    (world_weights / "model_index.json").write_text(json.dumps({**index, "domain": "shapes"}))
     pipe = WorldModelPipeline.from_pretrained(world_weights, device="cpu", stages=("predictor",))
     assert isinstance(pipe.predictor.projection, GrammarProjection)
     for s in pipe.predictor.predict(HISTORIES, 2)[0]:

@@ -10,6 +10,7 @@ import torch
 import world
 from models.four_tensor import FourTensorConfig, FourTensorModel
 from models.tensor_memory import TensorMemoryConfig
+from pipeline.domain import get_domain
 from pipeline.predictor import Predictor
 from pipeline.projection import GrammarProjection
 from pipeline.symmetry import MirrorAveraged, mirror_for, mirror_permutation
@@ -36,12 +37,10 @@ def test_the_permutation_swaps_the_column_words_and_undoes_itself(tok):
     assert perm[vocab["left"]] == vocab["right"] and perm[vocab["midright"]] == vocab["midleft"]
     assert perm[vocab["center"]] == vocab["center"] and perm[vocab["top"]] == vocab["top"]
     assert perm[PAD_ID] == PAD_ID and torch.equal(perm[perm], torch.arange(tok.vocab_size))
-    assert torch.equal(mirror_for("world", tok), perm)
-    assert mirror_for(None, tok) is None
+    assert torch.equal(mirror_for(get_domain("shapes"), tok), perm)
+    assert mirror_for(get_domain("text"), tok) is None  # free text has no known symmetry
     with pytest.raises(ValueError, match="undo itself"):
         mirror_permutation(tok, {"left": "right", "midleft": "right"})
-    with pytest.raises(ValueError, match="no mirror is known"):
-        mirror_for("chess", tok)
 
 
 def tiny_model(tok: StateTokenizer, memory: bool = False) -> FourTensorModel:
@@ -63,7 +62,7 @@ HISTORY = ["red ball top left , blue box bottom midright .", "red ball upper mid
 
 def test_a_mirrored_window_gets_the_mirrored_distribution(tok):
     model = tiny_model(tok)
-    perm = mirror_for("world", tok)
+    perm = mirror_for(get_domain("shapes"), tok)
     both = MirrorAveraged(model, perm)
     window = Predictor(model, tok).encode_histories([HISTORY])  # (1, T, N)
     logp, _ = both.next_logits(window)
@@ -73,12 +72,12 @@ def test_a_mirrored_window_gets_the_mirrored_distribution(tok):
     plain_m = torch.log_softmax(model.next_logits(perm[window])[0], dim=-1)
     assert not torch.allclose(plain_m[..., perm], plain, atol=1e-3)  # an untrained model is not symmetric itself
     ids, _ = both.predict_next(window)
-    assert torch.equal(ids, GrammarProjection(tok, N, tok.end_ids).argmax_ids(logp))
+    assert torch.equal(ids, GrammarProjection(get_domain("shapes"), tok, N, tok.end_ids).argmax_ids(logp))
 
 
 def test_with_memory_both_views_stream_and_roll_out_mirror_equivariant(tok):
     model = tiny_model(tok, memory=True)
-    perm = mirror_for("world", tok)
+    perm = mirror_for(get_domain("shapes"), tok)
     both = MirrorAveraged(model, perm)
     history = HISTORY + ["red ball lower midright , blue box bottom center ."] * 3  # longer than T: the memory reads
     ids = tok.encode_states(history, N).ids[None]  # (1, L, N)
@@ -90,7 +89,7 @@ def test_with_memory_both_views_stream_and_roll_out_mirror_equivariant(tok):
     plain, plain_m = (torch.log_softmax(model.next_logits(w[:, -4:], model.stream_memory(w))[0], dim=-1)
                       for w in (ids, perm[ids]))
     assert not torch.allclose(plain_m[..., perm], plain, atol=1e-3)  # the model alone is not: the test can tell
-    predictor = Predictor(both, tok, projection=GrammarProjection(tok, N, tok.end_ids))
+    predictor = Predictor(both, tok, projection=GrammarProjection(get_domain("shapes"), tok, N, tok.end_ids))
     out, out_m = predictor.predict([history, [mirrored(s) for s in history]], 4)
     assert out_m == [mirrored(s) for s in out]
     for s in out:
@@ -98,13 +97,13 @@ def test_with_memory_both_views_stream_and_roll_out_mirror_equivariant(tok):
 
 
 def test_only_weights_with_a_known_mirror_can_ask_for_it(tiny_weights, tmp_path):
-    with pytest.raises(UserError, match="mirror averaging needs"):
+    with pytest.raises(UserError, match="mirror averaging needs .* the text domain has none"):
         Predictor.from_pretrained(tiny_weights / "predictor", device="cpu", mirror=True)
     weights = tmp_path / "w"
     shutil.copytree(tiny_weights, weights)
     index = json.loads((weights / "model_index.json").read_text())
     (weights / "model_index.json").write_text(json.dumps({**index, "grammar": "world"}))
-    predictor = Predictor.from_pretrained(weights / "predictor", device="cpu", grammar="world", mirror=True)
+    predictor = Predictor.from_pretrained(weights / "predictor", device="cpu", domain="shapes", mirror=True)
     assert isinstance(predictor.model, MirrorAveraged)
     assert len(predictor.predict([HISTORY], 2)[0]) == 2
     pipe = WorldModelPipeline.from_pretrained(weights, device="cpu", stages=("predictor",), mirror=True)

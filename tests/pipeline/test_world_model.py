@@ -330,9 +330,9 @@ def test_tiny_real_stages_give_pinned_numbers(tiny_weights):
     import world
 
     frames = [world.render_state(s, size=64) for s in ("red ball top left .", "empty .")]
-    assert pipe.caption(frames)[0] == (
-        "! right green top orange , , , , off blue blue ? blue blue blue blue blue center empty midright upper midright"
-    )
+    # weights that name no domain: free text, as long as the checkpoint's generation config allows (18 tokens)
+    assert pipe.captioner.max_new_tokens == 18
+    assert pipe.caption(frames)[0] == "! right green top orange , , , , off blue blue ? blue blue blue blue"
     out = pipe(states=["red ball top left .", "red ball upper left .", "red ball middle left ."], horizon=2, seed=0,
                steps=2)  # fmt: skip
     assert out.predicted_states == ["on !", "[UNK] !"]

@@ -11,7 +11,7 @@ from tests.api.fakes import NoiseRenderer, WorldCaptioner, WorldPredictor
 
 
 def _world_stand_ins(monkeypatch) -> None:
-    pipe = WorldModelPipeline(WorldCaptioner(), WorldPredictor(), NoiseRenderer(), grammar="world")
+    pipe = WorldModelPipeline(WorldCaptioner(), WorldPredictor(), NoiseRenderer(), domain="shapes")
     monkeypatch.setattr(WorldModelPipeline, "from_pretrained", staticmethod(lambda *a, **k: pipe))
 
 
@@ -22,7 +22,7 @@ def test_given_states_print_plainly_and_unparsed_forecasts_are_marked(monkeypatc
     assert cli.main(["predict", "--states", str(states), "-k", "2", "--steps", "1", "--out", str(tmp_path / "o")]) == 0
     text = capsys.readouterr().out
     assert "  t=0   red ball top left , lamp on .\n" in text and "n/a" not in text  # nothing was read: no score
-    assert "predicted 2 states (? : not a world state):\n  t=2   ? empty room .\n" in text
+    assert "predicted 2 states (? : not a shapes state):\n  t=2   ? empty room .\n" in text
 
 
 def test_json_has_the_timeline_and_the_parse_verdicts(monkeypatch, tmp_path, capsys):
