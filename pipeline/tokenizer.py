@@ -164,7 +164,7 @@ class StateTokenizer:
 
     def spell(self, ids: Sequence[int] | torch.Tensor) -> str:
         """Ids back to a state in its canonical spelling, stopping at the first padding id: every token (word or
-        punctuation mark) separated by one space, "red ball top left , lamp on .", the spelling the world's
+        punctuation mark) separated by one space, "red ball top left , lamp on .", the spelling the shapes domain
         captions and the captioner use, so that predicted and observed states compare as plain strings."""
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()

@@ -186,7 +186,8 @@ def stage_folder(weights_dir: str | Path, index: dict[str, Any], stage: str) -> 
 
 # ---- states ----------------------------------------------------------------------------------------------
 def canonical_state(text: str) -> str:
-    """The world's spelling of a state: lowercase words and punctuation marks joined by single spaces.
+    """A state as the predictor's word-level tokenizer reads it: lowercase words and punctuation marks joined by
+    single spaces (the shapes domain's canonical spelling too).
 
     "Red ball top left, lamp on." -> "red ball top left , lamp on ." (the split the word-level tokenizer makes:
     whitespace, then every punctuation mark alone), so that states compare as plain strings.

@@ -63,3 +63,8 @@ class FlipStages:
 
     def render(self, states: Sequence[str], **kwargs: Any) -> list[np.ndarray]:
         return [ToyDomain().draw(s, 32) for s in states]  # type: ignore[misc]
+
+
+def make_flip_stage(folder: Any, device: Any = None, dtype: Any = None, domain: Any = None) -> FlipStages:
+    """A plug-in stage factory, as model_index.json names one: `["tests.fakes", "make_flip_stage"]`."""
+    return FlipStages()

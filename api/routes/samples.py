@@ -1,4 +1,4 @@
-"""GET /v1/samples: built-in sample clips for the web page (world clips made at startup, and any in the folder)."""
+"""GET /v1/samples: built-in sample clips for the web page (the weights' domain's own clips, made at startup, and any in the folder)."""
 
 from __future__ import annotations
 

@@ -81,7 +81,7 @@ function frameCard(src, state, label, editable, index, extra = {}) {
   if (extra.parses === false) {
     const g = document.createElement("span");
     g.className = "grammar";
-    g.textContent = " · not a world state";
+    g.textContent = " · not a valid state";
     g.title = "this state is not a valid state of the weights' domain";
     cap.appendChild(g);
   }

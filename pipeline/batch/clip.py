@@ -36,7 +36,7 @@ from pipeline.utils import (
     stage_folder,
 )
 from pipeline.video import SampledClip, VideoLimits, read_video
-from pipeline.world_model import WorldModelOutput, WorldModelPipeline
+from pipeline.world_model import WorldModelOutput, WorldModelPipeline, plugin_stage
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +139,8 @@ def check_weights(settings: BatchSettings) -> None:
     weights = settings.weights or default_weights_dir()
     index = read_model_index(weights)
     for component in settings.components:
+        if plugin_stage(index, component, load=False) is not None:
+            continue  # a plug-in stage may need no folder: its factory says what it lacks
         folder = stage_folder(weights, index, component)
         if folder is None:
             raise UserError(f"{weights / MODEL_INDEX}: no '{component}' entry (needed by --stages)")

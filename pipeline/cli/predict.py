@@ -262,7 +262,7 @@ def run_predict(args: argparse.Namespace) -> int:
     if not 0 <= render_context <= (len(states) if states is not None else args.max_frames):
         raise UserError(f"--render-context: expected 0..{len(states) if states else args.max_frames}, got "
                         f"{render_context}")  # fmt: skip
-    own = {stage: folder if overrides[stage] is not None else None for stage, folder in folders.items()}
+    own = {stage: folders.get(stage) if overrides[stage] is not None else None for stage in overrides}
     pipe = WorldModelPipeline.from_pretrained(
         weights, device=args.device, dtype=args.dtype,
         stage_devices=args.stage_device, stage_dtypes=args.stage_dtype, compile=bool(args.compile), limits=limits,

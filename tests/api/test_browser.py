@@ -135,7 +135,7 @@ def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tm
         "lamp gone",
     ]
     assert cards.nth(2).locator("ul.changes li").all_inner_texts() == ["changed (not a world state)"]
-    assert "not a world state" in cards.nth(2).locator("figcaption").inner_text()
+    assert "not a valid state" in cards.nth(2).locator("figcaption").inner_text()
     assert cards.nth(2).evaluate("e => e.classList.contains('unsure')")
     assert not cards.nth(0).evaluate("e => e.classList.contains('unsure')")
 
