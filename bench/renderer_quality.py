@@ -30,6 +30,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from pipeline.captioner import Captioner  # noqa: E402
+from pipeline.domain import get_domain  # noqa: E402
 from pipeline.evaluation.metrics import evaluate_frames, psnr, scene_groups  # noqa: E402
 from pipeline.renderer import Renderer  # noqa: E402
 from pipeline.training.renderer import VARIED_SEED, eval_states, varied_states  # noqa: E402
@@ -78,7 +79,7 @@ def main() -> None:
     import world
 
     renderer = Renderer.from_pretrained(args.weights / "renderer", device="cpu")
-    captioner = Captioner.from_pretrained(args.weights / "captioner", device="cpu")
+    captioner = Captioner.from_pretrained(args.weights / "captioner", device="cpu", domain=get_domain("shapes"))
     if args.state_set == "test":
         states = eval_states(args.seed, args.states)
     else:

@@ -129,6 +129,14 @@ class Domain(Protocol):
         ...
 
 
+# Optional, for domains that can record data sets (`semworld world generate --domain NAME`):
+#     def generate(self, out, *, clips, seed, split, length, size, workers, progress, **options) -> Path
+# writes clips, frames and states.jsonl into `out` and returns the path of states.jsonl.
+def can_generate(domain: Domain) -> bool:
+    """Whether `domain` records data sets (has the optional `generate`)."""
+    return callable(getattr(domain, "generate", None))
+
+
 def register_domain(name: str, factory: Callable[[], Domain]) -> None:
     """Make `name` resolve to `factory()` (a class or a function) from now on, in this process."""
     if not name or not name.replace("-", "").replace("_", "").isalnum():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -122,6 +123,15 @@ class ShapesDomain:
 
     def draw(self, state: str, size: int) -> np.ndarray | None:
         return render_state(self.spell(state), size=size)
+
+    def generate(self, out: str | Path, *, clips: int, seed: int, split: str = "train", length: int = 12,
+                 size: int = 128, workers: int = 2, progress: bool = True, scenario: str = "all") -> Path:
+        """Record a data set (`semworld world generate`): MP4 clips, PNG frames at the state instants and
+        states.jsonl; returns the path of states.jsonl. `scenario`: names, a family or "all" (world/scenarios.py)."""
+        from world.video import generate
+
+        return generate(out, scenario, clips=clips, seed=seed, split=split, length=length, size=size,
+                        workers=workers, progress=progress)  # fmt: skip
 
 
 def _where(obj: grammar.WorldObject) -> str:

@@ -104,13 +104,15 @@ def add_world_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Ar
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-project", dest="project", action="store_false",
-                   help="score the predictor's raw argmax states, without projecting them onto the grammar that "
-                        "model_index.json names (default: project)")
+                   help="score the predictor's raw argmax states, without projecting them onto the valid states of "
+                        "the domain (default: project)")
     p.add_argument("--mirror", action="store_true",
                    help="score the predictor averaged with its left-right mirror (pipeline/symmetry.py)")
     p.add_argument("--min-history", type=int, default=None,
                    help="roll out from every true history of at least this many states (default: the "
                         "predictor's window, at most 4)")
+    p.add_argument("--domain", default=None,
+                   help="the domain of the data (default: the one the weights' model_index.json names)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_eval_world)
     return p
@@ -132,6 +134,7 @@ def run_eval_world(ns: argparse.Namespace) -> int:
         project=ns.project,
         mirror=ns.mirror,
         min_history=ns.min_history,
+        domain=ns.domain,
     )
     from pipeline.evaluation.world import evaluate_world
 

@@ -1,4 +1,5 @@
-"""`semworld world generate|show`: write seeded clips of the built-in world, or render one state to a PNG."""
+"""`semworld world generate|show`: write seeded clips of a domain that records data sets (the built-in shapes
+world by default), or draw one state to a PNG; `semworld domains`: the domains this installation knows."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pipeline.utils import UserError
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `world generate` and `world show` to the CLI."""
-    p = sub.add_parser("world", help="the built-in physical world: generate clips, render states")
+    p = sub.add_parser("world", help="a domain's data: generate clips with true states, draw states (default: "
+                       "the built-in shapes world)")  # fmt: skip
     wsub = p.add_subparsers(dest="world_command", metavar="ACTION")
 
     def usage(args: argparse.Namespace) -> int:
@@ -21,7 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     what = "DIR/clips/*.mp4, DIR/frames/<clip>/<k>.png and DIR/states.jsonl (same arguments, same bytes)"
     g = wsub.add_parser("generate", help="write MP4 clips, PNG frames at the state instants and states.jsonl",
-                        description=f"Write seeded clips of the built-in world: {what}.")  # fmt: skip
+                        description=f"Write seeded clips of a domain (the built-in shapes world unless --domain "
+                        f"says otherwise): {what}.")  # fmt: skip
+    g.add_argument("--domain", default="shapes", help="the domain to record (default: shapes; `semworld domains` "
+                   "lists them)")  # fmt: skip
     g.add_argument(
         "--scenario", default="all",
         help="scenario names, comma-separated (or a family, or 'all', the default)"
@@ -36,33 +41,69 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     g.set_defaults(func=_generate)
 
-    s = wsub.add_parser("show", help="render a state sentence to a PNG")
+    s = wsub.add_parser("show", help="draw a state sentence as the domain's true frame, to a PNG")
+    s.add_argument("--domain", default="shapes", help="the domain the state is written in (default: shapes)")
     s.add_argument("state", help='a state, e.g. "red ball top left , lamp on ."')
     s.add_argument("--out", type=Path, required=True, help="PNG file to write")
     s.add_argument("--size", type=int, default=128, help="frame side in pixels (default 128)")
     s.set_defaults(func=_show)
+    register_domains(sub)
+
+
+def register_domains(sub: argparse._SubParsersAction) -> None:
+    """Add `domains`: every domain name the registry resolves, with what each gives."""
+    p = sub.add_parser("domains", help="list the domains (state languages) this installation knows",
+                       description="List the domains a weights folder's model_index.json may name (\"domain\"), "
+                       "with what each gives: a grammar, a projection, a mirror, actions, sample clips, a data "
+                       "set generator.")  # fmt: skip
+    p.set_defaults(func=_domains)
+
+
+def _domains(args: argparse.Namespace) -> int:
+    from pipeline.domain import can_generate, get_domain, known_domains
+
+    for name in known_domains():
+        d = get_domain(name)
+        has = [what for what, yes in (("grammar", d.vocabulary is not None), ("projection", d.max_tokens is not None
+               and d.automaton(d.max_tokens) is not None), ("mirror", bool(d.mirror)), ("actions", bool(d.actions)),
+               ("samples", bool(d.sample_clips())), ("generate", can_generate(d))) if yes]  # fmt: skip
+        print(f"{name:10s} {d.description}" + (f" [{', '.join(has)}]" if has else ""))
+    return 0
+
+
+def _domain_that(name: str, can: str) -> object:
+    from pipeline.domain import get_domain
+
+    domain = get_domain(name)
+    if can == "generate" and not callable(getattr(domain, "generate", None)):
+        raise UserError(f"--domain {name}: the {name} domain records no data sets (it has no generator)")
+    return domain
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from world.video import generate  # imported here so `semworld --help` stays quick
-
+    domain = _domain_that(args.domain, "generate")
     options = {name: getattr(args, name) for name in ("clips", "seed", "split", "length", "size", "workers")}
-    path = generate(args.out, args.scenario, **options, progress=not (args.no_progress or args.quiet))
+    if args.scenario != "all" or args.domain in ("shapes", "world"):
+        options["scenario"] = args.scenario
+    path = domain.generate(args.out, **options, progress=not (args.no_progress or args.quiet))  # type: ignore[attr-defined]
     print(f"wrote {args.clips} clip{'' if args.clips == 1 else 's'} of {args.scenario} to {args.out}, states in {path}")
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
-    from world import render_state
-    from world.video import save_png
+    from pipeline.domain import get_domain
+    from pipeline.outputs import png_bytes
 
-    frame = render_state(args.state, size=args.size)
+    domain = get_domain(args.domain)
+    frame = domain.draw(args.state, args.size)
+    if frame is None:
+        raise UserError(f"--domain {args.domain}: the {args.domain} domain cannot draw a state")
     out: Path = args.out
     if out.suffix.lower() != ".png":
         raise UserError(f"--out {out}: expected a .png file name")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        save_png(frame, out)
+        out.write_bytes(png_bytes(frame))
     except OSError as err:
         raise UserError(f"--out {out}: cannot write there ({err.strerror or err})") from None
     print(f"wrote {out}")

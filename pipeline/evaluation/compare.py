@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipeline.domain import get_domain
 from pipeline.evaluation.metrics import psnr, ssim
 from pipeline.evaluation.world import Clip, family_of, read_png, read_world_dir, stage_folder
 from pipeline.utils import UserError, canonical_state, resolve_device
@@ -112,7 +113,7 @@ def load_stages(weights: str | Path, pixel: str | Path, device: torch.device) ->
         raise UserError(f"--weights {root}: no {', '.join(missing)} folder (expected {root}/<stage>/)")
     folders = {s: f for s, f in found.items() if f is not None}
     return Stages(
-        Captioner.from_pretrained(folders["captioner"], device=device),
+        Captioner.from_pretrained(folders["captioner"], device=device, domain=get_domain("shapes")),
         Predictor.from_pretrained(folders["predictor"], device=device),
         Renderer.from_pretrained(folders["renderer"], device=device),
         PixelPredictor.from_pretrained(pixel, device=device),

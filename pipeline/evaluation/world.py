@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from pipeline import utils
-from pipeline.domain import domain_of_index
+from pipeline.domain import can_generate, domain_of_index, get_domain
 from pipeline.evaluation.metrics import psnr, scene_groups, ssim
 from pipeline.interfaces import Predictor
 from pipeline.utils import (
@@ -287,7 +287,10 @@ class EvalWorldArgs:
     grammar: nothing to project). mirror: average the predictor with its left-right mirror (pipeline/symmetry.py).
     min_history: rollouts start from every true history of at least this many
     states (None: the predictor's window T, at most 4, so that models of every window are scored on the same
-    starts; a shorter history is front-padded as `Predictor.predict` does)."""
+    starts; a shorter history is front-padded as `Predictor.predict` does). domain: the domain of the data, one
+    that records data sets with true states and frames (None: the weights' own when it does, else the built-in
+    shapes world). The stages read and write in the domain the weights' model_index.json names (free text without
+    one), which decides projection and mirror."""
 
     data: str
     weights: str = "weights"
@@ -303,6 +306,7 @@ class EvalWorldArgs:
     project: bool = True
     mirror: bool = False
     min_history: int | None = None
+    domain: str | None = None
 
     def __post_init__(self) -> None:
         self.parts = tuple(self.parts)
@@ -328,8 +332,14 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    clips = read_world_dir(args.data)
     weights = Path(args.weights)
+    index = read_model_index(weights) if (weights / MODEL_INDEX).is_file() else {}
+    domain = domain_of_index(index, weights / MODEL_INDEX)  # the stages' language
+    data_domain = get_domain(args.domain or (domain.name if can_generate(domain) else "shapes"))
+    if not can_generate(data_domain):
+        raise UserError(f"--domain {args.domain}: eval world scores a data set with true states and frames, and the "
+                        f"{data_domain.name} domain records none")  # fmt: skip
+    clips = read_world_dir(args.data)
     folders = {p: stage_folder(weights, p) for p in PARTS}
     scenarios: dict[str, int] = {}
     for c in clips:
@@ -346,7 +356,7 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
     if folders["captioner"] is not None and ("captioner" in args.parts or "renderer" in args.parts):
         from pipeline.captioner import Captioner
 
-        captioner = Captioner.from_pretrained(folders["captioner"], device=device)
+        captioner = Captioner.from_pretrained(folders["captioner"], device=device, domain=domain)
     if "captioner" in args.parts:
         logger.info("scoring the captioner")
         result["captioner"] = (missing("captioner") if captioner is None
@@ -362,9 +372,8 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
         elif part == "predictor":
             from pipeline.predictor import Predictor
 
-            index = read_model_index(weights) if (weights / MODEL_INDEX).is_file() else {}
-            predictor = Predictor.from_pretrained(folder, device=device, domain=domain_of_index(index),
-                                                  project=args.project, mirror=args.mirror)  # fmt: skip
+            predictor = Predictor.from_pretrained(folder, device=device, domain=domain, project=args.project,
+                                                  mirror=args.mirror)  # fmt: skip
             kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
             start = args.min_history if args.min_history is not None else min(predictor.T, DEFAULT_MIN_HISTORY)
             scores = score_predictor(predictor, clips, args.horizon, start)

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from models.presets import STAGES, Recipe, get_recipe
+from pipeline.domain import ALIASES, get_domain
 from pipeline.training.args import TrainAllArgs, TrainArgs, args_from_recipe
-from pipeline.utils import MODEL_INDEX, atomic_dir, atomic_write_json, atomic_write_text
+from pipeline.utils import MODEL_INDEX, UserError, atomic_dir, atomic_write_json, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +39,15 @@ def _replace_dir(src: Path, dst: Path, files: tuple[str, ...] | None = None) -> 
 
 
 # ---- the stages ----------------------------------------------------------------------------------------
+def recipe_name(domain: str, stage: str, quick: bool = False) -> str:
+    """The recipe of a stage in RECIPES: "<stage>" for the built-in shapes world, "<domain>-<stage>" for another
+    domain; "quick-" before it for --quick."""
+    name = stage if ALIASES.get(domain, domain) == "shapes" else f"{domain}-{stage}"
+    return f"quick-{name}" if quick else name
+
+
 def _recipe(args: TrainAllArgs, stage: str) -> Recipe:
-    return get_recipe(f"quick-{stage}" if args.quick else stage)
+    return get_recipe(recipe_name(args.domain, stage, args.quick))
 
 
 def build_captioner(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
@@ -175,18 +183,20 @@ def stage_class(folder: Path, stage: str) -> list[str]:
         return list(DEFAULT_CLASSES[stage])
 
 
-def write_model_index(out: str | Path) -> dict[str, Any]:
-    """out/model_index.json: every stage as [library, class], its folder being the stage's name (as in a
-    diffusers pipeline); `WorldModelPipeline.from_pretrained` reads it. Classes come from the saved files."""
+def write_model_index(out: str | Path, domain: str = "shapes") -> dict[str, Any]:
+    """out/model_index.json: the domain every stage reads and writes, and every stage as [library, class], its
+    folder being the stage's name (as in a diffusers pipeline); `WorldModelPipeline.from_pretrained` reads it.
+    Classes come from the saved files."""
     out = Path(out)
-    from world.domain import CONFIDENCE_THRESHOLD, ShapesDomain
     from world.scenarios import FPS, STRIDE
 
     index: dict[str, Any] = {"_class_name": "WorldModelPipeline", "_semworld_layout": 1}
     # The rate of the states every stage was trained on: clips are read at it unless a caller says otherwise.
     index["state_rate"] = FPS / STRIDE
-    index["domain"] = ShapesDomain.name  # every stage reads and writes the built-in world's sentences
-    index["confidence_threshold"] = CONFIDENCE_THRESHOLD  # calibrated on the shipped captioner
+    index["domain"] = domain
+    threshold = get_domain(domain).confidence_threshold  # the shapes world's: calibrated on the shipped captioner
+    if threshold is not None:
+        index["confidence_threshold"] = threshold
     for stage in ("captioner", "predictor", "renderer"):
         index[stage] = stage_class(out / stage, stage)
     atomic_write_json(out / MODEL_INDEX, index)
@@ -202,9 +212,17 @@ def train_all(args: TrainAllArgs) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     out, runs = Path(args.out), Path(args.run_dir)
+    domain = get_domain(args.domain)
+    todo = [s for s in STAGES if s in args.stages]
+    for stage in todo:  # every recipe is there before anything trains
+        try:
+            _recipe(args, stage)
+        except ValueError:
+            raise UserError(f"--domain {args.domain}: no recipe {recipe_name(args.domain, stage, args.quick)!r} "
+                            f"for its {stage} in models/presets.py (train all rebuilds the domains that have a "
+                            f"recipe chain; docs/domains.md says how to train each stage of another)") from None
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {}
-    todo = [s for s in STAGES if s in args.stages]
     bar = tqdm(todo, desc="train all", unit="stage", disable=not args.progress)
     for stage in bar:
         bar.set_postfix(stage=stage)
@@ -227,7 +245,7 @@ def train_all(args: TrainAllArgs) -> dict[str, Any]:
         done.write_text(json.dumps(res, indent=2, default=str) + "\n")
         report[stage] = res
         logger.info("%s: built into %s in %.0f s (%.2f MB)", stage, out / stage, res["seconds"], res["mb"])
-    report["model_index"] = write_model_index(out)
+    report["model_index"] = write_model_index(out, domain.name)
     total = sum(folder_mb(out / s) for s in STAGES if (out / s).is_dir())
     report["total_mb"] = round(total, 2)
     if total > MAX_TOTAL_MB:

@@ -581,6 +581,7 @@ class TrainAllArgs:
     device: the predictor's device (auto, cpu, cuda).
     quick: tiny budgets, the "quick-*" recipes: a smoke test of the whole path, not shippable weights.
     progress: draw progress bars.
+    domain: the domain whose recipe chain to run, named in model_index.json ("<domain>-<stage>" recipes).
     """
 
     out: str = "weights"
@@ -591,6 +592,7 @@ class TrainAllArgs:
     device: str = "auto"
     quick: bool = False
     progress: bool = True
+    domain: str = "shapes"
 
     def __post_init__(self) -> None:
         self.stages = tuple(s.strip() for part in self.stages for s in part.split(",") if s.strip())

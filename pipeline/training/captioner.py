@@ -26,6 +26,7 @@ from models.captioner import (
     build_blip,
     build_processor,
 )
+from pipeline.domain import get_domain
 from pipeline.evaluation.metrics import exact_match
 from pipeline.training.args import TrainCaptionerArgs
 from pipeline.training.schedule import warmup_cosine
@@ -422,7 +423,7 @@ def save_and_test(run: CaptionerRun) -> dict[str, float]:
     logger.info("saved the best captioner (epoch %s, exact match %.4f) to %s", best.get("epoch"),
                 best["exact_match"], args.out)  # fmt: skip
     if args.test_clips:
-        test = world_split_exact_match(Captioner.from_pretrained(args.out, device="cpu"), clips=args.test_clips)
+        test = world_split_exact_match(Captioner.from_pretrained(args.out, device="cpu", domain=get_domain("shapes")), clips=args.test_clips)
         run.log({"event": "test", "split": "test", "clips": args.test_clips, **test})
         logger.info("world test split (%d frames): exact match %.4f %s", test["frames"], test["exact_match"],
                     {k: round(v, 4) for k, v in test.items() if k.startswith("objects=")})  # fmt: skip

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from models.renderer import build_pipeline
+from pipeline.domain import get_domain
 from pipeline.evaluation.metrics import evaluate_frames
 from pipeline.renderer import RenderSettings
 from pipeline.training.args import TrainRendererArgs
@@ -219,7 +220,7 @@ def _load_captioner(args: TrainRendererArgs):
         return None
     from pipeline.captioner import Captioner
 
-    return Captioner.from_pretrained(args.captioner)
+    return Captioner.from_pretrained(args.captioner, domain=get_domain("shapes"))
 
 
 def _stage_done(args: TrainRendererArgs, stage: str, step: int, started: float) -> bool:

@@ -30,7 +30,9 @@ def test_the_registry_resolves_names_aliases_and_the_free_text_default():
     assert domain_of_index({"domain": "shapes"}) is shapes
     assert domain_of_index({}) is text  # weights that name none: free text
     assert {"shapes", "text"} <= set(known_domains())
-    with pytest.raises(UserError, match=r"model_index.json: unknown domain 'atlantis' \(known: .*shapes.*text"):
+    with pytest.raises(
+        UserError, match=r"model_index.json: unknown domain 'atlantis' \(known: .*shapes.*text"
+    ):
         domain_of_index({"domain": "atlantis"})
     with pytest.raises(UserError, match="domain must be a name"):
         domain_of_index({"domain": 3})
@@ -106,3 +108,62 @@ def test_a_registered_domain_reaches_the_pipeline(tmp_path):
         pipe(states=["up", "sideways"], horizon=1, render=False)
     (tmp_path / "model_index.json").write_text(json.dumps({"domain": "toy"}))
     assert domain_of_index(json.loads((tmp_path / "model_index.json").read_text())).name == "toy"
+
+
+def test_the_cli_reaches_domains_through_the_registry(tmp_path, capsys):
+    """`semworld domains` lists them; world generate/show, train all and eval world take --domain and refuse,
+    in one line and before any work, a domain that lacks what the command needs."""
+    from pipeline import cli
+
+    assert cli.main(["domains"]) == 0
+    listed = capsys.readouterr().out
+    assert "shapes" in listed and "[grammar, projection, mirror, samples, generate]" in listed
+    assert "text" in listed and "free text" in listed
+    cases = [
+        (
+            ["world", "generate", "--domain", "text", "--clips", "1", "--out", str(tmp_path / "g")],
+            "--domain text: the text domain records no data sets",
+        ),
+        (
+            ["world", "show", "a dog .", "--domain", "text", "--out", str(tmp_path / "s.png")],
+            "--domain text: the text domain cannot draw a state",
+        ),
+        (
+            [
+                "train",
+                "all",
+                "--domain",
+                "text",
+                "--out",
+                str(tmp_path / "w"),
+                "--run-dir",
+                str(tmp_path / "r"),
+            ],
+            "--domain text: no recipe 'text-captioner' for its captioner",
+        ),
+        (["train", "all", "--domain", "atlantis", "--out", str(tmp_path / "w")], "unknown domain 'atlantis'"),
+        (
+            ["eval", "world", "--data", str(tmp_path), "--domain", "text"],
+            "--domain text: eval world scores a data set with true states and frames",
+        ),
+    ]
+    for argv, said in cases:
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert said in err and "\n" not in err, err
+    assert not (tmp_path / "w").exists() and not (tmp_path / "g").exists()  # nothing was started
+    assert cli.main(["world", "show", "red ball top left .", "--out", str(tmp_path / "s.png")]) == 0
+    assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_train_all_names_the_domain_in_model_index(tmp_path):
+    from pipeline.training.all import write_model_index
+
+    (tmp_path / "predictor").mkdir()
+    index = write_model_index(tmp_path)
+    assert (
+        index["domain"] == "shapes"
+        and index["confidence_threshold"] == get_domain("shapes").confidence_threshold
+    )
+    assert domain_of_index(json.loads((tmp_path / "model_index.json").read_text())).name == "shapes"
+    assert "confidence_threshold" not in write_model_index(tmp_path, "text")  # free text carries none
