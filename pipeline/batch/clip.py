@@ -35,7 +35,7 @@ from pipeline.utils import (
     read_model_index,
     stage_folder,
 )
-from pipeline.video import SampledClip, VideoLimits, read_video
+from pipeline.video import SampledClip, TooManyStatesError, VideoLimits, read_video
 from pipeline.world_model import WorldModelOutput, WorldModelPipeline, plugin_stage
 
 logger = logging.getLogger(__name__)
@@ -161,6 +161,8 @@ def decode(job: ClipJob, settings: BatchSettings) -> ClipWork:
         n = job.context or len(clip.frames)  # --context: the first N sampled frames are the observed past
         work.frames, work.indices = clip.frames[:n], clip.indices[:n]
         work.source_fps, work.state_rate = clip.source_fps, clip.state_rate
+    except TooManyStatesError as err:  # say which flags change it
+        _fail(work, "decode", TooManyStatesError(f"{err} (--state-rate HZ or --stride K, or --max-frames N)"))
     except Exception as err:  # noqa: BLE001 - any problem with one clip is that clip's failure
         _fail(work, "decode", err)
     work.timings["decode"] = time.perf_counter() - t

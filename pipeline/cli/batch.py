@@ -35,8 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--horizon", "-k", type=_positive_int, default=8, help="states to predict per clip (default 8)"
     )
     rate = p.add_mutually_exclusive_group()
-    rate.add_argument("--stride", type=_positive_int, help="take every K-th frame (default 1)")
-    rate.add_argument("--state-rate", type=_positive_float, metavar="HZ", help="take frames HZ per second")
+    rate.add_argument("--stride", type=_positive_int, help="take every K-th frame")
+    rate.add_argument("--state-rate", type=_positive_float, metavar="HZ",
+                      help="take frames HZ per second (default: the weights' state_rate, as `semworld predict`; "
+                      "every frame when the weights name none)")  # fmt: skip
     p.add_argument("--context", type=_positive_int, default=None, help="observe only the first N states")
     p.add_argument(
         "--stages",
@@ -107,9 +109,27 @@ def parse_ray_stages(specs: list[str]) -> dict[str, dict[str, float | int]]:
     return out
 
 
+def default_state_rate(weights: Path | None) -> float | None:
+    """The states per second a run reads clips at when it gives neither --stride nor --state-rate: the weights'
+    `state_rate` (model_index.json), as `semworld predict` does; None (every frame) when they name none or the
+    stages come from a pipeline factory."""
+    import os
+
+    from pipeline.batch.clip import FACTORY_ENV
+    from pipeline.utils import MODEL_INDEX, default_weights_dir, read_model_index
+    from pipeline.world_model import index_state_rate
+
+    folder = weights or default_weights_dir()
+    if os.environ.get(FACTORY_ENV) or not (folder / MODEL_INDEX).is_file():
+        return None  # (a folder without an index is refused with its own message before any work)
+    return index_state_rate(read_model_index(folder), folder / MODEL_INDEX)
+
+
 def _settings(args: argparse.Namespace) -> Any:
     from pipeline.batch.jobs import BatchSettings, parse_stages
 
+    if args.stride is None and args.state_rate is None:
+        args.state_rate = default_state_rate(args.weights.expanduser().resolve() if args.weights else None)
     try:
         return BatchSettings(
             out=args.out.expanduser().resolve(),

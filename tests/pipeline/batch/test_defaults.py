@@ -1,0 +1,49 @@
+"""`semworld batch` reads clips as `semworld predict` does: at the weights' state rate unless told otherwise, so a
+real clip of a few seconds goes through with the README's own command; a clip that still gives too many states
+fails with a message naming the flags that change it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline import cli
+from pipeline.video import encode_mp4, read_video
+
+REPO = Path(__file__).resolve().parents[3]
+ASSET = REPO / "tests" / "assets" / "bigbuckbunny_160x90.mp4"
+
+
+@pytest.fixture()
+def long_clip(tmp_path) -> Path:
+    """A 4 s clip at 25 fps (100 frames): more than the 64 states a clip may give when read frame by frame."""
+    frames = read_video(ASSET).frames
+    path = tmp_path / "videos" / "long.mp4"
+    path.parent.mkdir()
+    path.write_bytes(encode_mp4([frames[i % len(frames)] for i in range(100)], 25.0))
+    return path
+
+
+def test_batch_reads_at_the_weights_state_rate_by_default(long_clip, tmp_path, monkeypatch):
+    monkeypatch.delenv("SEMWORLD_PIPELINE_FACTORY", raising=False)
+    out = tmp_path / "out"
+    argv = ["batch", str(long_clip.parent), "--out", str(out), "--no-progress", "--device", "cpu", "--horizon", "2"]
+    assert cli.main([*argv, "--stages", "caption"]) == 0  # the caption-only path too
+    record = json.loads((out / "states.jsonl").read_text().splitlines()[0])
+    assert len(record["states"]) == 8  # 4 s at the shipped 2 states per second
+    assert cli.main([*argv, "--out", str(tmp_path / "all")]) == 0
+    doc = json.loads((tmp_path / "all" / "long" / "states.json").read_text())
+    assert len(doc["observed_states"]) == 8 and doc["state_rate"] == pytest.approx(2.0)
+
+
+def test_too_many_states_names_the_flags(long_clip, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("SEMWORLD_PIPELINE_FACTORY", raising=False)
+    out = tmp_path / "out"
+    code = cli.main(["batch", str(long_clip.parent), "--out", str(out), "--no-progress", "--device", "cpu",
+                     "--stages", "caption", "--stride", "1", "--json"])  # fmt: skip
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 1
+    error = summary["clips"][0]["error"]
+    assert "more than 64 states at stride 1" in error and "--state-rate HZ" in error
