@@ -122,12 +122,21 @@ def load_pipeline(
         pipe.caption_batch_size = settings.caption_batch_size
         pipe.render_batch_size = settings.render_batch_size
         return pipe
+    stages = tuple(components or settings.components)
+    own = {stage: folder for stage, folder in settings.stage_folders.items() if stage in stages}
     return WorldModelPipeline.from_pretrained(
         settings.weights or default_weights_dir(),
         device=device or settings.device,
-        stages=tuple(components or settings.components),
+        dtype=settings.dtype,
+        stage_devices=settings.stage_devices or None,
+        stage_dtypes=settings.stage_dtypes or None,
+        compile=settings.compile,
+        stages=stages,
+        project=settings.project,
+        mirror=settings.mirror,
         caption_batch_size=settings.caption_batch_size,
         render_batch_size=settings.render_batch_size,
+        **own,
     )
 
 
@@ -139,6 +148,11 @@ def check_weights(settings: BatchSettings) -> None:
     weights = settings.weights or default_weights_dir()
     index = read_model_index(weights)
     for component in settings.components:
+        own = settings.stage_folders[component]
+        if own is not None:
+            if not own.is_dir():
+                raise UserError(f"--{component} {own}: no such directory")
+            continue
         if plugin_stage(index, component, load=False) is not None:
             continue  # a plug-in stage may need no folder: its factory says what it lacks
         folder = stage_folder(weights, index, component)

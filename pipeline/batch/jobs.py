@@ -59,6 +59,10 @@ class BatchSettings:
         weights: weights folder with model_index.json (None: the shipped weights/).
         device: torch device spec (None: cuda if available).
         caption_batch_size / render_batch_size: frames per forward pass of those stages.
+        captioner / predictor / renderer: a stage's own folder instead of the one model_index.json names.
+        dtype / stage_devices / stage_dtypes / compile: the placement, as `semworld predict` takes it
+            (pipeline.placement.resolve_placement).
+        project / mirror: projection onto the domain's valid states, mirror averaging (as in `predict`).
     """
 
     out: Path
@@ -76,6 +80,15 @@ class BatchSettings:
     device: str | None = None
     caption_batch_size: int = 16
     render_batch_size: int = 8
+    captioner: Path | None = None
+    predictor: Path | None = None
+    renderer: Path | None = None
+    dtype: str | None = None
+    stage_devices: tuple[str, ...] = ()
+    stage_dtypes: tuple[str, ...] = ()
+    compile: bool = False
+    project: bool = True
+    mirror: bool = False
 
     def __post_init__(self) -> None:
         if not self.stages or self.stages != STAGE_NAMES[: len(self.stages)]:
@@ -97,18 +110,33 @@ class BatchSettings:
         """The model_index.json components this run loads."""
         return tuple(COMPONENTS[s] for s in self.stages)
 
+    @property
+    def stage_folders(self) -> dict[str, Path | None]:
+        """The stages given a folder of their own (--captioner/--predictor/--renderer), by stage."""
+        return {"captioner": self.captioner, "predictor": self.predictor, "renderer": self.renderer}
+
+    def model_options(self) -> dict[str, Any]:
+        """What decides the models' outputs beyond the weights folder, when not the default (in fingerprints)."""
+        opts = {"stage_folders": {k: str(v.resolve()) for k, v in self.stage_folders.items() if v is not None},
+                "dtype": self.dtype, "stage_dtypes": list(self.stage_dtypes), "mirror": self.mirror,
+                "project": None if self.project else False}  # fmt: skip
+        return {k: v for k, v in opts.items() if v not in (None, False, [], {})}
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["out"], d["weights"] = str(self.out), None if self.weights is None else str(self.weights)
-        d["stages"] = list(self.stages)
+        for key in ("out", "weights", "captioner", "predictor", "renderer"):
+            d[key] = None if d[key] is None else str(d[key])
+        for key in ("stages", "stage_devices", "stage_dtypes"):
+            d[key] = list(d[key])
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BatchSettings:
         d = dict(d)
-        d["out"] = Path(d["out"])
-        d["weights"] = None if d.get("weights") is None else Path(d["weights"])
-        d["stages"] = tuple(d["stages"])
+        for key in ("out", "weights", "captioner", "predictor", "renderer"):
+            d[key] = None if d.get(key) is None else Path(d[key])
+        for key in ("stages", "stage_devices", "stage_dtypes"):
+            d[key] = tuple(d.get(key, ()))
         return cls(**d)
 
 
@@ -170,6 +198,7 @@ class ClipJob:
             "max_frames": settings.max_frames,
             "max_duration_s": settings.max_duration_s,
             "weights": None if settings.weights is None else str(settings.weights.resolve()),
+            **settings.model_options(),
         }
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 

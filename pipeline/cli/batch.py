@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.cli.predict import _positive_float, _positive_int
+from pipeline.cli.predict import _positive_float, _positive_int, add_model_flags, add_placement_flags
 from pipeline.utils import UserError
 
 TABLE_ROWS = 40  # the end table lists at most this many clips (every failed one, then the others)
@@ -61,6 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-duration", type=_positive_float, default=120.0, help="longest clip in seconds (default 120)"
     )
+    add_model_flags(p)
+    add_placement_flags(p)
     p.add_argument("--caption-batch", type=_positive_int, default=16, help="frames per captioner pass")
     p.add_argument("--render-batch", type=_positive_int, default=8, help="states per renderer pass")
     p.add_argument(
@@ -147,6 +149,15 @@ def _settings(args: argparse.Namespace) -> Any:
             device=args.device,
             caption_batch_size=args.caption_batch,
             render_batch_size=args.render_batch,
+            captioner=args.captioner,
+            predictor=args.predictor,
+            renderer=args.renderer,
+            dtype=args.dtype,
+            stage_devices=tuple(args.stage_device or ()),
+            stage_dtypes=tuple(args.stage_dtype or ()),
+            compile=bool(args.compile),
+            project=args.project,
+            mirror=args.mirror,
         )
     except ValueError as err:
         raise UserError(str(err)) from None
@@ -156,7 +167,12 @@ def run_batch_command(args: argparse.Namespace) -> int:
     from pipeline.batch.jobs import collect_jobs
     from pipeline.batch.runner import EngineOptions, make_plan, run_batch
 
+    from pipeline.placement import resolve_placement
+
     settings = _settings(args)
+    # a device this machine lacks or a bad STAGE=VALUE: one line, before any clip is read
+    resolve_placement(settings.device, settings.dtype, stage_devices=settings.stage_devices or None,
+                      stage_dtypes=settings.stage_dtypes or None)  # fmt: skip
     ray_stages = parse_ray_stages(args.ray_stage)
     if args.ray_stage and not args.ray:
         raise UserError("--ray-stage sizes the stages of a Ray run: add --ray")

@@ -119,6 +119,26 @@ def add_placement_flags(p: argparse.ArgumentParser, env: bool = False) -> None:
                    "compile)" + say[3])  # fmt: skip
 
 
+def add_model_flags(p: argparse.ArgumentParser) -> None:
+    """--captioner/--predictor/--renderer DIR, --no-project and --mirror: which models, and how the predictor
+    forecasts (the same in `predict` and `batch`)."""
+    for stage in ("captioner", "predictor", "renderer"):
+        p.add_argument(
+            f"--{stage}", type=Path, default=None, metavar="DIR",
+            help=f"load the {stage} from DIR instead of the one the weights' model_index.json names",
+        )  # fmt: skip
+    p.add_argument(
+        "--no-project", dest="project", action="store_false",
+        help="keep the predictor's raw argmax states instead of projecting each onto the closest valid state of "
+        "the domain the weights' model_index.json names, when it has a grammar (default: project)",
+    )  # fmt: skip
+    p.add_argument(
+        "--mirror", action="store_true",
+        help="forecast from the mean of each history and its mirror (a domain with a mirror, such as the "
+        "built-in shapes world; about 2.7x the predictor's time; docs/predictor_world.md has what it gains)",
+    )  # fmt: skip
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "predict",
@@ -144,11 +164,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--weights", type=Path, default=None,
         help="weights directory (default: $SEMWORLD_WEIGHTS_DIR, else the shipped weights/)",
     )  # fmt: skip
-    for stage in ("captioner", "predictor", "renderer"):
-        p.add_argument(
-            f"--{stage}", type=Path, default=None, metavar="DIR",
-            help=f"load the {stage} from DIR instead of the one the weights' model_index.json names",
-        )  # fmt: skip
+    add_model_flags(p)
     p.add_argument(
         "--device", default=None, help="torch device for every stage (default: cuda if available, else cpu)"
     )
@@ -176,16 +192,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--render-context", type=int, default=None, metavar="N",
         help="also draw the last N observed states (default: every state given with --states, none for a clip, "
         "whose frames are shown)",
-    )  # fmt: skip
-    p.add_argument(
-        "--no-project", dest="project", action="store_false",
-        help="keep the predictor's raw argmax states instead of projecting each onto the closest valid state of "
-        "the domain the weights' model_index.json names, when it has a grammar (default: project)",
-    )  # fmt: skip
-    p.add_argument(
-        "--mirror", action="store_true",
-        help="forecast from the mean of each history and its mirror (a domain with a mirror, such as the "
-        "built-in shapes world; about 2.7x the predictor's time; docs/predictor_world.md has what it gains)",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     p.set_defaults(func=run_predict)

@@ -47,3 +47,36 @@ def test_too_many_states_names_the_flags(long_clip, tmp_path, monkeypatch, capsy
     assert code == 1
     error = summary["clips"][0]["error"]
     assert "more than 64 states at stride 1" in error and "--state-rate HZ" in error
+
+
+def test_batch_takes_predicts_model_options(tiny_weights, tmp_path, monkeypatch, capsys):
+    """--captioner/--predictor/--renderer, --no-project, --mirror, --dtype, --stage-device and --compile reach
+    the pipeline as in `semworld predict`; bad ones are one line before any clip is read."""
+    from pipeline.world_model import WorldModelPipeline
+
+    monkeypatch.delenv("SEMWORLD_PIPELINE_FACTORY", raising=False)
+    got: dict = {}
+    real = WorldModelPipeline.from_pretrained.__func__
+
+    def spy(cls, *args, **kwargs):
+        got.update(kwargs)
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(WorldModelPipeline, "from_pretrained", classmethod(spy))
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    (videos / "a.mp4").write_bytes(ASSET.read_bytes())
+    argv = ["batch", str(videos), "--weights", str(tiny_weights), "--stride", "8", "--horizon", "1", "--device",
+            "cpu", "--no-progress"]  # fmt: skip
+    assert cli.main([*argv, "--out", str(tmp_path / "o"), "--predictor", str(tiny_weights / "predictor"),
+                     "--no-project", "--dtype", "float32", "--stage-device", "renderer=cpu", "--compile"]) == 0
+    assert got["predictor"] == tiny_weights / "predictor" and got["project"] is False and got["mirror"] is False
+    assert got["dtype"] == "float32" and got["stage_devices"] == ("renderer=cpu",) and got["compile"] is True
+    capsys.readouterr()
+    assert cli.main([*argv, "--out", str(tmp_path / "o2"), "--captioner", str(tmp_path / "nowhere")]) == 2
+    assert f"--captioner {tmp_path / 'nowhere'}: no such directory" in capsys.readouterr().err
+    assert cli.main([*argv, "--out", str(tmp_path / "o3"), "--stage-device", "painter=cpu"]) == 2
+    assert "painter" in capsys.readouterr().err and not (tmp_path / "o3").exists()
+    # the mirror needs a domain with one: the tiny weights speak free text, so the run stops at loading
+    assert cli.main([*argv, "--out", str(tmp_path / "o4"), "--mirror"]) == 2
+    assert "mirror averaging needs the 4-tensor model and a domain with a mirror" in capsys.readouterr().err
