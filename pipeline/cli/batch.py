@@ -166,7 +166,6 @@ def _settings(args: argparse.Namespace) -> Any:
 def run_batch_command(args: argparse.Namespace) -> int:
     from pipeline.batch.jobs import collect_jobs
     from pipeline.batch.runner import EngineOptions, make_plan, run_batch
-
     from pipeline.placement import resolve_placement
 
     settings = _settings(args)
