@@ -31,6 +31,7 @@ from api.routes import health, jobs, pages, predict, rollout, samples
 from api.routes.pages import STATIC_DIR
 from api.schemas import ErrorResponse, predict_payload
 from api.settings import Settings
+from pipeline.placement import set_threads
 from pipeline.video import VideoLimits, write_samples
 from pipeline.world_model import WorldModelPipeline
 
@@ -49,6 +50,7 @@ Errors are JSON `{"detail": "..."}`. If the server has an API key, send it as `X
 
 def _load_pipeline(app: FastAPI, settings: Settings) -> WorldModelPipeline:
     """The service's pipeline, made with the service's limits and batch sizes whatever stages it runs."""
+    logger.info("torch CPU threads: %d", set_threads(settings.threads))
     options: dict[str, Any] = {
         "limits": VideoLimits(
             max_frames=settings.max_frames, max_side=settings.max_side, max_duration_s=settings.max_duration_s

@@ -43,6 +43,11 @@ class Settings(BaseSettings):
         default_factory=dict,
         description='per-stage dtypes that override `dtype`, as JSON: {"predictor": "float32"}',
     )
+    threads: int | None = Field(
+        default=None, ge=1,
+        description="torch CPU threads; default one fewer than the usable cores (torch's one per core stalls "
+        "when anything else runs on the machine)",
+    )
     compile: bool = Field(
         default=False,
         description="torch.compile the predictor's rollout step (CUDA graphs on a GPU; eager if it cannot compile)",

@@ -10,6 +10,7 @@ kept in float32 (models/four_tensor.py). Any stage may be moved or given another
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -117,3 +118,33 @@ def resolve_placement(
             dt = predictor_dtype(dev) if stage == "predictor" else default_dtype(dev)
         chosen[stage] = StagePlacement(dev, dt)
     return Placement(chosen["captioner"], chosen["predictor"], chosen["renderer"], compile=bool(compile))
+
+
+# ---- CPU threads ---------------------------------------------------------------------------------------------
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, e.g. a container's cpuset), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_threads() -> int:
+    """Torch's intra-op threads when none are asked for: one fewer than the usable cores (at least 1).
+
+    Torch's default, one thread per core, falls off a cliff as soon as anything else runs on the machine: its
+    workers wait for each other at every operation, so one busy core stalls them all (bench/threads.py, 2 cores:
+    a warm pipeline call 0.23 s idle, 1.09 s beside one busy process and 20.8 s beside two, against 0.26, 0.27
+    and 0.54 s with one thread). Leaving a core free keeps that from happening at a small cost when the machine
+    is idle (docs/benchmarks.md).
+    """
+    return max(1, usable_cores() - 1)
+
+
+def set_threads(threads: int | None = None) -> int:
+    """Set torch's CPU threads for this process (None: `default_threads()`); returns the number set."""
+    n = default_threads() if threads is None else int(threads)
+    if n < 1:
+        raise UserError(f"--threads must be >= 1, got {threads}")
+    torch.set_num_threads(n)
+    return n

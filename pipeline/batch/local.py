@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from pipeline.batch.clip import ClipResult, load_pipeline, process
 from pipeline.batch.jobs import BatchSettings, ClipJob
+from pipeline.placement import default_threads
 from pipeline.utils import UserError
 from pipeline.world_model import WorldModelPipeline
 
@@ -136,7 +137,7 @@ def run_local(
 ) -> list[ClipResult]:
     """Process `jobs` and return their results in the order they finished (`on_result` hears each at once).
 
-    One worker runs in this process; more run in spawned processes (CUDA-safe), clips handed out one at a time.
+    `threads`: torch threads per worker (default: `default_threads()`, one fewer than the usable cores, shared out).
     `threads`: torch threads per worker (default: this machine's cores shared out among the workers).
     """
     if workers < 1:
@@ -144,7 +145,7 @@ def run_local(
     results: list[ClipResult] = []
     if not jobs:
         return results
-    threads = threads or max(1, (os.cpu_count() or 1) // workers)
+    threads = threads or max(1, default_threads() // workers)
     bar = tqdm(total=len(jobs), desc="batch", unit="clip", disable=not progress, dynamic_ncols=True)
 
     def finished(result: ClipResult) -> None:

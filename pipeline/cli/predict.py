@@ -165,6 +165,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="weights directory (default: $SEMWORLD_WEIGHTS_DIR, else the shipped weights/)",
     )  # fmt: skip
     add_model_flags(p)
+    p.add_argument("--threads", type=_positive_int, default=None,
+                   help="torch CPU threads (default: one fewer than the usable cores, at least 1: torch's own "
+                   "default of one per core stalls when anything else runs on the machine; docs/benchmarks.md)")
     p.add_argument(
         "--device", default=None, help="torch device for every stage (default: cuda if available, else cpu)"
     )
@@ -207,6 +210,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--port", type=int, default=int(os.environ.get("SEMWORLD_PORT", "8000")))
     s.add_argument("--weights", type=Path, default=None, help="weights directory (SEMWORLD_WEIGHTS_DIR)")
     s.add_argument("--device", default=None, help="torch device (SEMWORLD_DEVICE)")
+    s.add_argument("--threads", type=_positive_int, default=None,
+                   help="torch CPU threads (SEMWORLD_THREADS; default: one fewer than the usable cores)")
     add_placement_flags(s, env=True)
     s.add_argument(
         "--data-dir", type=Path, default=None, help="jobs database and results (SEMWORLD_DATA_DIR)"
@@ -222,7 +227,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_predict(args: argparse.Namespace) -> int:
     from pipeline.outputs import changes_of, write_outputs
-    from pipeline.placement import resolve_placement
+    from pipeline.placement import resolve_placement, set_threads
     from pipeline.utils import MODEL_INDEX
     from pipeline.video import TooManyStatesError, VideoLimits
     from pipeline.world_model import (
@@ -269,6 +274,7 @@ def run_predict(args: argparse.Namespace) -> int:
         raise UserError(f"--render-context: expected 0..{len(states) if states else args.max_frames}, got "
                         f"{render_context}")  # fmt: skip
     own = {stage: folders.get(stage) if overrides[stage] is not None else None for stage in overrides}
+    logger.debug("torch threads: %d", set_threads(args.threads))
     pipe = WorldModelPipeline.from_pretrained(
         weights, device=args.device, dtype=args.dtype,
         stage_devices=args.stage_device, stage_dtypes=args.stage_dtype, compile=bool(args.compile), limits=limits,
@@ -383,7 +389,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     # SEMWORLD_* variables (and .env) first; the flags override them, passed in, not through the environment.
     flags = {"weights_dir": args.weights, "device": args.device, "data_dir": args.data_dir, "dtype": args.dtype,
-             "compile": args.compile}
+             "compile": args.compile, "threads": args.threads}
     from pipeline.placement import parse_stage_options
 
     if args.stage_device:

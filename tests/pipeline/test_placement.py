@@ -99,3 +99,44 @@ def test_service_settings_carry_the_placement(monkeypatch):
     monkeypatch.setenv("SEMWORLD_STAGE_DEVICES", '{"decoder": "cpu"}')
     with pytest.raises(ValueError, match="unknown stage 'decoder'"):
         Settings()
+
+
+def test_threads_default_to_one_fewer_than_the_usable_cores(monkeypatch):
+    """Torch's one thread per core stalls beside any other busy process (bench/threads.py): semworld leaves one
+    core free unless told otherwise, in predict, serve and batch alike."""
+    import pydantic
+
+    from api.settings import Settings
+    from pipeline.placement import default_threads, set_threads, usable_cores
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr("pipeline.placement.usable_cores", lambda: 8)
+        assert default_threads() == 7 and set_threads() == 7 and torch.get_num_threads() == 7
+        monkeypatch.setattr("pipeline.placement.usable_cores", lambda: 1)
+        assert default_threads() == 1
+        assert set_threads(3) == 3 and torch.get_num_threads() == 3
+        with pytest.raises(UserError, match="--threads must be >= 1"):
+            set_threads(0)
+    finally:
+        torch.set_num_threads(before)
+    assert usable_cores() >= 1
+    monkeypatch.setenv("SEMWORLD_THREADS", "2")
+    assert Settings().threads == 2
+    with pytest.raises(pydantic.ValidationError):
+        Settings(threads=0)
+
+
+def test_predict_and_serve_take_threads(monkeypatch, tiny_weights, tmp_path):
+    from pipeline import cli
+
+    seen: list[int | None] = []
+    monkeypatch.setattr("pipeline.placement.set_threads", lambda n=None: seen.append(n) or 1)
+    states = tmp_path / "s.txt"
+    states.write_text("red ball top left .\n")
+    argv = ["predict", "--states", str(states), "--weights", str(tiny_weights), "--horizon", "1", "--device", "cpu"]
+    assert cli.main([*argv, "--out", str(tmp_path / "a"), "--threads", "1"]) == 0
+    assert cli.main([*argv, "--out", str(tmp_path / "b")]) == 0
+    assert seen == [1, None]
+    ns = cli.build_parser().parse_args(["serve", "--threads", "3"])
+    assert ns.threads == 3
