@@ -23,10 +23,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The main job on the embedded models: a clip of the built-in world in, its next states and frames out,
-# compared with the world's ground truth (outputs in runs/demo/).
+# compared with the world's ground truth (outputs in runs/demo/predict/). The thread count is fixed so that the
+# frames are the same bytes on every machine (a float sum's last bit depends on how many threads split it).
 demo: install
 	$(BIN)/semworld world generate --scenario bounce --clips 1 --split test --seed 0 --out runs/demo/world --no-progress
-	$(BIN)/semworld predict runs/demo/world/clips/000000.mp4 --stride 5 --context 8 --horizon 4 \
+	$(BIN)/semworld predict runs/demo/world/clips/000000.mp4 --stride 5 --context 8 --horizon 4 --threads 2 \
 		--truth runs/demo/world/states.jsonl --out runs/demo/predict
 
 # A short training run of the 4-tensor predictor on world state sequences, then a rollout (about a minute).

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from pipeline.confidence import unsure
 from pipeline.utils import atomic_write_bytes
 from pipeline.video import encode_mp4
 from pipeline.world_model import WorldModelOutput
@@ -91,6 +92,7 @@ def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
 
 OBSERVED_COLOUR = (70, 90, 170)
 PREDICTED_COLOUR = (200, 60, 60)
+UNSURE_COLOUR = (235, 160, 30)  # amber: a read the captioner was unsure of, and the clip's warning
 STRIP_MAX_WIDTH = 1600  # px: longer runs wrap onto more rows
 
 
@@ -105,10 +107,12 @@ def fit(frame: np.ndarray, width: int, height: int, background: tuple[int, int, 
 
 
 def _tile(frame: np.ndarray | None, state: str, label: str, height: int, width: int, colour: tuple[int, int, int],
-          changes: Sequence[str] | None = None) -> Image.Image:  # fmt: skip
+          changes: Sequence[str] | None = None, unsure: bool = False) -> Image.Image:  # fmt: skip
     """One cell of the strip: the frame fitted into width x height, a label, the whole state wrapped below it,
     then what changed since the step before (grey; "no change" when nothing did, nothing when `changes` is None:
-    the first step, or no timeline)."""
+    the first step, or no timeline). An `unsure` read is framed and labelled in amber."""
+    if unsure:
+        label, colour = f"{label} UNSURE", UNSURE_COLOUR
     font = _font(11)
     chars = max(8, width // 6)
     state_lines = textwrap.wrap(state, width=chars) or [""]
@@ -124,7 +128,20 @@ def _tile(frame: np.ndarray | None, state: str, label: str, height: int, width: 
     draw.rectangle([0, height, width - 1, height + 2], fill=colour)
     for k, (line, fill) in enumerate(lines):
         draw.text((3, height + 5 + 14 * k), line, fill=fill, font=font)
+    if unsure:
+        draw.rectangle([0, 0, width - 1, tile.height - 1], outline=colour, width=3)
     return tile
+
+
+def _banner(text: str, width: int) -> Image.Image:
+    """The clip's warning across the top of the strip, in amber, wrapped to the strip's width."""
+    font = _font(12)
+    lines = textwrap.wrap(f"warning: {text}", width=max(20, (width - 8) // 7))
+    banner = Image.new("RGB", (width, 16 * len(lines) + 8), UNSURE_COLOUR)
+    draw = ImageDraw.Draw(banner)
+    for k, line in enumerate(lines):
+        draw.text((4, 4 + 16 * k), line, fill=(0, 0, 0), font=font)
+    return banner
 
 
 def make_strip(
@@ -135,10 +152,13 @@ def make_strip(
     height: int = 112,
     max_width: int = STRIP_MAX_WIDTH,
     changes: Sequence[Sequence[str]] | None = None,
+    unsure: Sequence[bool] | None = None,
+    warning: str | None = None,
 ) -> np.ndarray:
     """Observed frames with their states, then predicted frames with theirs (a red bar where the forecast
     begins), in rows at most `max_width` px wide. Frames keep their aspect; every state is shown in full;
-    `changes` (one list per step, see pipeline.timeline) goes under each state."""
+    `changes` (one list per step) goes under each state. Observed states flagged in `unsure` are marked in amber,
+    and a `warning` (the clip's, pipeline.confidence) runs across the top."""
     if not observed_states and not predicted_states:
         raise ValueError("nothing to draw: no observed and no predicted states")
     ref = next((f for f in [*observed_frames, *predicted_frames] if f is not None), None)
@@ -150,7 +170,8 @@ def make_strip(
               *(predicted_frames[j] if j < len(predicted_frames) else None for j in range(len(predicted_states)))]  # fmt: skip
     tiles = [
         _tile(frames[t], state, f"{'observed' if t < n else 'predicted'} t={t}", height, width,
-              OBSERVED_COLOUR if t < n else PREDICTED_COLOUR, changes[t] if changes and t else None)  # fmt: skip
+              OBSERVED_COLOUR if t < n else PREDICTED_COLOUR, changes[t] if changes and t else None,
+              bool(unsure and t < len(unsure) and unsure[t]))  # fmt: skip
         for t, state in enumerate(steps)
     ]
     gap, bar = 2, 6
@@ -158,9 +179,12 @@ def make_strip(
     rows = [tiles[i : i + per_row] for i in range(0, len(tiles), per_row)]
     row_h = [max(t.height for t in row) for row in rows]
     total_w = max(len(row) for row in rows) * (width + gap) + (bar if n and predicted_states else 0)
-    strip = Image.new("RGB", (total_w, sum(row_h) + gap * (len(rows) - 1)), (235, 235, 235))
+    top = _banner(warning, total_w) if warning else None
+    y = top.height + gap if top is not None else 0
+    strip = Image.new("RGB", (total_w, y + sum(row_h) + gap * (len(rows) - 1)), (235, 235, 235))
+    if top is not None:
+        strip.paste(top, (0, 0))
     draw = ImageDraw.Draw(strip)
-    y = 0
     for r, row in enumerate(rows):
         x = 0
         for k, t in enumerate(row):
@@ -269,8 +293,11 @@ def strip_of(output: WorldModelOutput) -> np.ndarray:
     observed: list[np.ndarray | None] = list(output.observed_frames)
     if not observed and output.context_frames:
         observed = [None] * (n - len(output.context_frames)) + list(output.context_frames)
+    unsure_reads = [unsure(c, ok, output.confidence_threshold)
+                    for c, ok in zip(output.observed_confidence, output.observed_parses, strict=False)]  # fmt: skip
     return make_strip(observed, output.observed_states, output.predicted_frames, output.predicted_states,
-                      changes=changes_of(output))  # fmt: skip
+                      changes=changes_of(output), unsure=unsure_reads,
+                      warning=output.warnings[0] if output.warnings else None)  # fmt: skip
 
 
 def zip_outputs(output: WorldModelOutput) -> bytes:

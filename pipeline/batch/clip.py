@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from pipeline.batch.jobs import BatchSettings, ClipJob
-from pipeline.confidence import clip_warning
+from pipeline.confidence import clip_warning, unsure
 from pipeline.domain import timeline
 from pipeline.outputs import write_outputs
 from pipeline.utils import (
@@ -88,6 +88,7 @@ class ClipResult:
     record: dict[str, Any] | None = None  # its states.jsonl line (ok and skipped)
 
     def summary(self) -> dict[str, Any]:
+        record = self.record or {}
         return {
             "name": self.name,
             "source": self.source,
@@ -95,6 +96,8 @@ class ClipResult:
             "seconds": {k: round(v, 4) for k, v in self.timings.items()},
             "observed_states": self.observed,
             "predicted_states": self.predicted,
+            "unsure_states": sum(record.get("unsure", [])),
+            "warnings": list(record.get("warnings", [])),
             "error": self.error,
         }
 
@@ -263,15 +266,19 @@ def render(pipe: WorldModelPipeline, work: ClipWork, settings: BatchSettings) ->
 # ---- the writer ----------------------------------------------------------------------------------------------
 def states_record(work: ClipWork) -> dict[str, Any]:
     """The clip's line of states.jsonl, in the format `semworld world generate` writes (so `semworld train
-    predictor --data OUT/states.jsonl` reads it). Captioned states carry no knowledge of which steps follow
-    from the past, so every step is flagged predictable, as readers assume when the flags are missing."""
+    predictor --data OUT/states.jsonl` reads it). A state the captioner was unsure of (pipeline.confidence) is
+    flagged `unsure` and not `predictable`, so that scoring leaves it out; the clip's warning goes with it."""
     job = work.job
+    doubtful = [unsure(c, ok, work.threshold) for c, ok in zip(work.confidence, work.parses, strict=False)]
+    doubtful += [False] * (len(work.observed) - len(doubtful))
     return {
         "clip": str(job.source),
         "fps": work.source_fps,
         "stride": job.stride if job.state_rate is None else None,
         "states": list(work.observed),
-        "predictable": [True] * len(work.observed),
+        "predictable": [not u for u in doubtful],
+        "unsure": doubtful,
+        "warnings": list(work.warnings),
         "seed": job.seed,
         "id": job.name,
         "state_rate": work.state_rate,

@@ -224,14 +224,16 @@ def print_summary(summary: dict[str, Any]) -> None:
     shown = shown[:TABLE_ROWS]
     stages = ("decode", "caption", "predict", "render", "write")
     table = Table(title=f"semworld batch -> {summary['out']}")
-    for col in ("clip", "status", "states", *[f"{s} s" for s in stages], "error"):
+    for col in ("clip", "status", "states", "unsure", *[f"{s} s" for s in stages], "error"):
         table.add_column(col, justify="right" if col.endswith(" s") else "left")
     for c in shown:
         sec = c["seconds"]
+        doubt = c.get("unsure_states", 0)
         table.add_row(
             c["name"],
             c["status"],
             f"{c['observed_states']} -> {c['predicted_states']}",
+            f"[bold yellow]{doubt}/{c['observed_states']} ![/]" if c.get("warnings") else str(doubt or ""),
             *[f"{sec[s]:.2f}" if s in sec else "" for s in stages],
             c["error"] or "",
         )
@@ -239,6 +241,13 @@ def print_summary(summary: dict[str, Any]) -> None:
     console.print(table)
     if len(clips) > len(shown):
         print(f"... {len(clips) - len(shown)} more clips in {summary['out']}/summary.json")
+    warned: dict[str, list[str]] = {}
+    for c in clips:
+        for w in c.get("warnings", []):
+            warned.setdefault(w, []).append(c["name"])
+    for text, names in warned.items():  # one line per distinct warning, naming its clips
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        print(f"warning ({', '.join(names[:3])}{more}; marked ! above): {text}")
     n = summary["counts"]
     rate = f", {summary['clips_per_minute']} clips/min" if summary.get("clips_per_minute") else ""
     print(
