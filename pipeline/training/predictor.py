@@ -161,6 +161,23 @@ def preset_shape(preset: str) -> dict[str, int]:
         raise UserError(f"--preset: {err}") from None
 
 
+FEW_WINDOWS = 500  # fewer training windows than this: say the predictor will learn little
+
+
+def corpus_warnings(sequences: list[Any], train_windows: int) -> list[str]:
+    """What to tell a user before training on a corpus that cannot teach much: too few windows, or states most of
+    which the captioner was unsure of (the `unsure` flags `semworld batch` writes into states.jsonl)."""
+    out = []
+    if train_windows < FEW_WINDOWS:
+        out.append(f"only {train_windows} training windows ({len(sequences)} sequences): a predictor learns little "
+                   f"from fewer than {FEW_WINDOWS}; read the validation numbers against chance (logged at the end)")  # fmt: skip
+    flags = [bool(u) for seq in sequences for u in (seq.extra.get("unsure") or [])]
+    if flags and 2 * sum(flags) > len(flags):
+        out.append(f"{sum(flags)} of {len(flags)} states are marked unsure by the captioner that wrote them: the "
+                   "predictor will learn what the captioner guesses, not what happens in the videos")  # fmt: skip
+    return out
+
+
 def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> PreparedData:
     """Read, split by story (seeded), build the tokenizer over all sequences (as the paper does), make windows."""
     shape = preset_shape(args.preset)
@@ -190,6 +207,8 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
             f"{args.data}: no training or validation windows ({len(train)} / {len(val)}); every "
             f"sequence needs at least T+1={T + 1} states, and there must be enough sequences to split"
         )
+    for warning in corpus_warnings(sequences, len(train)):
+        logger.warning("%s: %s", args.data, warning)
     stats = {
         "sequences": len(sequences),
         "train_sequences": len(split.train),
@@ -847,16 +866,24 @@ def finish_run(run: PredictorRun, decision: StopDecision) -> TrainResult:
     }
     if ctx.is_main:
         atomic_write_json(run.out / SUMMARY_FILE, summary)
+        chance = 1 / max(1, run.data.tokenizer.vocab_size - 2)  # a uniform guess over the words
         logger.info(
-            "%s: selected epoch %d of %d (stopped by %s): L_S(T) %.4f vs uniform ln|V| %.4f -> %s",
+            "%s: selected epoch %d of %d (stopped by %s): L_S(T) %.4f vs uniform ln|V| %.4f, token accuracy %.3f "
+            "vs chance %.3f, exact states %.3f -> %s",
             run.label,
             best["epoch"],
             len(history),
             decision.reason,
             best["val_last_ce"],
             uniform,
+            best["val_token_acc"],
+            chance,
+            best["val_exact_acc"],
             run.out,
         )
+        if best["val_last_ce"] > 0.8 * uniform:
+            logger.warning("%s: the validation loss is within 20%% of a uniform guess: the model learned little "
+                           "(more data, or states the captioner is sure of, would help)", run.label)  # fmt: skip
     return TrainResult(run.kind, run.out, history, decision.best_epoch, decision.reason, summary, run.model)
 
 

@@ -217,3 +217,22 @@ def test_attentime_variants_train_through_the_cli_and_load_as_predictors(
 def test_attentime_arguments_that_cannot_work_are_refused(tmp_path, kw, says):
     with pytest.raises(UserError, match=says):
         TrainArgs(data="d.jsonl", preset="tiny", out=str(tmp_path), **kw)
+
+
+def test_a_tiny_or_unsure_corpus_is_said_before_training_and_the_result_against_chance(tmp_path, caplog):
+    """A corpus of a few captioned clips, most states unsure (as `semworld batch` marks real footage read by
+    models that do not know it): the user is told before training, and the result is set against chance."""
+    import logging
+
+    rows = [{"states": [f"red ball {r} left ." for r in ("top", "upper", "middle", "lower", "bottom")] * 2,
+             "unsure": [True] * 9 + [False]} for _ in range(6)]  # fmt: skip
+    data = tmp_path / "corpus.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = TrainArgs(data=str(data), preset="tiny", out=str(tmp_path / "p"), epochs=1, batch_size=8,
+                     val_fraction=0.34, progress=False)  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="pipeline.training.predictor"):
+        train_predictor(args)
+    said = caplog.text
+    assert "training windows (6 sequences): a predictor learns little from fewer than 500" in said
+    assert "54 of 60 states are marked unsure by the captioner" in said
+    assert "vs chance" in said and "token accuracy" in said
