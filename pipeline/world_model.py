@@ -353,7 +353,7 @@ class WorldModelPipeline:
         # One choice for all stages (a device this machine lacks, a bad dtype: one line).
         place = resolve_placement(device, dtype, stage_devices=stage_devices, stage_dtypes=stage_dtypes,
                                   compile=compile)  # fmt: skip
-        logger.info("placement: %s", place.describe())
+        logger.info("placement: %s", place.describe(stages))
 
         # The stage modules are imported here so that the pipeline itself stays cheap to import.
         from pipeline.captioner import Captioner as HFCaptioner

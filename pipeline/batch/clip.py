@@ -86,6 +86,7 @@ class ClipResult:
     observed: int = 0
     predicted: int = 0
     record: dict[str, Any] | None = None  # its states.jsonl line (ok and skipped)
+    fingerprint: str | None = None  # of a failed clip: a rerun knows whether its input changed since
 
     def summary(self) -> dict[str, Any]:
         record = self.record or {}
@@ -99,7 +100,30 @@ class ClipResult:
             "unsure_states": sum(record.get("unsure", [])),
             "warnings": list(record.get("warnings", [])),
             "error": self.error,
+            **({"fingerprint": self.fingerprint} if self.fingerprint else {}),
         }
+
+
+UNREADABLE = "decode: "  # a failure of the input itself: it fails again until the file changes
+
+
+def still_broken(jobs: Sequence[ClipJob], settings: BatchSettings) -> list[ClipResult]:
+    """The clips the last run in this folder could not read (a `decode` failure) whose file has not changed
+    since (same fingerprint): failed again without loading a model to find out."""
+    try:
+        last = json.loads((settings.out / SUMMARY_FILE).read_text())
+        before = {c["name"]: c for c in last.get("clips", []) if c.get("status") == "failed"}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return []
+    out = []
+    for job in jobs:
+        old = before.get(job.name, {})
+        unreadable = str(old.get("error", "")).startswith(UNREADABLE)
+        if unreadable and old.get("fingerprint") == job.fingerprint(settings):
+            error = (f"{old['error']} (unchanged since the last run, so not read again: replace the file, or "
+                     f"leave it out of IN to stop seeing it)")  # fmt: skip
+            out.append(ClipResult(job.name, str(job.source), "failed", {}, error, fingerprint=old["fingerprint"]))
+    return out
 
 
 def _fail(work: ClipWork, stage: str, err: BaseException) -> None:
@@ -291,7 +315,8 @@ def write_clip(work: ClipWork, settings: BatchSettings) -> ClipResult:
     """Write a finished clip's folder atomically (or report its failure). Safe to call twice for one clip."""
     job = work.job
     if work.error is not None:
-        return ClipResult(job.name, str(job.source), "failed", dict(work.timings), work.error)
+        return ClipResult(job.name, str(job.source), "failed", dict(work.timings), work.error,
+                          fingerprint=job.fingerprint(settings))  # fmt: skip
     t = time.perf_counter()
     record = states_record(work)
     try:
@@ -328,7 +353,8 @@ def write_clip(work: ClipWork, settings: BatchSettings) -> ClipResult:
             atomic_write_json(tmp / RECORD_FILE, doc)  # last: the clip counts as done from here on
     except Exception as err:  # noqa: BLE001 - a full disk or a bad frame fails this clip, not the run
         _fail(work, "write", err)
-        return ClipResult(job.name, str(job.source), "failed", dict(work.timings), work.error)
+        return ClipResult(job.name, str(job.source), "failed", dict(work.timings), work.error,
+                          fingerprint=job.fingerprint(settings))  # fmt: skip
     return ClipResult(
         job.name, str(job.source), "ok", timings, None, len(work.observed), len(work.predicted), record
     )

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pipeline.batch.clip import ClipResult, check_weights, finish_run, is_complete, skipped
+from pipeline.batch.clip import ClipResult, check_weights, finish_run, is_complete, skipped, still_broken
 from pipeline.batch.jobs import BatchSettings, ClipJob
 from pipeline.batch.local import run_local, run_lock
 
@@ -60,6 +60,12 @@ def run_batch(jobs: list[ClipJob], settings: BatchSettings, options: EngineOptio
         results += [skipped(j, plan.done[j.name]) for j in jobs if j.name in plan.done]
         if plan.done:
             logger.info("%d of %d clips complete from an earlier run: skipped", len(plan.done), len(jobs))
+        broken = still_broken(plan.todo, settings)
+        if broken:
+            results += broken
+            plan.todo = [j for j in plan.todo if j.name not in {r.name for r in broken}]
+            logger.info("%d clips the last run could not read are unchanged: failed again without reading them",
+                        len(broken))  # fmt: skip
         engine = "ray" if options.ray else "local"
         try:
             if options.ray:
@@ -77,7 +83,7 @@ def run_batch(jobs: list[ClipJob], settings: BatchSettings, options: EngineOptio
                 )  # fmt: skip
         finally:
             seconds = time.perf_counter() - t0
-            processed = sum(r.status != "skipped" for r in results)
+            processed = sum(r.status == "ok" for r in results)  # clips done now, not failed or skipped
             summary = finish_run(
                 jobs,
                 results,

@@ -140,3 +140,12 @@ def test_predict_and_serve_take_threads(monkeypatch, tiny_weights, tmp_path):
     assert seen == [1, None]
     ns = cli.build_parser().parse_args(["serve", "--threads", "3"])
     assert ns.threads == 3
+
+
+def test_the_log_names_only_the_stages_that_load():
+    from pipeline.placement import resolve_placement
+
+    place = resolve_placement("cpu", None, compile=True)
+    assert place.describe(("captioner",)) == "captioner cpu float32"
+    assert place.describe().startswith("captioner cpu float32, predictor cpu float32, renderer cpu")
+    assert place.describe().endswith("predictor compiled")

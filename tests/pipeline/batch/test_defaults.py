@@ -80,3 +80,27 @@ def test_batch_takes_predicts_model_options(tiny_weights, tmp_path, monkeypatch,
     # the mirror needs a domain with one: the tiny weights speak free text, so the run stops at loading
     assert cli.main([*argv, "--out", str(tmp_path / "o4"), "--mirror"]) == 2
     assert "mirror averaging needs the 4-tensor model and a domain with a mirror" in capsys.readouterr().err
+
+
+def test_a_rerun_does_not_load_models_to_fail_an_unchanged_broken_file_again(tmp_path, monkeypatch, capsys):
+    from pipeline.batch import clip as batch_clip
+
+    monkeypatch.delenv("SEMWORLD_PIPELINE_FACTORY", raising=False)
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    (videos / "broken.mp4").write_bytes(b"not a video at all")
+    out = tmp_path / "out"
+    argv = ["batch", str(videos), "--out", str(out), "--stages", "caption", "--device", "cpu", "--no-progress",
+            "--json"]  # fmt: skip
+    assert cli.main(argv) == 1
+    first = json.loads(capsys.readouterr().out)
+    assert first["clips"][0]["error"].startswith("decode: ") and first["clips_per_minute"] is None  # none done
+    monkeypatch.setattr(batch_clip, "load_pipeline", lambda *a, **k: pytest.fail("models were loaded"))
+    assert cli.main(argv) == 1
+    again = json.loads(capsys.readouterr().out)["clips"][0]
+    assert "unchanged since the last run, so not read again" in again["error"]
+    (videos / "broken.mp4").write_bytes(b"still not a video, but another file")  # changed: read again
+    monkeypatch.undo()
+    monkeypatch.delenv("SEMWORLD_PIPELINE_FACTORY", raising=False)
+    assert cli.main(argv) == 1
+    assert "not read again" not in json.loads(capsys.readouterr().out)["clips"][0]["error"]
