@@ -12,7 +12,9 @@ def test_help_lists_commands(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["--help"])
     assert exc.value.code == 0
-    assert "semworld" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    for command in ("predict", "batch", "serve", "train", "eval", "world", "domains", "presets", "demo"):
+        assert f"\n    {command} " in out, command  # every command module registered its commands
 
 
 def _leaf_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
