@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: constraints install demo demo-train serve test test-slow lint typecheck bench clean weights
+.PHONY: constraints install demo demo-train serve test test-unit test-slow lint typecheck bench clean weights
 
 install: $(STAMP)
 
@@ -48,6 +48,10 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The unit tests alone: no shipped weights, servers or subprocesses (a quick check while editing).
+test-unit: install
+	$(BIN)/python -m pytest -q -m "not slow and not integration"
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow

@@ -10,6 +10,8 @@ from pipeline import cli
 from pipeline.cli.predict import check_bind, is_loopback
 from pipeline.utils import UserError
 
+pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
+
 REPO = Path(__file__).resolve().parents[1]
 
 

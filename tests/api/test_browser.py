@@ -17,6 +17,8 @@ from pipeline.domain import get_domain, timeline
 from tests.api.conftest import REAL_CLIP
 from tests.api.fakes import world_step
 
+pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
+
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
     "--no-sandbox",

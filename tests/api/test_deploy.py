@@ -13,6 +13,8 @@ import yaml
 
 from tests.api.conftest import REPO
 
+pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
+
 BIN = Path(sys.executable).parent
 
 

@@ -15,6 +15,8 @@ import pytest
 
 from tests.api.conftest import REAL_CLIP
 
+pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
+
 
 def submit(c: httpx.Client, **form) -> str:
     form = {"horizon": "4", "stride": "4", **form}

@@ -56,6 +56,7 @@ SCHEMATHESIS = shutil.which("schemathesis") or (
 
 
 @pytest.mark.skipif(SCHEMATHESIS is None, reason="schemathesis is not installed (dev extra)")
+@pytest.mark.integration
 def test_a_short_schemathesis_run_finds_nothing(start_server, tmp_path):
     """Every operation, a few cases each, all checks but positive_data_acceptance (its two deliberate failures,
     an unreadable clip and a synchronous request over the cost bound, are documented in docs/reliability.md)."""

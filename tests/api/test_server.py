@@ -15,6 +15,8 @@ import pytest
 
 from tests.api.conftest import REAL_CLIP
 
+pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
+
 
 def post(client: httpx.Client, data: bytes, ctype: str = "video/mp4", path: str = "/v1/predict", **form):
     form = {"horizon": "2", **form}

@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -161,6 +161,7 @@ def test_corrupt_weights_are_one_clear_error(tiny_blip_dir, tmp_path):
 
 # ---- the shipped weights -------------------------------------------------------------------------------
 @pytest.mark.skipif(not (SHIPPED / "config.json").is_file(), reason="weights/captioner/ not trained yet")
+@pytest.mark.integration
 def test_shipped_captioner_reads_world_frames_exactly():
     from world import frames_and_states, parse_state
 

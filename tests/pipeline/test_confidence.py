@@ -66,6 +66,7 @@ def test_each_read_state_carries_its_confidence_into_the_output_and_states_json(
     )
 
 
+@pytest.mark.integration
 def test_the_shipped_captioner_is_sure_on_world_frames_and_unsure_on_the_real_clip():
     """The calibration in small (bench/caption_confidence.py has the full numbers)."""
     import world

@@ -13,6 +13,8 @@ import pytest
 
 from pipeline.predictor import Predictor
 
+pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
+
 FOLDER = Path(__file__).resolve().parents[2] / "weights" / "predictor"
 ON, OFF = "lamp on .", "lamp off ."
 

@@ -225,6 +225,7 @@ def test_bad_render_arguments_name_the_argument(tiny, kwargs, message):
 @pytest.mark.skipif(
     not (SHIPPED / "model_index.json").is_file(), reason="weights/renderer/ is not shipped yet"
 )
+@pytest.mark.integration
 def test_shipped_renderer_loads_offline_and_draws_world_frames(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     renderer = Renderer.from_pretrained(SHIPPED, device="cpu")

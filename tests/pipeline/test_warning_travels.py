@@ -9,11 +9,14 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from pipeline import cli
 from pipeline.outputs import UNSURE_COLOUR, strip_of
 from pipeline.world_model import WorldModelOutput
+
+pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
 
 REPO = Path(__file__).resolve().parents[2]
 ASSET = REPO / "tests" / "assets" / "bigbuckbunny_160x90.mp4"

@@ -12,6 +12,8 @@ import pytest
 from pipeline import cli
 from pipeline.video import encode_mp4, read_video
 
+pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
+
 REPO = Path(__file__).resolve().parents[3]
 ASSET = REPO / "tests" / "assets" / "bigbuckbunny_160x90.mp4"
 

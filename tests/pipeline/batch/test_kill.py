@@ -17,6 +17,8 @@ import pytest
 
 from tests.pipeline.batch.conftest import FACTORY
 
+pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
+
 REPO = Path(__file__).resolve().parents[3]
 
 

@@ -11,6 +11,8 @@ from pipeline.cli.demo import as_predicted
 from pipeline.tokenizer import StateTokenizer
 from tests.pipeline.cli.test_commands import _error
 
+pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
+
 
 @pytest.fixture(autouse=True)
 def no_debug(monkeypatch):

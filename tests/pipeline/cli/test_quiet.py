@@ -9,6 +9,8 @@ import pytest
 
 from pipeline import cli
 
+pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
+
 REPO = Path(__file__).resolve().parents[3]
 
 

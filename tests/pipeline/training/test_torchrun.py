@@ -5,7 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ..conftest import toy_sequences, write_jsonl
+
+pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
 
 
 def test_two_process_replicas_end_identical(tmp_path):
