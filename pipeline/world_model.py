@@ -237,6 +237,18 @@ def predictor_vocabulary(predictor: object) -> tuple[set[str] | None, int | None
     return vocabulary, n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
+@dataclass
+class Observed:
+    """What a call observed: the states (read from `clip`, or given in words when it is None), per state the
+    captioner's confidence and the domain's verdict, and the clip's warning if most of it is unsure."""
+
+    states: list[str]
+    clip: SampledClip | None
+    confidence: list[float | None]
+    parses: list[bool | None]
+    warnings: list[str]
+
+
 class NotLoaded:
     """Stands in for a stage `from_pretrained` was told not to load; using it is a bug of the caller."""
 
@@ -441,51 +453,15 @@ class WorldModelPipeline:
         if isinstance(render_context, bool) or not isinstance(render_context, int) or render_context < 0:
             raise ValueError(f"render_context must be a non-negative integer, got {render_context!r}")
 
-        # 2. decode and sample
-        clip: SampledClip | None = None
-        if video is not None:
-            notify("decode", 0, 1)
-            t = time.perf_counter()
-            if isinstance(video, SampledClip):  # read already (the CLI reads a clip before it loads models)
-                clip = video
-            else:
-                # a stop check after every decoded frame too
-                clip = self.read(video, stride, state_rate, on_frame=functools.partial(notify, "decode", 0, 1))
-            if context is not None:
-                clip.frames, clip.indices, clip.times = (
-                    clip.frames[:context],
-                    clip.indices[:context],
-                    clip.times[:context],
-                )
-            timings["decode"] = time.perf_counter() - t
-            notify("decode", 1, 1)
-
-        # 3. caption, batched
-        confidence: list[float | None] = []
-        parses: list[bool | None] = []
-        warnings: list[str] = []
-        if clip is not None:
-            t = time.perf_counter()
-            scored = self.caption_scored(clip.frames, notify)
-            observed = [text for text, _ in scored]
-            confidence = [c for _, c in scored]
-            parses = [self.parses(s) for s in observed]
-            timings["caption"] = time.perf_counter() - t
-            warning = clip_warning(confidence, parses, self.confidence_threshold, self.domain)
-            if warning:
-                logger.warning("%s", warning)
-                warnings.append(warning)
-        else:
-            observed = [s.strip() for s in states or ()]
-            self.check_states(observed)  # refused here unless they parse: then each is a valid state
-            confidence, parses = [None] * len(observed), [self.parses(s) for s in observed]
+        # 2. decode and sample; 3. caption, batched (or take the states given in words)
+        seen = self._observe(video, states, stride, state_rate, context, notify, timings)
 
         # 4. predict
         notify("predict", 0, 1)
         t = time.perf_counter()
         # Captions of out-of-domain frames may run past the predictor's token slots: cut those; states a user
         # wrote are never cut silently (the predictor names the long one instead).
-        predicted = self.predict(observed, horizon, truncate=clip is not None)
+        predicted = self.predict(seen.states, horizon, truncate=seen.clip is not None)
         predicted_parses = [self.parses(s) for s in predicted]
         timings["predict"] = time.perf_counter() - t
         notify("predict", 1, 1)
@@ -497,16 +473,14 @@ class WorldModelPipeline:
             if generator is None and seed is not None:
                 generator = torch.Generator("cpu").manual_seed(seed)
             t = time.perf_counter()
-            frames = self.render(
-                predicted, generator=generator, steps=steps, guidance=guidance, notify=notify
-            )
+            frames = self.render(predicted, generator=generator, steps=steps, guidance=guidance, notify=notify)
             if render_context:
-                context_frames = self.render(observed[-render_context:], generator=generator, steps=steps,
+                context_frames = self.render(seen.states[-render_context:], generator=generator, steps=steps,
                                              guidance=guidance, notify=notify)  # fmt: skip
             timings["render"] = time.perf_counter() - t
 
         # 6. encode
-        rate = clip.state_rate if clip is not None else float(state_rate or 1.0)
+        rate = seen.clip.state_rate if seen.clip is not None else float(state_rate or 1.0)
         mp4: bytes | None = None
         if encode_video and frames:
             notify("encode", 0, 1)
@@ -517,23 +491,54 @@ class WorldModelPipeline:
 
         timings["total"] = time.perf_counter() - t_start
         return WorldModelOutput(
-            observed_states=observed,
+            observed_states=seen.states,
             predicted_states=predicted,
-            observed_frames=clip.frames if clip is not None else [],
+            observed_frames=seen.clip.frames if seen.clip is not None else [],
             predicted_frames=frames,
             state_rate=rate,
-            source_indices=clip.indices if clip is not None else [],
+            source_indices=seen.clip.indices if seen.clip is not None else [],
             timings=timings,
             video=mp4,
-            observed_confidence=confidence,
-            observed_parses=parses,
+            observed_confidence=seen.confidence,
+            observed_parses=seen.parses,
             predicted_parses=predicted_parses,
             confidence_threshold=self.confidence_threshold,
-            warnings=warnings,
+            warnings=seen.warnings,
             context_frames=context_frames,
-            changes=timeline(self.domain, [*observed, *predicted]),
+            changes=timeline(self.domain, [*seen.states, *predicted]),
             domain=self.domain.name,
         )
+
+    def _observe(self, video: VideoSource | SampledClip | None, states: Sequence[str] | None, stride: int | None,
+                 state_rate: float | None, context: int | None, notify: ProgressCallback,
+                 timings: dict[str, float]) -> Observed:  # fmt: skip
+        """Steps 2 and 3 of a call: the clip decoded, sampled and captioned (with a confidence, a verdict and,
+        when most of it is unsure, a warning), or the states given in words, checked."""
+        if video is None:
+            observed = [s.strip() for s in states or ()]
+            self.check_states(observed)  # refused here unless they parse: then each is a valid state
+            return Observed(observed, None, [None] * len(observed), [self.parses(s) for s in observed], [])
+        notify("decode", 0, 1)
+        t = time.perf_counter()
+        if isinstance(video, SampledClip):  # read already (the CLI reads a clip before it loads models)
+            clip = video
+        else:  # a stop check after every decoded frame too
+            clip = self.read(video, stride, state_rate, on_frame=functools.partial(notify, "decode", 0, 1))
+        if context is not None:
+            clip.frames, clip.indices, clip.times = clip.frames[:context], clip.indices[:context], clip.times[:context]
+        timings["decode"] = time.perf_counter() - t
+        notify("decode", 1, 1)
+
+        t = time.perf_counter()
+        scored = self.caption_scored(clip.frames, notify)
+        observed = [text for text, _ in scored]
+        confidence = [c for _, c in scored]
+        parses = [self.parses(s) for s in observed]
+        timings["caption"] = time.perf_counter() - t
+        warning = clip_warning(confidence, parses, self.confidence_threshold, self.domain)
+        if warning:
+            logger.warning("%s", warning)
+        return Observed(observed, clip, confidence, parses, [warning] if warning else [])
 
     # ---- the stages, each usable on its own -----------------------------------------------------------------
     def parses(self, state: str) -> bool | None:
