@@ -27,8 +27,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from pipeline.predictor import Predictor  # noqa: E402
-from pipeline.training.args import RECALL_TARGETS  # noqa: E402
-from pipeline.training.predictor import TrainArgs, train_predictor  # noqa: E402
+from pipeline.training.args import (
+    RECALL_TARGETS,  # noqa: E402
+    TrainArgs,  # noqa: E402
+)
+from pipeline.training.predictor import train_predictor  # noqa: E402
 from pipeline.utils import canonical_state as canonical  # noqa: E402
 
 COLOURS = ("red", "orange", "green", "blue", "purple")

@@ -80,7 +80,8 @@ def run_demo(ns: argparse.Namespace) -> int:
 
     from pipeline.cli.train import print_epoch_table
     from pipeline.predictor import Predictor
-    from pipeline.training.predictor import TrainArgs, train_predictor
+    from pipeline.training.args import TrainArgs
+    from pipeline.training.predictor import train_predictor
 
     console = Console()
     out = Path(ns.out)

@@ -1,16 +1,15 @@
 """Training of the predictors (either kind): a plain, seeded loop with the section 8.2 stopping rule.
 
-Owns the data preparation, the model's construction from a preset, the epoch loop (single process or torchrun/DDP), checkpoint-and-resume, the per-epoch
-JSON-lines log and the L_S(T) plot; each epoch is scored by `pipeline.evaluation.predictor.evaluate`.
+A run reads as setup -> fit -> save: `setup_run` (processes, data and model: pipeline.training.setup, .warmstart),
+`fit_epoch` per epoch (its steps: pipeline.training.steps), then `save_epoch` / `finish_run` (the weights of the
+best epoch, checkpoint-and-resume, the JSON-lines log and the L_S(T) plot). Each epoch is scored by
+`pipeline.evaluation.predictor.evaluate`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import random
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -25,25 +24,37 @@ from torch.utils.data import DistributedSampler
 
 from models.baseline import BaselineConfig, BaselineModel
 from models.four_tensor import FourTensorModel
-from models.presets import four_tensor_config, get_preset
+from models.presets import four_tensor_config
 from pipeline.data import (
     SUMMARY_FILE,
-    WindowSet,
-    cap_clips,
-    cap_windows,
     clip_windows,
-    make_windows,
-    read_sequences,
-    split_sequences,
-    stack_clips,
     uniform_cross_entropy,
-    val_window_cap,
 )
 from pipeline.evaluation.predictor import evaluate, evaluate_clips
 from pipeline.tokenizer import StateTokenizer
-from pipeline.training.args import BOTH, MODEL_KINDS, RECALL_TARGETS, TrainArgs
-from pipeline.training.schedule import warmup_cosine
-from pipeline.utils import UserError, atomic_torch_save, atomic_write_json, atomic_write_text, resolve_device
+from pipeline.training.args import BOTH, MODEL_KINDS, TrainArgs
+from pipeline.training.setup import (
+    DistContext,
+    PreparedData,
+    epoch_seed,
+    init_distributed,
+    prepare_data,
+    preset_shape,
+    rng_state,
+    set_determinism,
+    set_rng_state,
+)
+from pipeline.training.steps import (
+    SegmentModule,
+    StepModule,
+    parameter_groups,
+    rollout_clip_windows,
+    rollout_windows,
+    set_learning_rate,
+    train_clip_batch,
+)
+from pipeline.training.warmstart import init_tokenizer, init_weights
+from pipeline.utils import UserError, atomic_torch_save, atomic_write_json, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -83,165 +94,6 @@ def stop_decision(
     return StopDecision(False, "", best)
 
 
-# ---- processes and devices -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DistContext:
-    rank: int = 0
-    world_size: int = 1
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
-
-
-def init_distributed(device_spec: str) -> DistContext:
-    """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU, nccl on CUDA)."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = resolve_device(device_spec, local_rank)
-    if world_size <= 1:
-        return DistContext(device=device)
-    if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group(backend=backend)
-    return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(), device=device)
-
-
-def set_determinism(device: torch.device) -> None:
-    """Deterministic kernels everywhere (cuBLAS needs its workspace setting before first use)."""
-    if device.type == "cuda":
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(True)
-
-
-def _epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    # One RNG stream per (run, epoch, process): dropout masks do not depend on what ran before an epoch, so a
-    # resumed run (any number of processes) draws exactly what an uninterrupted one draws.
-    return (seed * 1_000_003 + epoch * 1_009 + rank) % (2**63 - 1)
-
-
-def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-# ---- data ----------------------------------------------------------------------------------------------
-@dataclass
-class PreparedData:
-    tokenizer: StateTokenizer
-    train: WindowSet
-    val: WindowSet
-    T: int
-    N: int
-    stats: dict[str, Any]
-
-
-def preset_shape(preset: str) -> dict[str, int]:
-    """(vocab_size, d_x, d_t, n_heads, n_layers, N, T) of a named preset; unknown names -> UserError."""
-    try:
-        return get_preset(preset).shape()
-    except ValueError as err:
-        raise UserError(f"--preset: {err}") from None
-
-
-FEW_WINDOWS = 500  # fewer training windows than this: say the predictor will learn little
-
-
-def corpus_warnings(sequences: list[Any], train_windows: int) -> list[str]:
-    """What to tell a user before training on a corpus that cannot teach much: too few windows, or states most of
-    which the captioner was unsure of (the `unsure` flags `semworld batch` writes into states.jsonl)."""
-    out = []
-    if train_windows < FEW_WINDOWS:
-        out.append(f"only {train_windows} training windows ({len(sequences)} sequences): a predictor learns little "
-                   f"from fewer than {FEW_WINDOWS}; read the validation numbers against chance (logged at the end)")  # fmt: skip
-    flags = [bool(u) for seq in sequences for u in (seq.extra.get("unsure") or [])]
-    if flags and 2 * sum(flags) > len(flags):
-        out.append(f"{sum(flags)} of {len(flags)} states are marked unsure by the captioner that wrote them: the "
-                   "predictor will learn what the captioner guesses, not what happens in the videos")  # fmt: skip
-    return out
-
-
-def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> PreparedData:
-    """Read, split by story (seeded), build the tokenizer over all sequences (as the paper does), make windows."""
-    shape = preset_shape(args.preset)
-    T, N = shape["T"], shape["N"]
-    sequences = read_sequences(args.data, args.data_format)
-    split = split_sequences(sequences, args.val_fraction, seed=args.seed)
-    if tokenizer is None:
-        tokenizer = StateTokenizer.build((s for seq in sequences for s in seq.states), args.min_frequency)
-    # rollout-aware training: K more states per training window, the rolled-out context's true past (a memory
-    # run rolls out from the clip's earlier windows instead, rollout_clip_windows)
-    if args.min_history is not None and args.min_history > T:
-        raise UserError(f"--min-history {args.min_history}: at most the window T={T} of --preset {args.preset}")
-    if args.min_history is not None and args.rollout_steps and not args.memory:
-        raise UserError("--min-history does not combine with --rollout-steps without --memory")
-    train = make_windows(split.train, tokenizer, T + (0 if args.memory else args.rollout_steps), N,
-                         min_history=args.min_history)
-    val = make_windows(split.val, tokenizer, T, N, min_history=args.min_history)
-    full_train, full_val = len(train), len(val)
-    if args.max_windows is not None and args.memory:  # whole clips, for the memory's in-order training
-        train = cap_clips(train, args.max_windows, args.seed)
-        val = cap_clips(val, val_window_cap(args.max_windows, args.val_fraction), args.seed + 1)
-    elif args.max_windows is not None:
-        train = cap_windows(train, args.max_windows, args.seed)
-        val = cap_windows(val, val_window_cap(args.max_windows, args.val_fraction), args.seed + 1)
-    if len(train) == 0 or len(val) == 0:
-        raise UserError(
-            f"{args.data}: no training or validation windows ({len(train)} / {len(val)}); every "
-            f"sequence needs at least T+1={T + 1} states, and there must be enough sequences to split"
-        )
-    for warning in corpus_warnings(sequences, len(train)):
-        logger.warning("%s: %s", args.data, warning)
-    stats = {
-        "sequences": len(sequences),
-        "train_sequences": len(split.train),
-        "val_sequences": len(split.val),
-        "train_windows": len(train),
-        "val_windows": len(val),
-        "train_windows_before_cap": full_train,
-        "val_windows_before_cap": full_val,
-        "pad_fraction": round(
-            float(((train.ids == 0).sum() + (val.ids == 0).sum()) / (train.ids.numel() + val.ids.numel())), 4
-        ),
-        "states": train.states + val.states,
-        "truncated_sentences": train.truncated + val.truncated,
-        "skipped_sequences": train.skipped + val.skipped,
-        "vocab_size": tokenizer.vocab_size,
-        "T": T,
-        "N": N,
-    }
-    logger.info(
-        "data: %d sequences -> %d train / %d val windows, pad fraction %.4f, %d of %d states truncated "
-        "at N=%d, vocabulary %d",
-        stats["sequences"],
-        len(train),
-        len(val),
-        stats["pad_fraction"],
-        stats["truncated_sentences"],
-        stats["states"],
-        N,
-        tokenizer.vocab_size,
-    )
-    return PreparedData(tokenizer, train, val, T, N, stats)
-
-
 # ---- models --------------------------------------------------------------------------------------------
 def build_model(
     kind: str,
@@ -273,274 +125,7 @@ def build_model(
     raise ValueError(f"model kind must be one of {MODEL_KINDS}, got {kind!r}")
 
 
-class _StepModule(nn.Module):
-    """forward = training_step, so DistributedDataParallel's hooks see the loss computation."""
-
-    def __init__(self, model: Any, last_only: bool = False) -> None:
-        super().__init__()
-        self.model = model
-        self.last_only = last_only
-
-    def forward(self, token_ids_full: torch.Tensor) -> torch.Tensor:
-        if self.last_only:
-            return self.model.training_step(token_ids_full, last_only=True)
-        return self.model.training_step(token_ids_full)
-
-
 # ---- files ---------------------------------------------------------------------------------------------
-class _SegmentModule(nn.Module):
-    """forward = a memory model's loss over consecutive windows of a batch of clips, state carried (one DDP
-    forward per backward)."""
-
-    def __init__(self, model: Any, last_only: bool = False, recall_weight: float = 0.0) -> None:
-        super().__init__()
-        self.model = model
-        self.last_only = last_only
-        self.recall_weight = recall_weight
-
-    def forward(self, windows: torch.Tensor, lengths: list[int], state: Any, previous: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """windows (B, K, T+1, N) of B clips sorted by lengths (windows left in each, descending), state (h, c)
-        for the B rows or None -> summed CE, target count, and the state after the last window of each row.
-        previous (B, K, N): the sentence written just before each window (window_loss's recall term)."""
-        from models.tensor_memory import MemoryState
-
-        loss_sum = windows.new_zeros((), dtype=torch.float32)
-        count = windows.new_zeros(())
-        for j in range(windows.shape[1]):
-            n = sum(1 for L in lengths if L > j)  # rows still running: a prefix, the rows are sorted
-            if n == 0:
-                break
-            st = None if state is None else MemoryState(state.h[:n], state.c[:n])
-            prev = None if previous is None or not self.recall_weight else previous[:n, j]
-            ls, cnt, st = self.model.window_loss(windows[:n, j], st, self.last_only, prev, self.recall_weight)
-            loss_sum, count = loss_sum + ls, count + cnt
-            state = st if state is None or n == state.h.shape[0] else MemoryState(
-                torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
-        return loss_sum, count, state
-
-
-def recall_targets(windows: torch.Tensor, mode: str = "last") -> torch.Tensor:
-    """The sentence window_loss's recall term asks each window's incoming memory to spell: (B, K, T+1, N) windows
-    of whole clips (all-zero states are padding) -> (B, K, N), all padding where there is none.
-
-    last: the clip's state just before window j (the sentence written last). novel: the latest state written
-    before window j that none of the window's T input states repeats, i.e. the newest thing only the memory can
-    bring back. With last, a key followed by fillers is asked for once and then the fillers are; with novel it
-    is asked for until it shows again, which asks the memory to hold it rather than overwrite it.
-    """
-    if mode not in RECALL_TARGETS:
-        raise ValueError(f"recall target must be one of {RECALL_TARGETS}, got {mode!r}")
-    written = windows[:, :, 0]  # (B, K, N) slice 0 of window i: written when window i + 1 starts
-    running = windows[:, :, :-1].ne(0).flatten(2).any(-1)[..., None]  # (B, K, 1) not a window past the clip's end
-    if mode == "last":
-        previous = torch.cat([torch.zeros_like(written[:, :1]), written[:, :-1]], dim=1)
-        return previous * running
-    B, K, N = written.shape
-    inputs = windows[:, :, :-1]  # (B, K, T, N) the window's input states
-    # shown[b, j, i]: state i equals one of window j's inputs
-    shown = (written[:, None, :, None] == inputs[:, :, None]).all(-1).any(-1)  # (B, K, K)
-    before = torch.ones(K, K, dtype=torch.bool, device=windows.device).tril(-1)  # (j, i): i < j
-    real = written.ne(0).any(-1)  # (B, K) not a padding state
-    ok = before & ~shown & real[:, None, :]  # (B, K, K)
-    index = torch.arange(K, device=windows.device).expand(B, K, K)
-    latest = torch.where(ok, index, -1).amax(-1)  # (B, K) the latest such i, -1 for none
-    picked = written.gather(1, latest.clamp(min=0)[..., None].expand(B, K, N))  # (B, K, N)
-    return torch.where((latest >= 0)[..., None] & running, picked, torch.zeros_like(picked))
-
-
-def train_clip_batch(
-    step_module: nn.Module, optimizer: torch.optim.Optimizer, group: list[torch.Tensor], bptt_windows: int,
-    device: torch.device | str, rollout: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None,
-    recall_target: str = "last",
-) -> tuple[float, int]:
-    """Train a memory model on a batch of whole clips, in order, with truncated back-propagation: (h, c) is
-    carried from window to window; every bptt_windows windows the summed loss is back-propagated (mean over
-    the targets), the optimizer steps and the state is detached. rollout: (windows, lengths) -> windows, applied
-    to the stacked clips first (scheduled sampling, rollout_clip_windows). Returns (sum of segment losses x
-    windows, windows)."""
-    windows, lengths = stack_clips(group)
-    windows = windows.to(device)
-    if rollout is not None:
-        windows = rollout(windows, lengths)
-    previous = recall_targets(windows, recall_target)  # (B, K, N) what each window's recall term asks for
-    state = None
-    loss_total, seen = 0.0, 0
-    for j in range(0, windows.shape[1], bptt_windows):
-        part = [max(0, min(L - j, bptt_windows)) for L in lengths]
-        loss_sum, count, state = step_module(windows[:, j : j + bptt_windows], part, state,
-                                             previous[:, j : j + bptt_windows])
-        loss = loss_sum / count.clamp(min=1)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        state = state.detach()  # truncation: no gradient into earlier segments, the state itself carries on
-        loss_total += float(loss.detach()) * sum(part)
-        seen += sum(part)
-    return loss_total, seen
-
-
-def learning_rate_factor(args: TrainArgs, step: int, total_steps: int) -> float:
-    """The schedule's multiplier on each group's base lr at optimizer step `step` (zero-based) of total_steps:
-    1 for the constant schedule; linear warmup, then cosine decay to min_lr_ratio for the cosine one."""
-    if args.lr_schedule == "constant":
-        return 1.0
-    return warmup_cosine(1.0, step, total_steps, args.warmup_steps, args.min_lr_ratio)
-
-
-def set_learning_rate(optimizer: torch.optim.Optimizer, args: TrainArgs, step: int, total_steps: int) -> None:
-    """Set every group's lr to its base lr times the schedule's factor (stateless: a resumed run continues it)."""
-    factor = learning_rate_factor(args, step, total_steps)
-    for group in optimizer.param_groups:
-        group["lr"] = group["base_lr"] * factor
-
-
-@torch.no_grad()
-def rollout_windows(model: Any, long: torch.Tensor, K: int, prob: float) -> torch.Tensor:
-    """Scheduled sampling at the state level. long (B, T+K+1, N) true states -> windows (B, T+1, N) whose
-    target (last state) is the true one; in each row drawn with probability `prob`, the last k context states
-    (k in 1..K, one draw per batch) are the model's own rollout (eval mode, argmax) from the true T states
-    before them. Draws use torch's global generator (seeded per epoch, saved in checkpoints)."""
-    T = long.shape[1] - K - 1
-    out = long[:, K:].clone()  # the true window of the last T+1 states
-    rows = torch.rand(long.shape[0]) < prob  # (B,)
-    if K == 0 or not bool(rows.any()):
-        return out
-    k = int(torch.randint(1, K + 1, ()))
-    ctx = long[rows, K - k : K - k + T]  # (b, T, N): true states up to just before position K+T-k
-    was_training = model.training
-    model.eval()
-    for _ in range(k):
-        nxt, _ = model.predict_next(ctx)  # (b, N)
-        ctx = torch.cat([ctx[:, 1:], nxt[:, None]], dim=1)
-    model.train(was_training)
-    out[rows, :T] = ctx  # positions K..K+T-1, the last k of them predicted
-    return out
-
-
-@torch.no_grad()
-def rollout_clip_windows(model: Any, windows: torch.Tensor, lengths: list[int], K: int, prob: float) -> torch.Tensor:
-    """Scheduled sampling for a memory model, on whole clips. windows (B, W, T+1, N): window j of a row holds
-    the clip's states j..j+T (rows end at lengths[b], zero padding after) -> the same windows where, in each
-    (row, window) drawn with probability `prob`, the last k context states are the model's own rollout (eval
-    mode, argmax) from the true window k before, with the memory as it stood there; the target stays true.
-    k in 1..K is drawn once per batch (fewer at the start of a clip: min(k, j)). The memory before each window
-    comes from one pass over the true windows with the weights as they are now; slice 0 of a window stays true
-    while k < T, so what the training pass writes is unchanged. Draws use torch's global generator."""
-    from models.tensor_memory import MemoryState
-
-    if K == 0 or prob == 0.0:
-        return windows
-    B, W, T1, _ = windows.shape
-    T = T1 - 1
-    k = int(torch.randint(1, K + 1, ()))
-    drawn = torch.rand(B, W) < prob  # (B, W)
-    live = torch.arange(W)[None, :] < torch.tensor(lengths)[:, None]  # (B, W) windows that exist
-    drawn &= live
-    drawn[:, 0] = False  # nothing before the first window to roll out from
-    if not bool(drawn.any()):
-        return windows
-    was_training = model.training
-    model.eval()
-    before = [model.init_memory(B, windows.device)]  # before[j]: (h, c) before window j
-    for j in range(W - 1):
-        _, st = model.memory_hidden_states(windows[:, j, :T], before[-1])
-        before.append(st)
-    out = windows.clone()
-    for j in range(1, W):
-        rows = drawn[:, j].nonzero().flatten()  # (b,)
-        if rows.numel() == 0:
-            continue
-        kk = min(k, j)
-        ctx = windows[rows, j - kk, :T]  # (b, T, N) the true window kk before
-        st = MemoryState(before[j - kk].h[rows], before[j - kk].c[rows])
-        for _ in range(kk):
-            nxt, st = model.predict_next(ctx, st)  # (b, N)
-            ctx = torch.cat([ctx[:, 1:], nxt[:, None]], dim=1)
-        out[rows, j, :T] = ctx  # the window's last kk context states are predicted
-    model.train(was_training)
-    return out
-
-
-def init_tokenizer(directory: str | Path) -> StateTokenizer:
-    """The tokenizer saved beside the --init-from weights (their embedding rows are numbered by it)."""
-    if not (Path(directory) / "tokenizer.json").is_file():
-        raise UserError(f"--init-from {directory}: no tokenizer.json there (the weights' ids need it)")
-    return StateTokenizer.from_file(directory)
-
-
-def _shift_layers(saved: dict[str, torch.Tensor], at: int) -> dict[str, torch.Tensor]:
-    """saved's weights with every layer (and memory tap) numbered `at` or more moved one down: layers.2.fc1.weight
-    -> layers.3.fc1.weight for at <= 2."""
-    def shifted(key: str) -> str:
-        m = re.fullmatch(r"(layers|memory_taps)\.(\d+)(\..*)?", key)
-        if m is None or int(m.group(2)) < at:
-            return key
-        return f"{m.group(1)}.{int(m.group(2)) + 1}{m.group(3) or ''}"
-
-    return {shifted(k): v for k, v in saved.items()}
-
-
-def _identity_layer(model: Any, at: int) -> None:
-    """Layer `at` of a 4-tensor model adds nothing to its input: the attention's values and the MLP's output are
-    zero, so both residual branches are zero until training moves them (queries, keys and fc1 keep their init)."""
-    layer = model.layers[at]
-    with torch.no_grad():
-        layer.attention.W_V.zero_()
-        layer.fc2.weight.zero_()
-        layer.fc2.bias.zero_()
-
-
-def init_weights(model: Any, directory: str | Path, grow_layer: int | None = None) -> None:
-    """Copy the weights of a saved predictor into model; the memory's own weights may be absent (fresh).
-
-    grow_layer: the saved predictor has one layer fewer; model's layer grow_layer is new and starts as the
-    identity, the saved layers (and their memory taps) from that index on fill the ones after it.
-    """
-    from safetensors.torch import load_file
-
-    path = Path(directory) / "model.safetensors"
-    if not path.is_file():
-        raise UserError(f"--init-from {directory}: no model.safetensors there")
-    saved = load_file(str(path))
-    own = model.state_dict()
-    fresh: tuple[str, ...] = ("memory.", "memory_taps.")
-    if grow_layer is not None:
-        n_saved = len({k.split(".")[1] for k in saved if k.startswith("layers.")})
-        n_own = len(model.layers)
-        if n_own != n_saved + 1 or not 0 <= grow_layer < n_own:
-            raise UserError(f"--grow-layer {grow_layer}: the model has {n_own} layers and {directory} has "
-                            f"{n_saved}; growing needs one more layer and an index below {n_own}")
-        saved = _shift_layers(saved, grow_layer)
-        taps = {k.split(".")[1] for k in own if k.startswith("memory_taps.")}
-        saved_taps = {k.split(".")[1] for k in saved if k.startswith("memory_taps.")}
-        if saved_taps and taps != saved_taps:
-            raise UserError(f"--grow-layer {grow_layer}: the memory taps would sit at layers {sorted(taps)} but "
-                            f"the saved ones move to {sorted(saved_taps)}; choose --memory-every-n-layers so "
-                            "that the new layer has none")
-        fresh = (*fresh, f"layers.{grow_layer}.")
-    missing = sorted(k for k in own if k not in saved and not k.startswith(fresh))
-    extra = sorted(k for k in saved if k not in own)
-    bad = sorted(k for k in saved if k in own and saved[k].shape != own[k].shape)
-    if missing or extra or bad:
-        raise UserError(f"--init-from {directory}: weights do not fit this model (missing {missing[:3]}, "
-                        f"unexpected {extra[:3]}, other shapes {bad[:3]})")
-    nn.Module.load_state_dict(model, {**own, **saved})
-    if grow_layer is not None:
-        _identity_layer(model, grow_layer)
-
-
-def parameter_groups(model: nn.Module, args: TrainArgs) -> list[dict[str, Any]]:
-    """One AdamW group, or with --memory-lr-scale != 1 a second group for the memory (interface and taps) at
-    lr * memory_lr_scale."""
-    params = list(model.named_parameters())
-    if not args.memory or args.memory_lr_scale == 1.0:
-        return [{"params": [p for _, p in params]}]
-    is_mem = lambda name: name.startswith(("memory.", "memory_taps."))  # noqa: E731
-    return [{"params": [p for n, p in params if not is_mem(n)]},
-            {"params": [p for n, p in params if is_mem(n)], "lr": args.lr * args.memory_lr_scale}]
-
-
 def _save_weights_atomically(model: Any, out: Path) -> None:
     """save_pretrained into a scratch folder, then move each file over the old one."""
     scratch = out / ".saving"
@@ -699,16 +284,16 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
             )
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        _set_rng_state(ckpt["rng"])
+        set_rng_state(ckpt["rng"])
         history = ckpt["history"]
         logger.info("%s: resuming %s after epoch %d", LABELS[kind], out, len(history))
 
     # what the schedule scales (saved in, and restored from, checkpoints)
     for group in optimizer.param_groups:
         group.setdefault("base_lr", group["lr"])
-    step_module: nn.Module = (_SegmentModule(model, last_only=args.target_slices == "last",
+    step_module: nn.Module = (SegmentModule(model, last_only=args.target_slices == "last",
                                                  recall_weight=args.memory_recall_weight) if args.memory
-                              else _StepModule(model, last_only=args.target_slices == "last"))
+                              else StepModule(model, last_only=args.target_slices == "last"))
     if ctx.distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -736,7 +321,7 @@ def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
 
     args, ctx, model = run.args, run.ctx, run.model
     t0 = time.perf_counter()
-    torch.manual_seed(_epoch_seed(args.seed, epoch, ctx.rank))
+    torch.manual_seed(epoch_seed(args.seed, epoch, ctx.rank))
     run.sampler.set_epoch(epoch)  # shuffles with seed + epoch; each rank takes its own shard
     order = torch.tensor(list(run.sampler), dtype=torch.long)
     model.train()
@@ -828,7 +413,7 @@ def save_epoch(run: PredictorRun, decision: StopDecision) -> None:
             "fingerprint": run.fingerprint,
             "model": run.model.state_dict(),
             "optimizer": run.optimizer.state_dict(),
-            "rng": _rng_state(),
+            "rng": rng_state(),
             "history": run.history,
         },
         run.ckpt_path,

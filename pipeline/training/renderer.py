@@ -153,7 +153,7 @@ def _log(out: Path, record: dict[str, Any]) -> None:
         fh.write(json.dumps(record) + "\n")
 
 
-def _rng_state() -> dict[str, Any]:
+def rng_state() -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "numpy": np.random.get_state()}
 
 
@@ -285,7 +285,7 @@ class RendererRun:
                 "vae_opt": self.vae_opt.state_dict(),
                 "unet_opt": self.unet_opt.state_dict(),
                 "scaling_factor": vae.config.scaling_factor if self.stage != "vae" else None,
-                "rng": _rng_state(),
+                "rng": rng_state(),
                 "ema": self.ema.state_dict() if self.ema is not None else None,
             },
             self.out / CHECKPOINT,

@@ -6,18 +6,11 @@ import pytest
 import torch
 
 from pipeline import cli
-from pipeline.data import make_windows, read_sequences
+from pipeline.data import cap_clips, clip_windows, make_windows, read_sequences
 from pipeline.tokenizer import StateTokenizer
-from pipeline.training.predictor import (
-    CHECKPOINT_DIR,
-    TrainArgs,
-    _SegmentModule,
-    build_model,
-    cap_clips,
-    clip_windows,
-    train_clip_batch,
-    train_predictor,
-)
+from pipeline.training.args import TrainArgs
+from pipeline.training.predictor import CHECKPOINT_DIR, build_model, train_predictor
+from pipeline.training.steps import SegmentModule, train_clip_batch
 from pipeline.utils import UserError
 
 MEM = dict(memory=True, mem_channels=4, mem_shape=(2, 2, 2), chunk_size=8, bptt_windows=2)
@@ -50,7 +43,7 @@ def test_segment_equals_window_by_window_and_truncation_steps(toy_jsonl):
         windows[b, : c.shape[0]] = c
     lengths = [c.shape[0] for c in group]
     with torch.no_grad():
-        loss_sum, count, _ = _SegmentModule(model)(windows, lengths, None)
+        loss_sum, count, _ = SegmentModule(model)(windows, lengths, None)
         ref_sum, ref_count = 0.0, 0
         for c in group:  # each clip alone, window by window, state carried
             state = None
@@ -63,7 +56,7 @@ def test_segment_equals_window_by_window_and_truncation_steps(toy_jsonl):
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     steps = []
     opt.step = lambda *a, **k: steps.append(1)  # type: ignore[method-assign]
-    _, seen = train_clip_batch(_SegmentModule(model), opt, group, bptt_windows=2, device="cpu")
+    _, seen = train_clip_batch(SegmentModule(model), opt, group, bptt_windows=2, device="cpu")
     assert seen == sum(lengths) and len(steps) == -(-max(lengths) // 2)
 
 
@@ -130,7 +123,7 @@ def test_init_from_a_model_without_memory(tmp_path, toy_jsonl):
     plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), **common))["four_tensor"]
     args = TrainArgs(out=str(tmp_path / "mem"), init_from=str(plain.out), **{**common, "epochs": 1}, **MEM)
     tok = StateTokenizer.from_file(plain.out)
-    from pipeline.training.predictor import init_weights
+    from pipeline.training.warmstart import init_weights
 
     model = build_model("four_tensor", "tiny", tok, memory=args.memory_config(32))
     fresh_memory = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("memory")}
@@ -156,8 +149,8 @@ def test_memory_segment_last_only_scores_s_t_alone(toy_jsonl):
     model.eval()
     lengths = [clip.shape[0]]
     with torch.no_grad():
-        loss_all, count_all, _ = _SegmentModule(model)(clip[None], lengths, None)
-        loss_last, count_last, _ = _SegmentModule(model, last_only=True)(clip[None], lengths, None)
+        loss_all, count_all, _ = SegmentModule(model)(clip[None], lengths, None)
+        loss_last, count_last, _ = SegmentModule(model, last_only=True)(clip[None], lengths, None)
         want_sum, want_count, state = 0.0, 0, None
         for j in range(clip.shape[0]):
             window = clip[j : j + 1]
@@ -186,7 +179,7 @@ def test_memory_rollout_windows_are_the_models_own_continuation(toy_jsonl):
     # predicts from window j-1 with the memory as it stood before window j-1; the rest of the window, its target,
     # the first window and the padding after a short row stay as they were.
     from pipeline.data import stack_clips
-    from pipeline.training.predictor import rollout_clip_windows
+    from pipeline.training.steps import rollout_clip_windows
 
     model, clips = _tiny_memory_model(toy_jsonl)
     group = sorted(clips[:3], key=lambda c: -c.shape[0])
@@ -327,7 +320,7 @@ def _probe_windows(states: list[int], T: int = 4, pad_end: int = 0) -> torch.Ten
 
 
 def test_recall_targets_last_is_the_state_before_and_novel_holds_the_key_past_the_fillers():
-    from pipeline.training.predictor import recall_targets
+    from pipeline.training.steps import recall_targets
 
     key, filler, cue = 5, 1, 2
     windows = _probe_windows([key] + [filler] * 7 + [cue, key, filler, filler], pad_end=2)  # (1, 10, 5, 2)
@@ -346,7 +339,7 @@ def test_recall_targets_last_is_the_state_before_and_novel_holds_the_key_past_th
 
 
 def test_front_padding_is_never_a_recall_target():
-    from pipeline.training.predictor import recall_targets
+    from pipeline.training.steps import recall_targets
 
     windows = _probe_windows([7, 7, 3, 4, 4, 4, 4, 4])  # the first two windows stand for front padding
     windows[0, 0, :2] = 0
@@ -358,7 +351,7 @@ def test_front_padding_is_never_a_recall_target():
 def test_memory_recall_target_reaches_the_segments_is_refused_by_name_and_keeps_old_fingerprints(toy_jsonl):
     from models.tensor_memory import MemoryState
     from pipeline.data import stack_clips
-    from pipeline.training.predictor import recall_targets
+    from pipeline.training.steps import recall_targets
 
     with pytest.raises(UserError, match="memory-recall-target"):
         TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", memory_recall_target="first", **MEM)
@@ -405,7 +398,7 @@ def _two_layers(model, memory_every_n_layers=None):
 
 @pytest.mark.parametrize("at", [0, 1])
 def test_grow_layer_inserts_an_identity_layer(tmp_path, toy_jsonl, at):
-    from pipeline.training.predictor import init_weights
+    from pipeline.training.warmstart import init_weights
 
     tok = StateTokenizer.build(s for q in read_sequences(toy_jsonl) for s in q.states)
     one = _saved_tiny(tmp_path, tok, None)
@@ -425,7 +418,7 @@ def test_grow_layer_inserts_an_identity_layer(tmp_path, toy_jsonl, at):
 
 
 def test_grow_layer_keeps_the_memory_taps_on_the_saved_layers(tmp_path, toy_jsonl):
-    from pipeline.training.predictor import init_weights
+    from pipeline.training.warmstart import init_weights
 
     tok = StateTokenizer.build(s for q in read_sequences(toy_jsonl) for s in q.states)
     mem = TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", **MEM).memory_config(32)

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from models.four_tensor import FourTensorConfig, FourTensorModel
 from pipeline.tokenizer import StateTokenizer
 from pipeline.training.args import TrainArgs
-from pipeline.training.predictor import learning_rate_factor, rollout_windows, train_predictor
+from pipeline.training.predictor import train_predictor
+from pipeline.training.steps import learning_rate_factor, rollout_windows
 from pipeline.utils import UserError
 
 COMMON = dict(preset="tiny", batch_size=8, val_fraction=0.2, progress=False, seed=3, max_windows=64)
