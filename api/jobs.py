@@ -23,7 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from api.engine import Engine, Stopped
+from api.engine import Engine, Stopped, user_error_detail
 from api.schemas import OutputFormat
 from pipeline.outputs import zip_outputs
 from pipeline.utils import UserError, atomic_write_bytes
@@ -469,17 +469,14 @@ class JobWorker:
                     raise Stopped("canceled")
 
         params = job.params
+
+        def work(_cb: object) -> WorldModelOutput:
+            # The clip goes in as an open file, not a path: an error about it must not show the server's folders.
+            with self.store.input_path(job.id).open("rb") as clip:
+                return self.engine.pipeline(clip, **params.pipeline_kwargs(), encode_video=True, callback=callback)
+
         try:
-            output: WorldModelOutput = self.engine.call(
-                lambda _cb: self.engine.pipeline(
-                    self.store.input_path(job.id),
-                    **params.pipeline_kwargs(),
-                    encode_video=True,
-                    callback=callback,
-                ),
-                stop,
-                deadline,
-            )
+            output: WorldModelOutput = self.engine.call(work, stop, deadline)
             payload = self.result_payload(output, params)
             files = {RESULT_JSON: json.dumps(payload).encode(), RESULT_ZIP: zip_outputs(output)}
             if output.video is not None:
@@ -501,7 +498,7 @@ class JobWorker:
                 self.store.finish(job.id, JobState.failed, f"timed out after {self.job_timeout_s:g} s")
                 self.engine.metrics.predictions.labels("job", "timeout").inc()
         except (UserError, ValueError) as err:
-            self.store.finish(job.id, JobState.failed, str(err))
+            self.store.finish(job.id, JobState.failed, user_error_detail(err))
             self.engine.metrics.predictions.labels("job", "bad_input").inc()
         except Exception:
             logger.exception("job %s failed", job.id)

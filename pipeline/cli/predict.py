@@ -250,7 +250,7 @@ def run_predict(args: argparse.Namespace) -> int:
         try:
             clip = sample_clip(args.clip, args.stride, args.state_rate, limits, default_rate)
         except TooManyStatesError as err:
-            raise UserError(f"{args.clip}: {err} (or raise --max-frames); no model was loaded") from None
+            raise UserError(f"{err} (or raise --max-frames); no model was loaded") from None
         if args.stride is None and args.state_rate is None and default_rate is not None:
             logger.info("reading %s at %g states per second (the weights' state_rate)", args.clip,
                         default_rate)  # fmt: skip

@@ -47,9 +47,9 @@ def test_bad_clip_fails_the_job_with_a_message(make_client):
     client = make_client()
     job = submit(client, data=b"\x00not a video" * 100).json()
     done = wait_job(client, job["id"])
-    assert done["state"] == "failed" and done["error"].startswith("not a readable video")
+    assert done["state"] == "failed" and done["error"] == "file: not a readable video"
     r = client.get(f"/v1/jobs/{job['id']}/result")
-    assert r.status_code == 409 and r.json()["detail"].startswith("job is failed: not a readable video")
+    assert r.status_code == 409 and r.json()["detail"] == "job is failed: file: not a readable video"
 
 
 def test_unknown_job_and_bad_params(make_client):

@@ -256,13 +256,22 @@ def test_cli_predict_errors_are_one_line(fake_weights, capsys, argv, message):
     assert err.startswith("semworld: error: ") and message in err and "\n" not in err
 
 
-def test_cli_predict_bad_clip_is_one_line(fake_weights, tmp_path, capsys):
+def test_cli_predict_bad_clip_is_one_line_that_names_it(fake_weights, tmp_path, capsys, monkeypatch):
     from pipeline import cli
 
-    bad = tmp_path / "bad.mp4"
-    bad.write_bytes(b"not a video" * 50)
-    assert cli.main(["predict", str(bad), "--out", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err.strip() == "semworld: error: not a readable video (InvalidDataError)"
+    monkeypatch.chdir(tmp_path)
+    Path("bad.mp4").write_bytes(b"not a video" * 50)
+    assert cli.main(["predict", "bad.mp4", "--out", "o"]) == 2  # `semworld predict bad.mp4 --out o`
+    assert capsys.readouterr().err == "semworld: error: bad.mp4: not a readable video\n"
+
+
+def test_cli_predict_too_long_a_clip_is_named_once(fake_weights, tmp_path, capsys):
+    from pipeline import cli
+
+    assert cli.main(["predict", str(ASSET), "--stride", "1", "--max-frames", "3", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"semworld: error: {ASSET}: clip gives more than 3 states at stride 1")
+    assert err.count(str(ASSET)) == 1 and err.rstrip().endswith("(or raise --max-frames); no model was loaded")
 
 
 # ---- tiny random real stages, loaded from a weights folder like the shipped one -------------------------------
