@@ -149,3 +149,31 @@ def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tm
     assert page.locator(".frame").evaluate_all(TIMELINE_INSIDE_CARDS)
     page.screenshot(path=str(shots / "web-page-phone.png"), full_page=True)
     assert errors == []
+
+
+def test_the_api_reference_renders_with_the_internet_cut_off(start_server, browser_page, tmp_path):
+    """/docs in a browser that may reach the server only: the operations show, nothing is refused."""
+    server = start_server()
+    page = browser_page
+    page.set_default_timeout(30_000)
+    errors: list[str] = []
+    outside: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+
+    def only_the_server(route) -> None:  # noqa: ANN001 - playwright's Route
+        if route.request.url.startswith(server.url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_the_server)
+    shots = Path(os.environ.get("SEMWORLD_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+
+    page.goto(server.url + "/docs")
+    page.wait_for_selector(".opblock-summary-path[data-path='/v1/predict']")
+    assert page.locator(".opblock").count() >= 8  # every operation of the schema, not a blank page
+    assert "semworld" in page.locator(".info .title").inner_text()
+    page.screenshot(path=str(shots / "api-docs.png"))
+    assert outside == [] and errors == []
