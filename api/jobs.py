@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
@@ -99,7 +99,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     filename TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, created_at);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at, id);
 """
+
+
+class UnknownCursor(LookupError):
+    """`after` names no job (never, or deleted since the page that gave it)."""
 
 
 class QueueFull(Exception):
@@ -252,6 +257,31 @@ class JobStore:
         with self._db() as db:
             row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return self._row(row) if row else None
+
+    def list_jobs(
+        self, limit: int, after: str | None = None, states: Sequence[JobState] = ()
+    ) -> tuple[list[Job], bool]:
+        """Up to `limit` jobs, newest first (by creation, then id), those after the job `after` in that order
+        when given, only those in `states` when given; and whether more follow. `UnknownCursor` if `after`
+        names no job."""
+        where: list[str] = []
+        args: list[object] = []
+        if states:
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args += [str(s) for s in states]
+        with self._db() as db:
+            if after is not None:
+                row = db.execute("SELECT created_at FROM jobs WHERE id = ?", (after,)).fetchone()
+                if row is None:
+                    raise UnknownCursor(after)
+                where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+                args += [row["created_at"], row["created_at"], after]
+            rows = db.execute(
+                "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
+                + " ORDER BY created_at DESC, id DESC LIMIT ?",
+                (*args, limit + 1),
+            ).fetchall()  # fmt: skip
+        return [self._row(r) for r in rows[:limit]], len(rows) > limit
 
     def counts(self) -> dict[str, int]:
         with self._db() as db:

@@ -41,7 +41,8 @@ semworld reads a clip as short sentences (semantic states), forecasts the next s
 attention predictor, and draws them with a diffusion renderer.
 
 * `POST /v1/predict`: a clip in, predicted states and frames out (synchronous, small clips).
-* `POST /v1/jobs`: the same as a job; follow `GET /v1/jobs/{id}`, fetch `GET /v1/jobs/{id}/result`.
+* `POST /v1/jobs`: the same as a job; follow `GET /v1/jobs/{id}`, fetch `GET /v1/jobs/{id}/result`;
+  `GET /v1/jobs` lists the jobs, newest first.
 * `POST /v1/rollout`: states in words in (edit any of them), the future out.
 
 Errors are JSON `{"detail": "..."}`. If the server has an API key, send it as `X-API-Key` or a Bearer token.
