@@ -59,8 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-duration", type=_positive_float, default=120.0, help="longest clip in seconds (default 120)"
     )
-    p.add_argument("--caption-batch", type=_positive_int, default=16, help="frames per captioner pass")
-    p.add_argument("--render-batch", type=_positive_int, default=8, help="states per renderer pass")
+    p.add_argument("--caption-batch", type=_positive_int, default=16, help="frames per captioner pass (default %(default)s)")
+    p.add_argument("--render-batch", type=_positive_int, default=8, help="states per renderer pass (default %(default)s)")
     p.add_argument(
         "--ray",
         nargs="?",
