@@ -13,10 +13,20 @@ from typing import TypeVar
 
 from api.metrics import Metrics
 from pipeline.interfaces import ProgressCallback
+from pipeline.video import VideoError
 from pipeline.world_model import WorldModelPipeline
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+UPLOAD_FIELD = "file"  # the form field of the clip in /v1/predict and /v1/jobs
+
+
+def user_error_detail(err: ValueError) -> str:
+    """A user error as a client reads it: a problem with the uploaded clip (a VideoError: unreadable, empty,
+    past a limit) after the clip's form field, as every upload error is ("file: not a readable video")."""
+    return f"{UPLOAD_FIELD}: {err}" if isinstance(err, VideoError) else str(err)
 
 
 class Busy(Exception):

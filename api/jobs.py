@@ -16,14 +16,14 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from api.engine import Engine, Stopped
+from api.engine import Engine, Stopped, user_error_detail
 from api.schemas import OutputFormat
 from pipeline.outputs import zip_outputs
 from pipeline.utils import UserError, atomic_write_bytes
@@ -99,7 +99,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     filename TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, created_at);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at, id);
 """
+
+
+class UnknownCursor(LookupError):
+    """`after` names no job (never, or deleted since the page that gave it)."""
 
 
 class QueueFull(Exception):
@@ -252,6 +257,31 @@ class JobStore:
         with self._db() as db:
             row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return self._row(row) if row else None
+
+    def list_jobs(
+        self, limit: int, after: str | None = None, states: Sequence[JobState] = ()
+    ) -> tuple[list[Job], bool]:
+        """Up to `limit` jobs, newest first (by creation, then id), those after the job `after` in that order
+        when given, only those in `states` when given; and whether more follow. `UnknownCursor` if `after`
+        names no job."""
+        where: list[str] = []
+        args: list[object] = []
+        if states:
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args += [str(s) for s in states]
+        with self._db() as db:
+            if after is not None:
+                row = db.execute("SELECT created_at FROM jobs WHERE id = ?", (after,)).fetchone()
+                if row is None:
+                    raise UnknownCursor(after)
+                where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+                args += [row["created_at"], row["created_at"], after]
+            rows = db.execute(
+                "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
+                + " ORDER BY created_at DESC, id DESC LIMIT ?",
+                (*args, limit + 1),
+            ).fetchall()  # fmt: skip
+        return [self._row(r) for r in rows[:limit]], len(rows) > limit
 
     def counts(self) -> dict[str, int]:
         with self._db() as db:
@@ -469,17 +499,14 @@ class JobWorker:
                     raise Stopped("canceled")
 
         params = job.params
+
+        def work(_cb: object) -> WorldModelOutput:
+            # The clip goes in as an open file, not a path: an error about it must not show the server's folders.
+            with self.store.input_path(job.id).open("rb") as clip:
+                return self.engine.pipeline(clip, **params.pipeline_kwargs(), encode_video=True, callback=callback)
+
         try:
-            output: WorldModelOutput = self.engine.call(
-                lambda _cb: self.engine.pipeline(
-                    self.store.input_path(job.id),
-                    **params.pipeline_kwargs(),
-                    encode_video=True,
-                    callback=callback,
-                ),
-                stop,
-                deadline,
-            )
+            output: WorldModelOutput = self.engine.call(work, stop, deadline)
             payload = self.result_payload(output, params)
             files = {RESULT_JSON: json.dumps(payload).encode(), RESULT_ZIP: zip_outputs(output)}
             if output.video is not None:
@@ -501,7 +528,7 @@ class JobWorker:
                 self.store.finish(job.id, JobState.failed, f"timed out after {self.job_timeout_s:g} s")
                 self.engine.metrics.predictions.labels("job", "timeout").inc()
         except (UserError, ValueError) as err:
-            self.store.finish(job.id, JobState.failed, str(err))
+            self.store.finish(job.id, JobState.failed, user_error_detail(err))
             self.engine.metrics.predictions.labels("job", "bad_input").inc()
         except Exception:
             logger.exception("job %s failed", job.id)

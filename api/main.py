@@ -27,7 +27,7 @@ from api.deps import require_api_key
 from api.engine import Engine
 from api.jobs import JobStore, JobWorker
 from api.metrics import Metrics
-from api.routes import health, jobs, pages, predict, rollout, samples
+from api.routes import docs, health, jobs, pages, predict, rollout, samples
 from api.routes.pages import STATIC_DIR
 from api.schemas import ErrorResponse, predict_payload
 from api.settings import Settings
@@ -42,7 +42,8 @@ semworld reads a clip as short sentences (semantic states), forecasts the next s
 attention predictor, and draws them with a diffusion renderer.
 
 * `POST /v1/predict`: a clip in, predicted states and frames out (synchronous, small clips).
-* `POST /v1/jobs`: the same as a job; follow `GET /v1/jobs/{id}`, fetch `GET /v1/jobs/{id}/result`.
+* `POST /v1/jobs`: the same as a job; follow `GET /v1/jobs/{id}`, fetch `GET /v1/jobs/{id}/result`;
+  `GET /v1/jobs` lists the jobs, newest first.
 * `POST /v1/rollout`: states in words in (edit any of them), the future out.
 
 Errors are JSON `{"detail": "..."}`. If the server has an API key, send it as `X-API-Key` or a Bearer token.
@@ -309,6 +310,8 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
         summary="A video world model that thinks in words",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # /docs comes from api.routes.docs, its assets served here, not from a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.stages = stages
@@ -319,9 +322,11 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
         lambda: app.state.store.disk_bytes if getattr(app.state, "store", None) else 0,
     )
 
-    for router in (health.router, predict.router, rollout.router, jobs.router, samples.router, pages.router):
+    for router in (health.router, predict.router, rollout.router, jobs.router, samples.router, pages.router,
+                   docs.router):  # fmt: skip
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount(docs.ASSETS_URL, docs.assets(), name="docs-assets")
 
     def body_limit(path: str) -> int:
         if path.startswith("/v1/predict"):

@@ -155,6 +155,17 @@ class JobCreatedResponse(JobStatusResponse):
     status_url: str = Field(examples=["/v1/jobs/3f6c2d0e9b8a4c1d8e7f6a5b4c3d2e1f"])
 
 
+class JobListResponse(BaseModel):
+    """A page of jobs, newest first. While `has_more`, the next page is `?after=<last_id>` (same filters)."""
+
+    data: list[JobStatusResponse] = Field(description="the jobs of this page, newest first")
+    has_more: bool = Field(description="whether older jobs follow this page")
+    first_id: str | None = Field(None, description="the first (newest) job's id; null for an empty page")
+    last_id: str | None = Field(
+        None, description="the last (oldest) job's id: pass it as `after` for the next page; null for an empty page"
+    )
+
+
 class HealthResponse(BaseModel):
     status: str = Field(examples=["ok"])
 

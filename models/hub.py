@@ -48,7 +48,7 @@ def read_json_file(directory: str | Path, name: str, what: str) -> Any:
 
 def save_model(model: nn.Module, directory: str | Path, kind: str) -> None:
     """config.json ({"semworld_model": kind, ...the config}) and model.safetensors of `model` into `directory`."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
@@ -56,8 +56,9 @@ def save_model(model: nn.Module, directory: str | Path, kind: str) -> None:
     (out / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     # One metadata key: safetensors writes a metadata map in no fixed order, and the same weights must give the
-    # same bytes (a resumed run's file equals an uninterrupted one's).
-    save_file(state, str(out / WEIGHTS_NAME), metadata={"semworld_model": kind})
+    # same bytes (a resumed run's file equals an uninterrupted one's). Written as bytes, like config.json, so the
+    # file takes the umask's mode (safetensors' save_file makes it owner-only, 0o600).
+    (out / WEIGHTS_NAME).write_bytes(save(state, metadata={"semworld_model": kind}))
 
 
 def load_model(

@@ -7,12 +7,12 @@ import functools
 import json
 import logging
 import os
+import secrets
 import shutil
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -30,21 +30,34 @@ class UserError(ValueError):
 
 
 # ---- atomic writes ---------------------------------------------------------------------------------------
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write `data` to a temporary file beside `path`, then rename it over `path`: a reader sees the old file or
-    the whole new one, never half of it."""
+def _atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
+    """The one atomic writer: `write(fh)` fills a new temporary file beside `path`, which is flushed to disk and
+    then renamed over `path`, so a reader (or a crash) sees the old file or the whole new one, never half of it.
+    The file is created with mode 0o666 less the umask, as `open(path, "w")` would make it (0o644 under the
+    usual umask 022), not mkstemp's owner-only 0o600: outputs stay readable by whoever may read the folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:  # another writer's temporary file of the same name: draw again
+            continue
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())  # durable before the rename makes it visible (job results survive a crash)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` atomically (a temporary file beside it, renamed over it once whole)."""
+    _atomic_write(path, lambda fh: fh.write(data))
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -57,23 +70,37 @@ def atomic_write_json(path: str | Path, payload: Any) -> None:
 
 
 def atomic_torch_save(obj: object, path: str | Path) -> None:
-    """torch.save through a temporary file beside `path` (a checkpoint is never half written)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """torch.save written atomically, like every other file (a checkpoint is never half written)."""
+    _atomic_write(path, lambda fh: torch.save(obj, fh))
+
+
+def _umask_modes(root: Path) -> None:
+    """Give every file under `root` the mode a new file takes here (0o666 less the umask): libraries that save
+    through their own temporary files (safetensors' save_file, under transformers' and diffusers'
+    save_pretrained) leave them owner-only, 0o600. The mode is read from a probe file, since os.umask can only
+    be read by changing it, which would race with other threads creating files."""
+    probe = root / f".mode.{secrets.token_hex(4)}"
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    mode = probe.stat().st_mode & 0o777
+    probe.unlink()
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            if os.stat(path).st_mode & 0o777 != mode:
+                os.chmod(path, mode)
 
 
 @contextmanager
 def atomic_dir(directory: str | Path) -> Iterator[Path]:
     """Yield an empty scratch folder beside `directory`; when the block ends without an error the scratch folder
-    takes the place of `directory` (the old one is moved aside, then removed)."""
+    takes the place of `directory` (the old one is moved aside, then removed), its files given the umask's mode."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = directory.with_name(directory.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     yield tmp
+    _umask_modes(tmp)
     old = directory.with_name(directory.name + ".old")
     if directory.exists():
         shutil.rmtree(old, ignore_errors=True)

@@ -1,7 +1,8 @@
 """Video in and out: decode a clip with PyAV, sample it by stride or state rate within limits, encode H.264 MP4.
 
-Frames are `(H, W, 3)` uint8 RGB arrays throughout. Every problem with the input is a `VideoError` (a
-`UserError`) whose message says what was wrong and which limit or argument to change.
+Frames are `(H, W, 3)` uint8 RGB arrays throughout. Every problem with a clip is a `VideoError` (a `UserError`)
+whose message says what was wrong and which limit to change, after the file's name when the clip is a path
+("bad.mp4: not a readable video"); a bad sampling argument is a plain `UserError`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ VideoSource = str | os.PathLike[str] | bytes | BinaryIO
 
 
 class VideoError(UserError):
-    """The clip cannot be read, or it is outside the configured limits."""
+    """The clip cannot be read, or it is outside the configured limits (the message names the file when the
+    clip was given as a path; an API names its form field)."""
 
 
 class TooManyStatesError(VideoError):
@@ -85,14 +87,15 @@ def _open(source: VideoSource) -> av.container.InputContainer:
     elif isinstance(source, str | os.PathLike):
         path = Path(source)
         if not path.is_file():
-            raise VideoError(f"{path}: no such file")
+            raise VideoError("no such file")
         if path.stat().st_size == 0:
-            raise VideoError(f"{path}: the file is empty")
+            raise VideoError("the file is empty")
         source = str(path)
     try:
         return av.open(source, mode="r")
     except (av.error.FFmpegError, UnicodeDecodeError, ValueError) as err:
-        raise VideoError(f"not a readable video ({type(err).__name__})") from None
+        logger.debug("cannot open the video: %r", err)  # the decoder's words are for developers, not users
+        raise VideoError("not a readable video") from None
 
 
 def _scale_down(frame: np.ndarray, side: int | None) -> np.ndarray:
@@ -107,11 +110,11 @@ def _scale_down(frame: np.ndarray, side: int | None) -> np.ndarray:
 def check_sampling(stride: int | None, state_rate: float | None) -> None:
     """How frames are picked: every `stride`-th one, or `state_rate` per second, or (neither) all of them."""
     if stride is not None and state_rate is not None:
-        raise VideoError("give either stride or state_rate, not both")
+        raise UserError("give either stride or state_rate, not both")
     if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride < 1):
-        raise VideoError(f"stride must be >= 1, got {stride}")
+        raise UserError(f"stride must be >= 1, got {stride}")
     if state_rate is not None and not (math.isfinite(state_rate) and state_rate > 0):
-        raise VideoError(f"state_rate must be a finite number > 0 Hz, got {state_rate}")
+        raise UserError(f"state_rate must be a finite number > 0 Hz, got {state_rate}")
 
 
 def read_video(
@@ -125,12 +128,27 @@ def read_video(
     """Decode `source` and pick every `stride`-th frame, or frames `1 / state_rate` seconds apart.
 
     With neither, every frame is picked (stride 1). Raises `VideoError` for an unreadable, empty or
-    audio-only file and for a clip past `limits` (size, duration, or more picked frames than allowed).
+    audio-only file and for a clip past `limits` (size, duration, or more picked frames than allowed), its
+    message after the file's name when `source` is a path; a bad `stride` or `state_rate` is a `UserError`.
     `on_frame()` runs after every decoded frame; whatever it raises (a deadline, a cancel) stops decoding.
     """
     limits = limits or VideoLimits()
     check_sampling(stride, state_rate)
+    try:
+        return _decode(source, stride, state_rate, limits, on_frame)
+    except VideoError as err:
+        if isinstance(source, str | os.PathLike):
+            raise type(err)(f"{os.fspath(source)}: {err}") from None
+        raise
 
+
+def _decode(
+    source: VideoSource,
+    stride: int | None,
+    state_rate: float | None,
+    limits: VideoLimits,
+    on_frame: Callable[[], None] | None,
+) -> SampledClip:
     container = _open(source)
     try:
         if not container.streams.video:
@@ -184,7 +202,8 @@ def read_video(
                 times.append(t)
         except av.error.FFmpegError as err:
             if not frames:
-                raise VideoError(f"not a readable video ({type(err).__name__})") from None
+                logger.debug("cannot decode the video: %r", err)
+                raise VideoError("not a readable video") from None
             logger.warning("decoding stopped early after %d picked frames: %s", len(frames), err)
     finally:
         container.close()

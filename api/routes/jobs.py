@@ -1,4 +1,5 @@
-"""/v1/jobs: submit a clip, follow its progress per stage, fetch the result, cancel it, or delete it."""
+"""/v1/jobs: submit a clip, list the jobs, follow one's progress per stage, fetch the result, cancel it, or
+delete it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ from fastapi import APIRouter, Depends, File, HTTPException, Query, Response, Up
 from fastapi.responses import JSONResponse
 
 from api.deps import SettingsDep, StoreDep, WorkerDep, require_api_key
-from api.jobs import RESULT_JSON, RESULT_MP4, RESULT_ZIP, Job, JobParams, JobState, QueueFull
-from api.schemas import ErrorResponse, JobCreatedResponse, JobStatusResponse, OutputFormat, PredictResponse
+from api.jobs import RESULT_JSON, RESULT_MP4, RESULT_ZIP, Job, JobParams, JobState, QueueFull, UnknownCursor
+from api.schemas import (
+    ErrorResponse,
+    JobCreatedResponse,
+    JobListResponse,
+    JobStatusResponse,
+    OutputFormat,
+    PredictResponse,
+)
 from api.uploads import ERROR_RESPONSES, KEY_RESPONSES, check_params, predict_params, read_upload
 
 router = APIRouter(
@@ -37,11 +45,14 @@ def status_of(job: Job) -> JobStatusResponse:
     )
 
 
+def _shown(job_id: str) -> str:
+    return repr(job_id) if _ID_SHAPE.match(job_id) else "with that id (ids are 32 hex digits)"
+
+
 def _job_or_404(store: StoreDep, job_id: str) -> Job:
     job = store.get(job_id)
     if job is None:
-        shown = repr(job_id) if _ID_SHAPE.match(job_id) else "with that id (ids are 32 hex digits)"
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {shown}")
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {_shown(job_id)}")
     return job
 
 
@@ -85,6 +96,39 @@ async def create_job(
         worker.wake()
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     return JobCreatedResponse(**status_of(job).model_dump(), status_url=f"/v1/jobs/{job.id}")
+
+
+@router.get(
+    "",
+    response_model=JobListResponse,
+    summary="List jobs, newest first",
+    responses={422: {"model": ErrorResponse, "description": "bad limit or state, or `after` names no job"}},
+)
+def list_jobs(
+    store: StoreDep,
+    limit: Annotated[int, Query(ge=1, le=100, description="jobs per page")] = 20,
+    after: Annotated[
+        str | None, Query(description="the `last_id` of the page before: list the jobs older than it")
+    ] = None,
+    state: Annotated[
+        list[JobState] | None, Query(description="only jobs in this state (repeat for several)")
+    ] = None,
+) -> JobListResponse:
+    """A page of the jobs this server holds (finished ones until the retention policy deletes them), newest
+    first: `?limit=20`, then `?after=<last_id>` while `has_more`; `?state=queued&state=running` filters."""
+    try:
+        page, more = store.list_jobs(limit, after, state or ())
+    except UnknownCursor:
+        why = f"no job {after!r} (deleted since?)" if _ID_SHAPE.match(after or "") else "ids are 32 hex digits"
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f"after: {why}; list again without after"
+        ) from None
+    return JobListResponse(
+        data=[status_of(job) for job in page],
+        has_more=more,
+        first_id=page[0].id if page else None,
+        last_id=page[-1].id if page else None,
+    )
 
 
 @router.get(

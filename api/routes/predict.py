@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, File, HTTPException, Response, UploadFile, status
 
 from api.deps import EngineDep, PipelineDep, SettingsDep, require_api_key
-from api.engine import Busy
+from api.engine import Busy, user_error_detail
 from api.jobs import JobParams
 from api.schemas import ErrorResponse, OutputFormat, PredictResponse, predict_payload
 from api.uploads import (
@@ -55,7 +55,7 @@ async def run_model(engine: EngineDep, settings: SettingsDep, work, entry: str):
     except TimeoutError as err:
         raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT, f"{err}; use /v1/jobs for long clips") from None
     except (UserError, ValueError) as err:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, user_error_detail(err)) from None
 
 
 @router.post(

@@ -53,8 +53,9 @@ function showProgress(job) {
     row.className = "stage";
     row.dataset.stage = stage;
     const frac = p.total ? p.done / p.total : 0;
+    // "3/11" once the stage knows its work; a stage not started yet shows no count (not "0/0")
     row.innerHTML = `<span class="name">${stage}</span><progress max="1" value="${frac}"></progress>` +
-      `<span class="count">${p.done}/${p.total}</span>`;
+      `<span class="count">${p.total ? `${p.done}/${p.total}` : ""}</span>`;
     box.appendChild(row);
   }
 }
@@ -231,7 +232,8 @@ async function poll(jobId) {
   const job = await (await api(`/v1/jobs/${jobId}`)).json();
   showProgress(job);
   if (job.state === "queued" || job.state === "running") {
-    setStatus(`job ${jobId.slice(0, 8)} ${job.state}${job.state === "running" ? ": " + stageSummary(job) : ""}`);
+    const doing = job.state === "running" ? stageSummary(job) : "";  // "" before the first stage reports
+    setStatus(`job ${jobId.slice(0, 8)} ${job.state}${doing ? ": " + doing : ""}`);
   }
   if (job.state === "succeeded") {
     const result = await (await api(`/v1/jobs/${jobId}/result?format=json`)).json();

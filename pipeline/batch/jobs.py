@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.utils import UserError
-from pipeline.video import VideoError, check_sampling
+from pipeline.video import check_sampling
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def _check_clip_params(
         raise bad("state_rate", "a number > 0", state_rate)  # (a manifest line may hold any JSON value)
     try:
         check_sampling(stride, state_rate)
-    except VideoError as err:
+    except UserError as err:
         raise ValueError(f"{where}{err}") from None
     if context is not None and (not is_int(context) or context < 1):
         raise bad("context", "an integer >= 1", context)

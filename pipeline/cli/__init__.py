@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import logging
 import os
 import sys
@@ -44,8 +45,24 @@ class UserFormatter(logging.Formatter):
         return message
 
 
+DESCRIPTION = (
+    "semworld, a video world model that thinks in words: it reads a clip as short sentences (states), forecasts "
+    "the next ones with a 4-tensor attention predictor and draws them with a diffusion renderer. Start with "
+    "`semworld predict CLIP --out DIR`; `semworld COMMAND --help` tells what each command does."
+)
+
+
+def version() -> str:
+    """The installed package's version (its metadata), or what to do when semworld runs uninstalled."""
+    try:
+        return importlib.metadata.version("semworld")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="semworld", description=__doc__)
+    parser = argparse.ArgumentParser(prog="semworld", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"semworld {version()}")
     loud = parser.add_mutually_exclusive_group()
     loud.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level, with times and sources")
     loud.add_argument(

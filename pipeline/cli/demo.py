@@ -1,7 +1,10 @@
-"""`semworld demo` (what `make demo` runs): train the 4-tensor predictor briefly on the built-in world, then roll out.
+"""`semworld demo` (what `make demo-train` runs): train a small 4-tensor predictor on the built-in world for about
+a minute, then roll it out.
 
-A seeded run of about a minute on 2 CPU cores: world state sequences -> tokenizer and windows -> training with
-the section 8.2 rule -> the epoch table -> held-out histories rolled forward, predicted next to true states.
+A seeded run on 2 CPU cores: state sequences of the built-in world -> a tokenizer and training windows -> training,
+stopped early once the validation loss stops improving -> the table of epochs -> held-out histories rolled
+forward, each predicted state beside the true one. It trains only the predictor, from states in words: no video,
+captioner or renderer (`make demo` runs those: `semworld predict` on a world clip with the shipped weights).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import logging
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from models.presets import PRESETS
 
 if TYPE_CHECKING:
     from pipeline.tokenizer import StateTokenizer
@@ -32,7 +37,9 @@ DEMO_FILES = (
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "demo", help="short predictor training on the built-in world, then a rollout", description=__doc__
+        "demo",
+        help="train a small 4-tensor predictor on the built-in world for about a minute, then roll it out",
+        description=__doc__,
     )
     p.add_argument("--out", default="runs/demo", help="output directory (default %(default)s)")
     p.add_argument(
@@ -42,10 +49,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--clips", type=int, default=200, help="training sequences (default %(default)s)")
     p.add_argument("--length", type=int, default=12, help="states per sequence (default %(default)s)")
-    p.add_argument("--preset", default="small", help="model shape (default %(default)s)")
+    p.add_argument("--preset", default="small", choices=PRESETS, metavar="PRESET",
+                   help="model shape: %(choices)s (`semworld presets` shows their sizes; default %(default)s)")  # fmt: skip
     p.add_argument("--epochs", type=int, default=10, help="epoch budget (default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=32, help="windows per optimizer step (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the data, the split and the weights (default %(default)s)")
     p.add_argument(
         "--threads",
         type=int,

@@ -1,6 +1,6 @@
 """`semworld eval predictor` (L_S(T), token and exact-sentence accuracy and the selection loss of saved weights on
 state sequences, beside the uniform ln|V|) and `semworld eval world` (the three stages on a generated world
-split) and `semworld eval compare` (semworld against a pixel-space predictor, issue 13): argparse and the printed
+split) and `semworld eval compare` (semworld against a pixel-space predictor): argparse and the printed
 tables; the scoring lives in pipeline.evaluation."""
 
 from __future__ import annotations
@@ -33,15 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--weights", required=True, help="directory with config.json, model.safetensors, tokenizer.json"
     )
     p.add_argument("--data", required=True, help=".jsonl state sequences or ROCStories .csv")
-    p.add_argument("--format", dest="data_format", choices=("jsonl", "rocstories"), default=None)
+    p.add_argument("--format", dest="data_format", choices=("jsonl", "rocstories"), default=None,
+                   help="the format of --data (default: from its extension)")  # fmt: skip
     p.add_argument(
         "--split",
         choices=("val", "all"),
         default="all",
-        help="val: the validation split recorded in training_summary.json; all: every window",
+        help="val: the validation split recorded in training_summary.json; all: every window (default %(default)s)",
     )
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--device", default="auto")
+    p.add_argument("--batch-size", type=int, default=64, help="windows per forward pass (default %(default)s)")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, ... (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_eval_predictor)
 
@@ -100,9 +101,9 @@ def add_world_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Ar
     )
     p.add_argument("--steps", type=int, default=None, help="renderer denoising steps (default: its own)")
     p.add_argument("--guidance", type=float, default=None, help="renderer guidance (default: its own)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0, help="renderer noise seed (default %(default)s)")
+    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, ... (default %(default)s)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
     p.add_argument("--no-project", dest="project", action="store_false",
                    help="score the predictor's raw argmax states, without projecting them onto the valid states of "
                         "the domain (default: project)")
@@ -215,7 +216,7 @@ def write_report(result: dict[str, Any]) -> None:
 def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `compare` to `semworld eval`: semworld, semworld on true states, the pixel model, copy-last, truth."""
     p = eval_subparsers.add_parser(
-        "compare", help="semworld against the pixel-space predictor on world test clips (issue 13)",
+        "compare", help="semworld against the pixel-space predictor on world test clips",
         description="From the same context frames, h = 1..H: state exact match and object accuracy of each "
                     "method's frames read back by the captioner, PSNR/SSIM/MSE/MAE per pixel, by family.",
     )  # fmt: skip
@@ -231,9 +232,9 @@ def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
     p.add_argument("--clips", type=int, default=None, help="use the first N usable clips (default: all)")
     p.add_argument("--horizon", type=int, default=8, help="frames predicted (default %(default)s)")
     p.add_argument("--steps", type=int, default=None, help="renderer denoising steps (default: its own)")
-    p.add_argument("--seed", type=int, default=0, help="renderer noise seed")
+    p.add_argument("--seed", type=int, default=0, help="renderer noise seed (default %(default)s)")
     p.add_argument("--figures", default=None, help="folder for the horizon plot and the frame grid (PNG)")
-    p.add_argument("--prefix", default="semantic_vs_pixel", help="figure file-name prefix")
+    p.add_argument("--prefix", default="semantic_vs_pixel", help="figure file-name prefix (default %(default)s)")
     p.add_argument("--grid-clips", type=int, default=3, help="clips in the frame grid (default %(default)s)")
     p.add_argument(
         "--cache",
@@ -241,8 +242,8 @@ def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
         help="folder keeping semworld's, copy-last's and the truth's frames "
         "between runs (a retrained pixel model is compared without rendering again)",
     )
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
     p.add_argument("--out", default=None, help="also write the result as JSON to this file")
     p.add_argument("--markdown", default=None, help="also write the tables as Markdown to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object")

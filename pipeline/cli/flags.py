@@ -2,7 +2,7 @@
 
 Every field `some_name` becomes `--some-name` with the field's type and default; a field without a default is a
 required flag; a bool becomes `--x / --no-x`; a `tuple[...]` takes one or more values; a nested dataclass field
-(a model config) adds its own fields as flags. Help text is the field's line in the class docstring.
+(a model config) adds its own fields as flags. Help text is the field's description in the class docstring.
 """
 
 from __future__ import annotations
@@ -22,13 +22,25 @@ _DOC_LINE = re.compile(r"^\s*((?:\w+)(?:\s*(?:/|,)\s*\w+)*)\s*:\s*(.+)$")
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """{field: the first line of its description} from a docstring written as 'name: text' lines."""
+    """{field: its whole description} from a docstring written as 'name: text' lines, each continued by the
+    more deeply indented lines under it (a help text cut at the end of its first line would stop mid-sentence)."""
     docs: dict[str, str] = {}
+    names: list[str] = []  # the fields of the description being read
+    indent = 0
     for line in (cls.__doc__ or "").splitlines():
+        depth = len(line) - len(line.lstrip())
+        if names and line.strip() and depth > indent:
+            for name in names:
+                docs[name] += " " + line.strip()
+            continue
         match = _DOC_LINE.match(line)
+        names = []
         if match:
+            indent = depth
             for name in re.split(r"\s*[/,]\s*", match.group(1)):
-                docs.setdefault(name, match.group(2).strip())
+                if name not in docs:
+                    docs[name] = match.group(2).strip()
+                    names.append(name)
     return docs
 
 

@@ -143,8 +143,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "predict",
         help="read a clip (or states in words), forecast the next states and draw them",
-        description="Caption CLIP into states, predict the next --horizon states and render them into --out: "
-        "predicted_NNN.png, observed_NNN.png, predicted.mp4 (H.264), states.json and strip.png.",
+        description="Read CLIP as states (or start from --states), predict the next --horizon states, draw them, "
+        "and write into --out: predicted_NNN.png (one per predicted state), observed_NNN.png (the clip's sampled "
+        "frames), predicted.mp4 (the forecast, H.264), context_forecast.mp4 (the observed frames, or the drawn "
+        "given states, then the forecast), forecast_vs_truth.mp4 (with --truth, for weights of the built-in "
+        "world: the forecast beside the true frames), states.json (every state, its confidence and what changed) "
+        "and strip.png (all of it in one picture).",
     )
     p.add_argument("clip", nargs="?", type=Path, help="a video file (omit with --states)")
     p.add_argument("--states", type=Path, help="start from states in words, one per line, instead of a clip")
@@ -177,7 +181,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--steps", type=_positive_int, default=None, help="denoising steps (default: the renderer's)"
     )
     p.add_argument("--guidance", type=float, default=None, help="guidance scale (default: the renderer's)")
-    p.add_argument("--max-frames", type=_positive_int, default=64, help="most states a clip may give")
+    p.add_argument("--max-frames", type=_positive_int, default=64,
+                   help="most states a clip may give (default %(default)s)")  # fmt: skip
     p.add_argument(
         "--context",
         type=_positive_int,
@@ -206,17 +211,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(see docs/api.md); the flags below override the most common ones. Alone it is for loopback and trusted "
         "networks (uvicorn does not cut off slow clients); elsewhere run it behind docker/nginx.conf (docs/reliability.md).",
     )
-    s.add_argument("--host", default=os.environ.get("SEMWORLD_HOST", "127.0.0.1"))
-    s.add_argument("--port", type=int, default=int(os.environ.get("SEMWORLD_PORT", "8000")))
-    s.add_argument("--weights", type=Path, default=None, help="weights directory (SEMWORLD_WEIGHTS_DIR)")
-    s.add_argument("--device", default=None, help="torch device (SEMWORLD_DEVICE)")
+    s.add_argument("--host", default=os.environ.get("SEMWORLD_HOST", "127.0.0.1"),
+                   help="address to listen on; a non-loopback one needs SEMWORLD_API_KEY (SEMWORLD_HOST; "
+                   "default %(default)s)")  # fmt: skip
+    s.add_argument("--port", type=int, default=int(os.environ.get("SEMWORLD_PORT", "8000")),
+                   help="port to listen on (SEMWORLD_PORT; default %(default)s)")  # fmt: skip
+    s.add_argument("--weights", type=Path, default=None,
+                   help="weights directory (SEMWORLD_WEIGHTS_DIR; default: the shipped weights/)")  # fmt: skip
+    s.add_argument("--device", default=None,
+                   help="torch device (SEMWORLD_DEVICE; default: cuda if available, else cpu)")  # fmt: skip
     s.add_argument("--threads", type=_positive_int, default=None,
                    help="torch CPU threads (SEMWORLD_THREADS; default: one fewer than the usable cores)")
     add_placement_flags(s, env=True)
     s.add_argument(
-        "--data-dir", type=Path, default=None, help="jobs database and results (SEMWORLD_DATA_DIR)"
+        "--data-dir", type=Path, default=None, help="jobs database and results (SEMWORLD_DATA_DIR; default data/api)"
     )
-    s.add_argument("--log-level", default="info")
+    s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug", "trace"),
+                   help="uvicorn's log level, requests included at info (default %(default)s)")  # fmt: skip
     s.add_argument(
         "--serve-without-key", action="store_true", default=_env_flag(WITHOUT_KEY_ENV),
         help=f"listen on a non-loopback address without SEMWORLD_API_KEY: anyone who reaches the port may use "
@@ -262,7 +273,7 @@ def run_predict(args: argparse.Namespace) -> int:
         try:
             clip = sample_clip(args.clip, args.stride, args.state_rate, limits, default_rate)
         except TooManyStatesError as err:
-            raise UserError(f"{args.clip}: {err} (or raise --max-frames); no model was loaded") from None
+            raise UserError(f"{err} (or raise --max-frames); no model was loaded") from None
         if args.stride is None and args.state_rate is None and default_rate is not None:
             logger.info("reading %s at %g states per second (the weights' state_rate)", args.clip,
                         default_rate)  # fmt: skip

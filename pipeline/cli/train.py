@@ -2,7 +2,7 @@
 (pipeline.training.args), derived by pipeline.cli.flags.
 
 `train predictor` trains the 4-tensor model, the 1-D baseline, or both on state sequences; `train pixel` the
-pixel-space baseline that semworld is compared with (issue 13).
+pixel-space baseline that semworld is compared with (`semworld eval compare`).
 
 Works under torchrun (`torchrun --nproc_per_node=K -m pipeline.cli train predictor ...`): one replica per
 process, DistributedDataParallel (gloo on CPU, nccl on CUDA), rank 0 writes every file.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from models.presets import PRESETS
 from pipeline.cli.flags import add_dataclass_flags, dataclass_from_namespace
 from pipeline.data import FORMATS
 from pipeline.training.args import (
@@ -32,13 +33,15 @@ if TYPE_CHECKING:
 COMMANDS: tuple[tuple[str, type, str, str, dict[str, Any]], ...] = (
     ("predictor", TrainArgs, "train the state predictor (4-tensor, baseline, or both)",
      "Train a predictor on state sequences; rerun the same command to resume after a kill.",
-     {"flags": {"data_format": "--format"}, "choices": {"model": (*MODEL_KINDS, "both"), "data_format": FORMATS}}),
+     {"flags": {"data_format": "--format"},
+      "choices": {"model": (*MODEL_KINDS, "both"), "data_format": FORMATS, "preset": tuple(PRESETS)}}),
     ("captioner", TrainCaptionerArgs, "train the embedded BLIP captioner on world frames",
      "Train the embedded captioner (tiny BLIP) on random world frames; resumable.", {}),
     ("renderer", TrainRendererArgs, "train the embedded diffusion renderer on world frames",
      "Train the embedded renderer (VAE, then UNet + text encoder) on world frames; resumable.", {}),
     ("pixel", TrainPixelArgs, "train the pixel-space baseline (SimVP-style) on world clips",
-     "Train the pixel-space video predictor that semworld is compared with (issue 13); resumable.", {}),
+     "Train the pixel-space video predictor that semworld is compared with (`semworld eval compare`); resumable.",
+     {}),
     ("all", TrainAllArgs, "rebuild every shipped model (captioner, renderer, predictor) from scratch",
      "Rebuild the shipped weights folder from the recipes of models.presets, seeded and resumable "
      "(rerun the same command to resume).", {}),

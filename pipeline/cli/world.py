@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--clips", type=int, required=True, help="number of clips")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--out", type=Path, required=True, help="output folder")
-    g.add_argument("--split", default="train", help="train, val or test: each draws from its own seeds")
+    g.add_argument("--split", default="train", help="train, val or test: each draws from its own seeds (default %(default)s)")
     g.add_argument("--length", type=int, default=12, help="states per clip (default 12)")
     g.add_argument("--size", type=int, default=128, help="frame side in pixels (default 128)")
     g.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")

@@ -40,7 +40,7 @@ class TrainArgs:
     weight_decay: AdamW weight decay (paper: 0.01).
     dropout: the single residual-branch rate (paper: 0.1).
     patience: stopping rule: stop once this many epochs have passed since the minimum validation selection loss...
-    tolerance: ...and the current one is above tolerance x that minimum (section 8.2).
+    tolerance: ...and the current one is above tolerance x that minimum (the 4-tensor paper's early stopping).
     min_frequency: words seen fewer times become [UNK].
     data_format: override the format the file extension implies (jsonl or rocstories).
     device: auto (cuda if available), cpu, cuda, cuda:1, ...
@@ -53,12 +53,12 @@ class TrainArgs:
     sigma_scale: multiplier on the write's softplus spread.
     memory_every_n_layers: layers l with l % n == 0 touch the memory.
     bptt_windows: a memory run trains batch_size // bptt_windows whole clips in order, back-propagating bptt_windows windows at a time.
-    forget_bias: initial forget-gate bias of the memory (beyond the seed, whose bias is 0).
-    min_sigma: a floor on the memory writer's spread, in grid units (beyond the seed; 0: its eps alone).
-    memory_gate_init: every memory layer's gate logit at init (the seed's -2: sigmoid 0.12).
-    memory_recall_weight: beyond the seed: the weight of a loss asking the memory to spell the last state written.
-        (FourTensorModel.window_loss: the last slice reads the incoming memory and, through the readout, must
-        spell the sentence written just before the window; 0: off, the seed's training.)
+    forget_bias: initial forget-gate bias of the memory (0: none).
+    min_sigma: a floor on the memory writer's spread, in grid units (0: only a tiny epsilon).
+    memory_gate_init: every memory layer's gate logit at init (-2: the gate starts at sigmoid(-2) = 0.12).
+    memory_recall_weight: the weight of a loss asking the memory to spell the last state written (0: off).
+        The window's last slice reads the incoming memory and, through the readout, must spell the sentence
+        written just before the window.
     memory_recall_target: which sentence the recall term asks for: last (the one written just before the window)
         or novel (the latest one written that the window does not show again: hold it, not the fillers after it).
     memory_lr_scale: the memory's parameters train at lr x this.
@@ -94,7 +94,7 @@ class TrainArgs:
     epochs: int = 30  # a budget: the stopping rule usually ends the run first
     batch_size: int = 32
     seed: int = 0
-    lr: float = 3e-4  # the paper's AdamW settings and dropout (section 8.2)
+    lr: float = 3e-4  # the 4-tensor paper's AdamW settings and dropout
     weight_decay: float = 0.01  # paper: 0.01
     dropout: float = 0.1  # paper: 0.1
     # the data: split, cap, vocabulary
@@ -102,7 +102,7 @@ class TrainArgs:
     max_windows: int | None = None
     min_frequency: int = 1
     data_format: str | None = None
-    # the stopping rule (section 8.2)
+    # the 4-tensor paper's early-stopping rule
     patience: int = 5
     tolerance: float = 1.01
     # the machine
@@ -272,7 +272,7 @@ class TrainCaptionerArgs:
     jitter_prob / resize_prob: fractions of training frames whose objects sit up to 0.15 cell off their cell's
         centre / that are drawn natively at 56-192 px and resized to 128 (see make_examples); from augment_from.
     init_from: a saved captioner folder (this layout) to start from instead of a random initialisation: the
-        fine-tuning phase of the shipped recipe (RECIPES["captioner"] in models.presets).
+        fine-tuning phase of the shipped captioner's recipe (the "captioner" recipe of models/presets.py).
     rescale_prob / noise_prob: fractions of training frames drawn small and scaled back up (soft, as the
         renderer's low-resolution frames) / given Gaussian pixel noise; both only from epoch `augment_from`
         on (a curriculum: clean frames first, then the harder ones).
@@ -387,7 +387,7 @@ class TrainRendererArgs:
     pool: number of distinct training scenes whose latents are cached (drawn once, seeded).
     eval_every, eval_states: evaluation period (steps) and size (states drawn at each evaluation).
     eval_set: what the evaluations draw, and so what `best/` is chosen by: "test" (eval_states distinct states of
-        test-split world clips, mostly 1-2 objects) or "varied" (issue 11: the six states without objects and
+        test-split world clips, mostly 1-2 objects) or "varied" (the six states without objects and
         eval_states // 3 distinct random scenes each of 1, 2 and 3 objects; round trip by object count logged).
     ema_decay: in stage 2, keep an exponential moving average of the trained weights with this decay
         (diffusers' EMAModel, warmed up as (1 + step) / (10 + step)); evaluations, best/ and pipeline/ use the

@@ -199,7 +199,7 @@ def test_bad_input_is_a_short_json_4xx(client, name):
         from tests.api.conftest import wait_job
 
         done = wait_job(client, r.json()["id"])
-        assert done["state"] == "failed" and done["error"].startswith("not a readable video")
+        assert done["state"] == "failed" and done["error"].startswith("file: not a readable video")
     assert client.get("/ready").status_code == 200
 
 

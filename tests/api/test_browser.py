@@ -151,3 +151,58 @@ def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tm
     assert page.locator(".frame").evaluate_all(TIMELINE_INSIDE_CARDS)
     page.screenshot(path=str(shots / "web-page-phone.png"), full_page=True)
     assert errors == []
+
+
+def test_the_api_reference_renders_with_the_internet_cut_off(start_server, browser_page, tmp_path):
+    """/docs in a browser that may reach the server only: the operations show, nothing is refused."""
+    server = start_server()
+    page = browser_page
+    page.set_default_timeout(30_000)
+    errors: list[str] = []
+    outside: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+
+    def only_the_server(route) -> None:  # noqa: ANN001 - playwright's Route
+        if route.request.url.startswith(server.url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_the_server)
+    shots = Path(os.environ.get("SEMWORLD_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+
+    page.goto(server.url + "/docs")
+    page.wait_for_selector(".opblock-summary-path[data-path='/v1/predict']")
+    assert page.locator(".opblock").count() >= 8  # every operation of the schema, not a blank page
+    assert "semworld" in page.locator(".info .title").inner_text()
+    page.screenshot(path=str(shots / "api-docs.png"))
+    assert outside == [] and errors == []
+
+
+# Each placeholder of the form fits its box: it is what the field reads as while it is empty.
+PLACEHOLDERS_FIT = """() => [...document.querySelectorAll('#predict-form input[placeholder]')].map(i => {
+  const s = getComputedStyle(i), ctx = document.createElement('canvas').getContext('2d');
+  ctx.font = s.font;
+  const room = i.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+  return [i.id, i.placeholder, ctx.measureText(i.placeholder).width <= room]; })"""
+
+
+def test_the_form_reads_well_before_anything_is_typed(start_server, browser_page, tmp_path):
+    server = start_server()
+    page = browser_page
+    page.goto(server.url + "/")
+    # what a person reads: each label's words, an empty field read as its placeholder
+    read = page.locator("#predict-form fieldset:nth-of-type(2) label").evaluate_all(
+        """labels => labels.map(l => [...l.childNodes].map(n => n.nodeType === 3 ? n.textContent
+                                        : '[' + (n.value || n.placeholder) + ']').join(' ').split(/\\s+/).join(' ').trim())"""
+    )
+    assert read == ["predict [8] states", "states per second [default]", "or frame stride [none]", "seed [0]",
+                    "denoising steps [default]", "API key [if required]"]  # fmt: skip
+    assert [fits for _, _, fits in page.evaluate(PLACEHOLDERS_FIT)] == [True] * 6, page.evaluate(PLACEHOLDERS_FIT)
+    shots = Path(os.environ.get("SEMWORLD_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    page.locator("#predict-form").screenshot(path=str(shots / "web-form.png"))
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.locator("#predict-form").screenshot(path=str(shots / "web-form-phone.png"))

@@ -47,9 +47,9 @@ def test_bad_clip_fails_the_job_with_a_message(make_client):
     client = make_client()
     job = submit(client, data=b"\x00not a video" * 100).json()
     done = wait_job(client, job["id"])
-    assert done["state"] == "failed" and done["error"].startswith("not a readable video")
+    assert done["state"] == "failed" and done["error"] == "file: not a readable video"
     r = client.get(f"/v1/jobs/{job['id']}/result")
-    assert r.status_code == 409 and r.json()["detail"].startswith("job is failed: not a readable video")
+    assert r.status_code == 409 and r.json()["detail"] == "job is failed: file: not a readable video"
 
 
 def test_unknown_job_and_bad_params(make_client):
@@ -60,6 +60,83 @@ def test_unknown_job_and_bad_params(make_client):
     assert submit(client, data=b"").json()["detail"] == "file: the file is empty"
     r = client.post("/v1/jobs", files={"file": ("a.txt", b"hi", "text/plain")})
     assert r.status_code == 415
+
+
+def pages(client, limit, **query):
+    """Every page of GET /v1/jobs, following last_id while has_more."""
+    out, after = [], None
+    while True:
+        r = client.get("/v1/jobs", params={"limit": limit, **query, **({"after": after} if after else {})})
+        assert r.status_code == 200, r.text
+        out.append(r.json())
+        if not r.json()["has_more"]:
+            return out
+        after = r.json()["last_id"]
+
+
+def test_list_jobs_newest_first_in_pages_filtered_by_state(make_client):
+    client = make_client()
+    ids = [submit(client).json()["id"] for _ in range(4)]
+    bad = submit(client, data=b"\x00not a video" * 100).json()["id"]
+    for job_id in [*ids, bad]:
+        wait_job(client, job_id)
+    newest_first = [bad, *reversed(ids)]
+
+    body = client.get("/v1/jobs").json()  # GET /v1/jobs answered 405 before it listed
+    assert [j["id"] for j in body["data"]] == newest_first and body["has_more"] is False
+    assert body["first_id"] == bad and body["last_id"] == ids[0]
+    assert body["data"][1] == client.get(f"/v1/jobs/{ids[-1]}").json()  # each entry is the job's status
+
+    got = pages(client, 2)
+    assert [len(p["data"]) for p in got] == [2, 2, 1] and [p["has_more"] for p in got] == [True, True, False]
+    assert [j["id"] for p in got for j in p["data"]] == newest_first
+
+    assert [j["id"] for j in client.get("/v1/jobs", params={"state": "failed"}).json()["data"]] == [bad]
+    succeeded = [j["id"] for p in pages(client, 3, state="succeeded") for j in p["data"]]
+    assert succeeded == list(reversed(ids))
+    both = client.get("/v1/jobs", params=[("state", "succeeded"), ("state", "failed")]).json()["data"]
+    assert len(both) == 5
+    assert client.get("/v1/jobs", params={"state": "queued"}).json() == {
+        "data": [], "has_more": False, "first_id": None, "last_id": None,
+    }  # fmt: skip
+
+    assert client.delete(f"/v1/jobs/{ids[1]}").status_code == 204
+    assert [j["id"] for j in client.get("/v1/jobs", params={"after": ids[2]}).json()["data"]] == [ids[0]]
+
+
+def test_list_jobs_bad_queries_are_one_line_422s(make_client):
+    client = make_client()
+    gone = submit(client).json()["id"]
+    wait_job(client, gone)
+    assert client.delete(f"/v1/jobs/{gone}").status_code == 204
+    for query, detail in [
+        ({"limit": "0"}, "limit: Input should be greater than or equal to 1"),
+        ({"limit": "101"}, "limit: Input should be less than or equal to 100"),
+        ({"state": "done"}, "state.0: Input should be 'queued', 'running', 'succeeded', 'failed' or 'canceled'"),
+        ({"after": gone}, f"after: no job '{gone}' (deleted since?); list again without after"),
+        ({"after": "../etc"}, "after: ids are 32 hex digits; list again without after"),
+    ]:
+        r = client.get("/v1/jobs", params=query)
+        assert r.status_code == 422 and r.json() == {"detail": detail}, (query, r.text)
+
+
+def test_list_jobs_needs_the_api_key(make_client):
+    client = make_client(api_key="s3cret")
+    assert client.get("/v1/jobs").status_code == 401
+    assert client.get("/v1/jobs", headers={"Authorization": "Bearer s3cret"}).json()["data"] == []
+
+
+def test_pages_cover_jobs_created_at_the_same_instant_once_each(tmp_path):
+    store = JobStore(tmp_path)
+    ids = {store.create(b"clip", JobParams()).id for _ in range(7)}
+    with store._db() as db:
+        db.execute("UPDATE jobs SET created_at = 1000.0")  # a tie: the id orders them
+    seen, after, more = [], None, True
+    while more:
+        page, more = store.list_jobs(2, after)
+        seen += [j.id for j in page]
+        after = page[-1].id
+    assert seen == sorted(ids, reverse=True)
 
 
 def test_cancel_queued_and_running_jobs(make_client):

@@ -33,7 +33,7 @@ def test_real_server_answers_clips_and_rejects_bad_input(start_server, world_cli
         assert r.status_code == 200 and r.headers["content-type"] == "video/mp4"
 
         cases = [
-            (post(c, b"\x00\x01corrupt" * 300), 422, "not a readable video"),
+            (post(c, b"\x00\x01corrupt" * 300), 422, "file: not a readable video"),
             (post(c, b""), 422, "file: the file is empty"),
             (post(c, os.urandom(200_000)), 413, "larger than the limit of 0.1 MB"),
             (post(c, b"<html></html>", ctype="text/html"), 415, "expected a video"),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import av
 import numpy as np
 import pytest
 
+from pipeline.utils import UserError
 from pipeline.video import VideoError, VideoLimits, check_frames, encode_mp4, read_video
 
 ASSET = Path(__file__).resolve().parents[1] / "assets" / "bigbuckbunny_160x90.mp4"
@@ -44,13 +46,13 @@ def test_work_side_scales_down_keeping_aspect():
 @pytest.mark.parametrize(
     ("limits", "message"),
     [
-        (VideoLimits(max_frames=10), "more than 10 states at stride 1"),
+        (VideoLimits(max_frames=10), "clip gives more than 10 states at stride 1"),
         (VideoLimits(max_side=100), "video is 160x90; the limit is 100 pixels"),
         (VideoLimits(max_duration_s=1.0), "clip lasts 2.6 s; the limit is 1 s"),
     ],
 )
 def test_limits_give_clear_errors(limits, message):
-    with pytest.raises(VideoError, match=message):
+    with pytest.raises(VideoError, match=f"^{re.escape(str(ASSET))}: {message}"):
         read_video(ASSET, limits=limits)
 
 
@@ -63,16 +65,30 @@ def test_limits_give_clear_errors(limits, message):
     ],
 )
 def test_bad_files_are_user_errors(data, message):
-    with pytest.raises(VideoError, match=message):
+    with pytest.raises(VideoError, match=message) as bytes_error:
         read_video(data)
+    assert "Error" not in str(bytes_error.value)  # no exception class of the decoder in a user's message
+
+
+def test_a_bad_file_given_by_path_is_named_first(tmp_path):
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"this is not a video at all" * 10)
+    with pytest.raises(VideoError) as err:
+        read_video(bad)
+    assert str(err.value) == f"{bad}: not a readable video"
+    (tmp_path / "empty.mp4").write_bytes(b"")
+    with pytest.raises(VideoError, match=f"^{re.escape(str(tmp_path))}/empty.mp4: the file is empty$"):
+        read_video(str(tmp_path / "empty.mp4"))
 
 
 def test_missing_path_and_bad_arguments():
-    with pytest.raises(VideoError, match="nope.mp4: no such file"):
+    with pytest.raises(VideoError, match="^/nope.mp4: no such file$"):
         read_video("/nope.mp4")
-    with pytest.raises(VideoError, match="stride must be >= 1, got 0"):
+    # the argument, not the clip, is wrong: no file name, and not a VideoError (an API names no upload field)
+    with pytest.raises(UserError, match="^stride must be >= 1, got 0$") as err:
         read_video(ASSET, stride=0)
-    with pytest.raises(VideoError, match="either stride or state_rate"):
+    assert not isinstance(err.value, VideoError)
+    with pytest.raises(UserError, match="^give either stride or state_rate"):
         read_video(ASSET, stride=2, state_rate=1.0)
     with pytest.raises(ValueError, match="max_frames must be >= 1"):
         VideoLimits(max_frames=0)

@@ -256,13 +256,45 @@ def test_cli_predict_errors_are_one_line(fake_weights, capsys, argv, message):
     assert err.startswith("semworld: error: ") and message in err and "\n" not in err
 
 
-def test_cli_predict_bad_clip_is_one_line(fake_weights, tmp_path, capsys):
+def test_cli_predict_help_names_every_file_it_writes(fake_weights, tmp_path, capsys):
+    import re
+
     from pipeline import cli
 
-    bad = tmp_path / "bad.mp4"
-    bad.write_bytes(b"not a video" * 50)
-    assert cli.main(["predict", str(bad), "--out", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err.strip() == "semworld: error: not a readable video (InvalidDataError)"
+    index = json.loads((tmp_path / "model_index.json").read_text())
+    (tmp_path / "model_index.json").write_text(json.dumps({**index, "grammar": "world"}))  # truth frames drawn
+    truth = tmp_path / "truth.txt"
+    truth.write_text("red ball top left .\n" * 8)
+    out = tmp_path / "o"
+    argv = ["predict", str(ASSET), "-k", "2", "--stride", "4", "--context", "2", "--truth", str(truth),
+            "--weights", str(tmp_path), "--out", str(out)]  # fmt: skip
+    assert cli.main(argv) == 0
+    written = {re.sub(r"_\d{3}\.", "_NNN.", p.name) for p in out.iterdir()}
+    assert written == {"predicted_NNN.png", "observed_NNN.png", "predicted.mp4", "context_forecast.mp4",
+                       "forecast_vs_truth.mp4", "states.json", "strip.png"}  # fmt: skip
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["predict", "--help"])
+    description = " ".join(capsys.readouterr().out.split("positional arguments")[0].split())
+    assert [name for name in sorted(written) if name not in description] == []
+
+
+def test_cli_predict_bad_clip_is_one_line_that_names_it(fake_weights, tmp_path, capsys, monkeypatch):
+    from pipeline import cli
+
+    monkeypatch.chdir(tmp_path)
+    Path("bad.mp4").write_bytes(b"not a video" * 50)
+    assert cli.main(["predict", "bad.mp4", "--out", "o"]) == 2  # `semworld predict bad.mp4 --out o`
+    assert capsys.readouterr().err == "semworld: error: bad.mp4: not a readable video\n"
+
+
+def test_cli_predict_too_long_a_clip_is_named_once(fake_weights, tmp_path, capsys):
+    from pipeline import cli
+
+    assert cli.main(["predict", str(ASSET), "--stride", "1", "--max-frames", "3", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"semworld: error: {ASSET}: clip gives more than 3 states at stride 1")
+    assert err.count(str(ASSET)) == 1 and err.rstrip().endswith("(or raise --max-frames); no model was loaded")
 
 
 # ---- tiny random real stages, loaded from a weights folder like the shipped one -------------------------------

@@ -53,7 +53,7 @@ def test_ray_gives_the_local_states_and_frames(ray_cluster, tiny_weights, world_
     assert a["counts"] == b["counts"] == {"ok": 4, "skipped": 0, "failed": 1}
     assert b["engine"] == "ray" and b["failed"] == ["corrupt"]
     assert [c["error"] for c in b["clips"] if c["status"] == "failed"] == [
-        "decode: not a readable video (InvalidDataError)"
+        f"decode: {inputs / 'corrupt.mp4'}: not a readable video"
     ]
     assert (local.out / "states.jsonl").read_text() == (remote.out / "states.jsonl").read_text()
     for job in jobs[:4]:

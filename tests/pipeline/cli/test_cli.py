@@ -1,6 +1,7 @@
 """The CLI skeleton: help, unknown commands, and one-line errors."""
 
 import argparse
+import re
 
 import pytest
 
@@ -52,3 +53,76 @@ def test_user_error_is_one_line(capsys, monkeypatch):
     assert cli.main(["boom"]) == 2
     err = capsys.readouterr().err
     assert err.strip() == "semworld: error: --data /nope: no such file"
+
+
+def _all_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(command path, parser) for the top level and every command and subcommand."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _all_parsers(child, (*path, name))
+
+
+def test_version_comes_from_the_installed_package(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out == f"semworld {version('semworld')}\n"
+
+
+# What a user cannot look up: issue numbers, a paper's section without its name, the names of runs and of the
+# tensor memory's seed code, and code-level registries.
+INTERNAL = re.compile(r"\bissue\s*#?\d|(?<!paper's )\bsection \d|\bthe seed\b|\bseed's\b|\brun [A-Z]\d|\bT8[A-Z]\b|RECIPES\[",
+                      re.IGNORECASE)  # fmt: skip
+
+
+def test_no_help_text_refers_to_what_a_user_cannot_look_up():
+    for path, parser in _all_parsers(cli.build_parser()):
+        text = " ".join(parser.format_help().split())  # unwrapped: a reference may straddle a line break
+        assert not INTERNAL.findall(text), (path, INTERNAL.findall(text))
+
+
+def test_every_option_says_what_it_does_and_its_default():
+    skip = (argparse._HelpAction, argparse._VersionAction, argparse._StoreTrueAction, argparse._StoreFalseAction,
+            argparse.BooleanOptionalAction)  # fmt: skip
+    for path, parser in _leaf_parsers(cli.build_parser()):
+        for action in parser._actions:
+            if not action.option_strings or isinstance(action, skip):
+                continue
+            assert action.help, (path, action.option_strings)
+            unset = action.default is None or action.default is False or action.default == []
+            if not unset and not action.required:
+                assert "default" in action.help, (path, action.option_strings, action.help)
+
+
+def test_multi_line_field_descriptions_are_whole_in_the_help():
+    predictor = dict(_leaf_parsers(cli.build_parser()))[("train", "predictor")].format_help()
+    assert "then cosine decay to lr * min_lr_ratio at the last step of the epoch budget" in " ".join(predictor.split())
+
+
+def test_serve_shows_its_address_and_log_level_with_defaults(monkeypatch):
+    monkeypatch.delenv("SEMWORLD_HOST", raising=False)
+    monkeypatch.delenv("SEMWORLD_PORT", raising=False)
+    serve = " ".join(dict(_leaf_parsers(cli.build_parser()))[("serve",)].format_help().split())
+    assert "--host HOST address to listen on" in serve and "default 127.0.0.1" in serve
+    assert "--port PORT port to listen on (SEMWORLD_PORT; default 8000)" in serve
+    assert "--log-level {critical,error,warning,info,debug,trace}" in serve and "(default info)" in serve
+
+
+def test_preset_flags_list_the_presets():
+    from models.presets import PRESETS
+
+    leaves = dict(_leaf_parsers(cli.build_parser()))
+    for path in (("demo",), ("train", "predictor")):
+        (preset,) = [a for a in leaves[path]._actions if "--preset" in a.option_strings]
+        assert list(preset.choices) == list(PRESETS), path
+        assert all(name in leaves[path].format_help() for name in PRESETS), path
+
+
+def test_demo_help_says_what_it_runs_and_which_make_target_runs_it():
+    top = " ".join(cli.build_parser().format_help().split())
+    assert "demo train a small 4-tensor predictor on the built-in world for about a minute, then roll it out" in top
+    demo = " ".join(dict(_leaf_parsers(cli.build_parser()))[("demo",)].format_help().split())
+    assert "(what `make demo-train` runs)" in demo and "(`make demo` runs those" in demo
