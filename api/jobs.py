@@ -83,6 +83,7 @@ class Job:
     attempts: int = 0
     cancel_requested: bool = False
     filename: str | None = None
+    warnings: list[str] = field(default_factory=list)  # the finished call's (e.g. a clip the models do not know)
 
 
 _SCHEMA = """
@@ -96,7 +97,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     error TEXT,
     attempts INTEGER NOT NULL DEFAULT 0,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
-    filename TEXT
+    filename TEXT,
+    warnings TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, created_at);
 CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at, id);
@@ -138,6 +140,9 @@ class JobStore:
         with self._db() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(_SCHEMA)
+            columns = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
+            if "warnings" not in columns:  # a store written before jobs carried their warnings
+                db.execute("ALTER TABLE jobs ADD COLUMN warnings TEXT")
         self._disk_lock = threading.Lock()
         self.disk_bytes = sum(_tree_bytes(p) for p in self.jobs_dir.iterdir() if p.is_dir())
 
@@ -165,6 +170,7 @@ class JobStore:
             attempts=row["attempts"],
             cancel_requested=bool(row["cancel_requested"]),
             filename=row["filename"],
+            warnings=json.loads(row["warnings"]) if row["warnings"] else [],
         )
 
     def job_dir(self, job_id: str) -> Path:
@@ -314,11 +320,12 @@ class JobStore:
                 (json.dumps(progress), time.time(), job_id),
             )
 
-    def finish(self, job_id: str, state: JobState, error: str | None = None) -> None:
+    def finish(self, job_id: str, state: JobState, error: str | None = None, warnings: list[str] | None = None
+               ) -> None:  # fmt: skip
         with self._db() as db:
             db.execute(
-                "UPDATE jobs SET state = ?, error = ?, updated_at = ? WHERE id = ?",
-                (state, error, time.time(), job_id),
+                "UPDATE jobs SET state = ?, error = ?, warnings = ?, updated_at = ? WHERE id = ?",
+                (state, error, json.dumps(warnings) if warnings else None, time.time(), job_id),
             )
 
     def requeue(self, job_id: str) -> None:
@@ -513,7 +520,7 @@ class JobWorker:
                 files[RESULT_MP4] = output.video
             self.store.write_result(job.id, files)
             self.store.set_progress(job.id, progress)
-            self.store.finish(job.id, JobState.succeeded)
+            self.store.finish(job.id, JobState.succeeded, warnings=list(output.warnings))
             self.engine.metrics.observe_timings(output.timings)
             self.engine.metrics.predictions.labels("job", "ok").inc()
             logger.info("job %s: succeeded in %.2f s", job.id, output.timings.get("total", 0.0))

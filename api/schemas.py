@@ -149,6 +149,10 @@ class JobStatusResponse(BaseModel):
     updated_at: float
     params: dict[str, Any] = Field(default_factory=dict)
     result_url: str | None = Field(None, examples=["/v1/jobs/3f6c2d0e9b8a4c1d8e7f6a5b4c3d2e1f/result"])
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="of a finished job: e.g. that most of the clip is unsure, read by models that do not know it",
+    )
 
 
 class JobCreatedResponse(JobStatusResponse):

@@ -42,6 +42,7 @@ def status_of(job: Job) -> JobStatusResponse:
         updated_at=job.updated_at,
         params=job.params.to_dict(),
         result_url=f"/v1/jobs/{job.id}/result" if job.state is JobState.succeeded else None,
+        warnings=job.warnings,
     )
 
 

@@ -22,6 +22,27 @@ async function api(path, options = {}) {
   return res;
 }
 
+// A warning for a person at a browser: what it means, in plain words, and where to read more; the service's own
+// words (which name command-line options) stay one click away.
+function showWarning(warnings) {
+  const el = $("#warning");
+  el.replaceChildren();
+  el.hidden = warnings.length === 0;
+  if (!warnings.length) return;
+  const say = document.createElement("p");
+  say.append("Most of this clip was hard for the models to read: they were trained on a different kind of " +
+    "video, so the descriptions and the forecast below are probably guesses. ");
+  const more = document.createElement("a");
+  more.href = "/static/own-models.html";
+  more.textContent = "What the models know, and how to use your own";
+  say.append(more, ".");
+  const details = document.createElement("details");
+  const summary = document.createElement("summary");
+  summary.textContent = "the service's full message";
+  details.append(summary, ...warnings.map((w) => Object.assign(document.createElement("p"), { textContent: w })));
+  el.append(say, details);
+}
+
 function setStatus(text, isError = false) {
   const el = $("#status");
   el.textContent = text;
@@ -239,9 +260,8 @@ async function poll(jobId) {
     const result = await (await api(`/v1/jobs/${jobId}/result?format=json`)).json();
     showResult(result);
     showDownloads(jobId);
-    const warn = (result.warnings || []).join(" ");
-    setStatus(`predicted ${result.predicted_states.length} states in ${result.timings.total.toFixed(2)} s` +
-      (warn ? ` · warning: ${warn}` : ""), Boolean(warn));
+    setStatus(`predicted ${result.predicted_states.length} states in ${result.timings.total.toFixed(2)} s`);
+    showWarning(result.warnings || []);
     return true;
   }
   if (job.state === "failed" || job.state === "canceled") {
@@ -255,6 +275,7 @@ async function submit(event) {
   event.preventDefault();
   $("#predict-btn").disabled = true;
   $("#results").hidden = true;
+  showWarning([]);
   try {
     const { blob, name } = await clipBlob();
     const form = new FormData();

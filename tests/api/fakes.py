@@ -118,9 +118,26 @@ def make_pipeline(
     step_delay = float(os.environ.get("FAKE_STEP_DELAY", "0")) if step_delay is None else step_delay
     world = os.environ.get("FAKE_WORLD", "") == "1" if world is None else world
     renderer = NoiseRenderer(delay, step_delay=step_delay)
+    if os.environ.get("FAKE_UNSURE", "") == "1":  # every read far below the threshold: each clip gets a warning
+        captioner = UnsureWorldCaptioner() if world else UnsureCaptioner()
+        return WorldModelPipeline(captioner, WorldPredictor() if world else EchoPredictor(), renderer,
+                                  render_batch_size=2, domain="shapes" if world else None,
+                                  confidence_threshold=-0.01)  # fmt: skip
     if world:
         return WorldModelPipeline(WorldCaptioner(), WorldPredictor(), renderer, render_batch_size=2, domain="shapes")
     return WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), renderer, render_batch_size=2)
+
+
+class UnsureCaptioner(BrightnessCaptioner):
+    """BrightnessCaptioner's states, each scored far below any threshold (as on footage the model never saw)."""
+
+    def caption_scored(self, frames: list[np.ndarray]) -> list[tuple[str, float]]:
+        return [(s, -0.5) for s in self.caption(frames)]
+
+
+class UnsureWorldCaptioner(WorldCaptioner):
+    def caption_scored(self, frames: list[np.ndarray]) -> list[tuple[str, float]]:
+        return [(s, -0.5) for s in self.caption(frames)]
 
 
 def build_tiny_weights(root: Path) -> Path:

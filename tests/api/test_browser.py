@@ -206,3 +206,25 @@ def test_the_form_reads_well_before_anything_is_typed(start_server, browser_page
     page.locator("#predict-form").screenshot(path=str(shots / "web-form.png"))
     page.set_viewport_size({"width": 390, "height": 844})
     page.locator("#predict-form").screenshot(path=str(shots / "web-form-phone.png"))
+
+
+def test_a_warned_result_says_so_in_plain_words_with_a_link(start_server, browser_page, tmp_path):
+    """A clip the models do not know: the page says what that means to a person at a browser, links to a page
+    about it, and keeps the service's own message (which names command-line options) folded away."""
+    server = start_server(FAKE_WORLD="1", FAKE_UNSURE="1")
+    page = browser_page
+    page.set_default_timeout(30_000)
+    page.goto(server.url + "/")
+    page.set_input_files("#file", str(REAL_CLIP))
+    page.fill("#horizon", "2")
+    page.fill("#stride", "8")
+    page.click("#predict-btn")
+    page.wait_for_selector("#warning:not([hidden])")
+    said = page.locator("#warning > p").inner_text()
+    assert said.startswith("Most of this clip was hard for the models to read") and "--" not in said
+    assert page.locator("#warning details").get_attribute("open") is None  # the full message stays folded
+    assert "--captioner" in page.locator("#warning details").text_content()
+    page.screenshot(path=str(tmp_path / "warned.png"), full_page=True)
+    page.locator("#warning a").click()
+    page.wait_for_load_state()
+    assert page.title() == "semworld: what the models know" and "built-in world" in page.inner_text("main")

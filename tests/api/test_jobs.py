@@ -238,3 +238,44 @@ def test_crash_recovery_retries_then_fails(tmp_path, make_client):
     failed = client.get(f"/v1/jobs/{spent.id}").json()
     assert failed["state"] == "failed" and "interrupted 2 times" in failed["error"]
     assert wait_job(client, queued.id)["state"] == "succeeded"
+
+
+class UnsureCaptioner(BrightnessCaptioner):
+    """Scores every read far below the threshold, as the shipped captioner does on real footage."""
+
+    def caption_scored(self, frames):
+        return [("red ball top left .", -0.5) for _ in frames]
+
+
+def test_a_finished_job_says_its_warning(make_client):
+    """GET /v1/jobs/{id} carries the call's warning, where a client polling for the result sees it."""
+    pipe = WorldModelPipeline(UnsureCaptioner(), EchoPredictor(), NoiseRenderer(), domain="shapes",
+                              confidence_threshold=-0.01)  # fmt: skip
+    client = make_client(pipeline=pipe)
+    r = client.post("/v1/jobs", files={"file": ("c.mp4", REAL_CLIP.read_bytes(), "video/mp4")},
+                    data={"horizon": "1", "stride": "8"})  # fmt: skip
+    assert r.status_code == 202, r.text
+    assert r.json()["warnings"] == []  # queued: nothing to say yet
+    job = wait_job(client, r.json()["id"])
+    assert job["state"] == "succeeded" and len(job["warnings"]) == 1
+    assert job["warnings"][0].startswith("2 of 2 states read from this clip are unsure")
+    assert client.get("/v1/jobs").json()["data"][0]["warnings"] == job["warnings"]  # the list says it too
+
+
+def test_a_store_from_before_warnings_opens_and_keeps_its_jobs(tmp_path):
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "jobs.sqlite3")
+    db.executescript(
+        "CREATE TABLE jobs (id TEXT PRIMARY KEY, state TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL "
+        "NOT NULL, params TEXT NOT NULL, progress TEXT NOT NULL, error TEXT, attempts INTEGER NOT NULL DEFAULT 0, "
+        "cancel_requested INTEGER NOT NULL DEFAULT 0, filename TEXT);"
+        "INSERT INTO jobs VALUES ('old', 'succeeded', 1.0, 2.0, '{}', '{}', NULL, 1, 0, 'a.mp4');"
+    )
+    db.commit()
+    db.close()
+    store = JobStore(tmp_path)
+    old = store.get("old")
+    assert old is not None and old.state is JobState.succeeded and old.warnings == []
+    store.finish("old", JobState.succeeded, warnings=["w"])
+    assert store.get("old").warnings == ["w"]
