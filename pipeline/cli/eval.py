@@ -1,6 +1,6 @@
 """`semworld eval predictor` (L_S(T), token and exact-sentence accuracy and the selection loss of saved weights on
 state sequences, beside the uniform ln|V|) and `semworld eval world` (the three stages on a generated world
-split) and `semworld eval compare` (semworld against a pixel-space predictor, issue 13): argparse and the printed
+split) and `semworld eval compare` (semworld against a pixel-space predictor): argparse and the printed
 tables; the scoring lives in pipeline.evaluation."""
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def write_report(result: dict[str, Any]) -> None:
 def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `compare` to `semworld eval`: semworld, semworld on true states, the pixel model, copy-last, truth."""
     p = eval_subparsers.add_parser(
-        "compare", help="semworld against the pixel-space predictor on world test clips (issue 13)",
+        "compare", help="semworld against the pixel-space predictor on world test clips",
         description="From the same context frames, h = 1..H: state exact match and object accuracy of each "
                     "method's frames read back by the captioner, PSNR/SSIM/MSE/MAE per pixel, by family.",
     )  # fmt: skip

@@ -2,7 +2,7 @@
 (pipeline.training.args), derived by pipeline.cli.flags.
 
 `train predictor` trains the 4-tensor model, the 1-D baseline, or both on state sequences; `train pixel` the
-pixel-space baseline that semworld is compared with (issue 13).
+pixel-space baseline that semworld is compared with (`semworld eval compare`).
 
 Works under torchrun (`torchrun --nproc_per_node=K -m pipeline.cli train predictor ...`): one replica per
 process, DistributedDataParallel (gloo on CPU, nccl on CUDA), rank 0 writes every file.
@@ -38,7 +38,7 @@ COMMANDS: tuple[tuple[str, type, str, str, dict[str, Any]], ...] = (
     ("renderer", TrainRendererArgs, "train the embedded diffusion renderer on world frames",
      "Train the embedded renderer (VAE, then UNet + text encoder) on world frames; resumable.", {}),
     ("pixel", TrainPixelArgs, "train the pixel-space baseline (SimVP-style) on world clips",
-     "Train the pixel-space video predictor that semworld is compared with (issue 13); resumable.", {}),
+     "Train the pixel-space video predictor that semworld is compared with; resumable.", {}),
     ("all", TrainAllArgs, "rebuild every shipped model (captioner, renderer, predictor) from scratch",
      "Rebuild the shipped weights folder from the recipes of models.presets, seeded and resumable "
      "(rerun the same command to resume).", {}),

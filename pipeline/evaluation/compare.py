@@ -1,4 +1,4 @@
-"""`semworld eval compare` (issue 13): semworld against a pixel-space predictor on the same world clips.
+"""`semworld eval compare`: semworld against a pixel-space predictor on the same world clips.
 
 From the same T context frames of each test clip, every method draws the next `horizon` frames: semworld
 (caption -> predict -> render), semworld given the true states (predict -> render: the predictor's and the

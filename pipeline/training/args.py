@@ -125,7 +125,7 @@ class TrainArgs:
     memory_lr_scale: float = 1.0
     init_from: str | None = None
     grow_layer: int | None = None
-    # beyond the paper: schedule, loss slots, rollout-aware training (docs/predictor_world.md)
+    # beyond the paper: schedule, loss slots, rollout-aware training (docs/training.md)
     lr_schedule: str = "constant"
     warmup_steps: int = 0
     min_lr_ratio: float = 0.05
@@ -387,7 +387,7 @@ class TrainRendererArgs:
     pool: number of distinct training scenes whose latents are cached (drawn once, seeded).
     eval_every, eval_states: evaluation period (steps) and size (states drawn at each evaluation).
     eval_set: what the evaluations draw, and so what `best/` is chosen by: "test" (eval_states distinct states of
-        test-split world clips, mostly 1-2 objects) or "varied" (issue 11: the six states without objects and
+        test-split world clips, mostly 1-2 objects) or "varied" (the six states without objects and
         eval_states // 3 distinct random scenes each of 1, 2 and 3 objects; round trip by object count logged).
     ema_decay: in stage 2, keep an exponential moving average of the trained weights with this decay
         (diffusers' EMAModel, warmed up as (1 + step) / (10 + step)); evaluations, best/ and pipeline/ use the
