@@ -1,4 +1,4 @@
-"""The GPU benchmark of issue 15 in one run (bench/gpu.sh calls it): everything into one folder as JSON + Markdown.
+"""The GPU benchmark in one run (bench/gpu.sh calls it): everything into one folder as JSON + Markdown.
 
 1. Predictor: bench/predictor_speed.py at the paper's matched scale (4-tensor H=4 L=2 vs the baseline L=2,
    preset paper-h4-l2, training batch 32) and at `small`: training windows/s, time per predicted state at batch
@@ -43,7 +43,7 @@ from models.four_tensor import FourTensorModel  # noqa: E402
 from models.presets import four_tensor_config, get_preset  # noqa: E402
 from pipeline.predictor import Predictor  # noqa: E402
 
-TARGETS = {  # issue 15: ratios on the same GPU in the same run
+TARGETS = {  # the goals: ratios on the same GPU in the same run
     "state_b1_ratio": 15.0,
     "state_b64_ratio": 5.0,
     "train_ratio": 10.0,
@@ -285,7 +285,7 @@ SIZES = {
 
 
 def checks(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each target of the issue against what was measured (None where the part was skipped)."""
+    """Each target against what was measured (None where the part was skipped)."""
     paper = r.get("predictor", {}).get("paper", {})
     pipe = next((v for k, v in r.get("pipeline", {}).items() if k.endswith("_clips")), {})
     values = {

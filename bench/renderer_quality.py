@@ -7,7 +7,7 @@ beside it on the same frames, so the figures written with them can be restated.
 
     python bench/renderer_quality.py --states 200 --seed 2000 --steps 2 4 8
 
-`--set varied` scores instead a fixed validation set of varied scenes (issue 11): the six states without objects
+`--set varied` scores instead a fixed validation set of varied scenes: the six states without objects
 and `--per-count` distinct random valid scenes each of 1, 2 and 3 objects (uniform identities and cells, screen
 and lamp drawn as the renderer's training pool draws them), and reports the round trip and PSNR by object count,
 screen and lamp:

@@ -6,7 +6,7 @@ interleaved (a, b, c, a, b, c, ...) because this machine's speed swings; medians
 each with its ratio to the first predictor. What each gains is measured by `semworld eval world`
 (docs/predictor_world.md).
 
-    .venv/bin/python bench/rollout_cost.py --threads 2 "T8J=runs/t8j-w" "L3=weights" "L3 mirror=weights:mirror"
+    .venv/bin/python bench/rollout_cost.py --threads 2 "2 layers=runs/two-layer-w" "shipped=weights" "shipped mirror=weights:mirror"
 
 A predictor is LABEL=WEIGHTS (a folder with model_index.json), with ":mirror" for mirror averaging.
 """

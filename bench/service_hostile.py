@@ -1,9 +1,9 @@
-"""The service under hostile load (issue 16, docs/reliability.md): each part starts `semworld serve` on 127.0.0.1
+"""The service under hostile load (docs/reliability.md): each part starts `semworld serve` on 127.0.0.1
 in a subprocess and prints its figures.
 
   python bench/service_hostile.py schemathesis [--examples 500]     # every operation, all checks
   python bench/service_hostile.py load [--clients 8 --seconds 60]   # /v1/predict, shipped weights
-  python bench/service_hostile.py issue                             # the issue's two deadline requests
+  python bench/service_hostile.py issue                             # two slow requests under a 5 s deadline
   python bench/service_hostile.py upload                            # /health while a 60 MiB job uploads
 
 `schemathesis` runs on the stand-in stages (tests/api/fakes.py: it tests the HTTP layer, fast); `load` and
@@ -218,10 +218,10 @@ def run_load(args: argparse.Namespace) -> None:
         server.stop()
 
 
-# ---- the issue's two requests ---------------------------------------------------------------------------------
+# ---- two slow requests under a deadline -----------------------------------------------------------------------
 def run_issue(args: argparse.Namespace) -> None:
-    """The two requests of issue 16 with SEMWORLD_REQUEST_TIMEOUT_S=5 (the cost bound lifted so they run): when
-    the 504 comes, and when the model is free again (a one-step rollout sent right after the 504 returns)."""
+    """Two slow requests (a rendered 64-state rollout, a 300-step predict) with SEMWORLD_REQUEST_TIMEOUT_S=5 (the
+    cost bound lifted so they run): when the 504 comes, and when the model is free again (a one-step rollout sent right after the 504 returns)."""
     clip = CLIP.read_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         server = Server(Path(tmp), fake=args.fake, SEMWORLD_REQUEST_TIMEOUT_S="5", SEMWORLD_MAX_SYNC_COST="1000000",

@@ -646,7 +646,7 @@ class FourTensorModel(nn.Module):
         last slice's slots read the incoming memory in every memory layer, and those reads, through the
         model's own readout, must spell previous slot by slot: recall_weight x that summed CE is added. It asks
         the memory to hold what was written in the readout's terms, which the window loss alone never does
-        (docs/tensor-memory.md, "The key reaches the answer")."""
+        (docs/history.md, "The key does reach the answer; the readout does not use it")."""
         token_ids, Y = self.split_window(token_ids_full)
         reads: list[Tensor] | None = [] if recall_weight and previous is not None else None
         X_norm, state_out = self.memory_hidden_states(token_ids, state, reads)

@@ -1,6 +1,6 @@
 """The pixel-space baseline: a SimVP-style video predictor (convolutional encoder, a temporal translator over the
 stacked frames' features, convolutional decoder) that forecasts the next frame from the last `context` frames and
-rolls itself out autoregressively. It is what semworld is measured against (issue 13): same world, same context.
+rolls itself out autoregressively. It is what semworld is measured against: same world, same context.
 
 Notation used for tensor shapes:
     B  batch          T  context frames (config.context)       K  frames a rollout predicts

@@ -148,7 +148,7 @@ class Recipe:
 
 
 _QUICK_CAPTIONER = CaptionerConfig(image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
-# weights/renderer's network, both phases: 80 px frames into a 5 x 5 latent (one latent pixel per world cell).
+# weights/renderer's network, every phase: 80 px frames into a 5 x 5 latent (one latent pixel per world cell).
 _RENDERER = RendererConfig(image_size=80, vae_channels=(8, 16, 32, 64, 64), vae_latent_channels=8,
                            unet_channels=(64, 128, 128), text_width=128)
 _QUICK_RENDERER = RendererConfig(
@@ -162,60 +162,54 @@ _T8_TRAIN: dict[str, Any] = {"model": "four_tensor", "epochs": 1, "batch_size": 
                              "bptt_windows": 8, "forget_bias": 1.0, "min_history": 4}
 
 RECIPES: dict[str, Recipe] = _by_name(
-    # weights/captioner: 36 epochs from scratch (the defaults), then a short fine-tune that adds jittered and
-    # natively resized frames (the first model read pixel-perfect world frames perfectly but lost most
-    # frames shifted by one pixel).
+    # weights/captioner: 36 epochs from scratch (the defaults), then a short fine-tune on jittered and natively
+    # resized frames, so that the model reads frames that are not pixel-perfect world renders.
     Recipe("captioner-base", "captioner", "phase 1 of weights/captioner: 36 epochs from scratch",
            CaptionerConfig(), {"test_clips": 0}),
     Recipe("captioner", "captioner", "weights/captioner: phase 2, the fine-tune on nudged and resized frames",
            CaptionerConfig(), {"epochs": 8, "lr": 3e-4, "warmup_steps": 50, "augment_from": 0,
                                "jitter_prob": 0.5, "resize_prob": 0.3}, init_from="captioner-base"),
-    # weights/renderer, phase 1: the design of the renderer shipped before, as one uninterrupted seeded run (those
-    # files came from a run with restarts under wall-clock caps, weights/README.md lists them): the VAE on 128-pixel
-    # world frames resized to 80 (3,000 steps with the truth's object pixels weighted: objects in the right cell
-    # and colour 98-99% from step 2,750; the symmetric weighting left them at 21% after 2,200), then the UNet +
-    # text encoder with the decoder fine-tuned alongside.
+    # weights/renderer, phase 1, one seeded run: the VAE on 128-pixel world frames resized to 80, with the truth's
+    # object pixels weighted, then the UNet + text encoder with the decoder fine-tuned alongside.
     Recipe("renderer-base", "renderer", "phase 1 of weights/renderer: VAE, then UNet + text encoder (x0, 4 steps)",
            _RENDERER,
            {"render_size": 128, "output_size": 128, "vae_lr": 1.5e-3, "vae_steps": 3000, "object_weight": 10.0,
             "vae_object_pixels": "truth",
             "unet_batch": 32, "unet_lr": 8e-4, "timestep_power": 2.0, "decoder_every": 2, "unet_steps": 2600,
             "pool": 8000, "eval_every": 250}),
-    # weights/renderer, phase 2 (issue 11): stage 2 again on crowded scenes (45% with 3 objects, a 16,000-scene
-    # pool), with the pixel loss through the decoder, best/ chosen by the round trip on the varied 1/2/3-object set.
+    # Phase 2: stage 2 again on crowded scenes (45% with 3 objects, a 16,000-scene pool), with the pixel loss
+    # through the decoder, best/ chosen by the round trip on the varied 1/2/3-object set.
     Recipe("renderer-r1", "renderer", "phase 2 of weights/renderer: stage 2 on crowded scenes (run R1)",
            _RENDERER,
            {"unet_steps": 4000, "unet_lr": 3e-4, "vae_lr": 6e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.18, 0.35, 0.45), "pool": 16000, "eval_every": 250, "eval_set": "varied",
             "eval_states": 240}, init_from="renderer-base"),
-    # Phase 3 (run R2): the same from R1's best/, 3,000 steps with an exponential moving average of the weights
-    # (decay 0.998), which ended the swings of R1's evaluations (70-99.6% between checkpoints; R2: 99.2-100%).
+    # Phase 3: phase 2 again from its best/, with an exponential moving average of the weights (decay 0.998),
+    # which steadies the evaluations between checkpoints.
     Recipe("renderer-r2", "renderer", "phase 3 of weights/renderer: phase 2 again with a moving average (run R2)",
            _RENDERER,
            {"unet_steps": 3000, "unet_lr": 3e-4, "vae_lr": 6e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.18, 0.35, 0.45), "pool": 16000, "eval_every": 250, "eval_set": "varied",
             "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-r1"),
-    # Phase 4 (run R3, the shipped weights/renderer): from R2, 3,000 more steps at half the rate on a fresh pool of
-    # scenes (seed + 1), half of them with 3 objects; the moving average as in R2.
+    # Phase 4, the shipped weights/renderer: 3,000 more steps at half the rate on a fresh pool of scenes (seed + 1),
+    # half of them with 3 objects; the moving average as in phase 3.
     Recipe("renderer-r3", "renderer",
            "phase 4 of weights/renderer: half the rate on a fresh, more crowded pool (run R3)",
            _RENDERER,
            {"unet_steps": 3000, "unet_lr": 1.5e-4, "vae_lr": 3e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.13, 0.35, 0.5), "pool": 16000, "eval_every": 250, "eval_set": "varied",
             "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-r2", seed_offset=1),
-    # Phase 5 (run R4), for `make weights` only: from scratch, phases 1-4 land 1-3 points under the shipped R3 (whose
-    # phase 1 came from a longer run with restarts); 3,000 more steps at lower rates on another fresh pool (seed + 2), 60% of
-    # it 3-object scenes, lift that rebuild by a point on five fresh varied sets (weights/README, "Rebuilding the
-    # renderer from scratch"). On the shipped R3 the same phase tied, so the shipped files stay R3.
+    # Phase 5, the last of `make weights`: lower rates on another fresh pool (seed + 2), 60% of it 3-object scenes.
+    # A from-scratch chain needs it to come near the shipped files (phase 4), whose phase 1 was a longer run.
     Recipe("renderer", "renderer", "make weights' renderer: phase 5, a lower rate on a fresh pool, 60% 3-object (R4)",
            _RENDERER,
            {"unet_steps": 3000, "unet_lr": 1e-4, "vae_lr": 2e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.08, 0.3, 0.6), "pool": 16000, "eval_every": 250, "eval_set": "varied",
             "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-r3", seed_offset=2),
     # weights/predictor: the 4-tensor model with the tensor memory (docs/tensor-memory.md), trained from scratch
-    # with the loss on S(T) on 3,000 clips of every scenario plus 1,500 of the memory family (run M), then
-    # fine-tuned on 15,000 fresh clips weighted to M's weakest scenes (run MF5), then on 7,000 more (run MF6), then
-    # with an 8-state window (run T8), then on short histories (runs T8B, T8C, T8D, T8E, T8F, T8J).
+    # with the loss on S(T), then fine-tuned phase by phase on fresh clips: weighted to the scenes the phase before
+    # got wrong, with an 8-state window from phase 4, on short histories from phase 5, with a third layer in
+    # phase 11. docs/history.md has the run behind each phase.
     Recipe("predictor-base", "predictor", "phase 1 of weights/predictor: run M, memory, from scratch",
            "small", {"model": "four_tensor", "epochs": 4, "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 200, "min_lr_ratio": 0.02, "target_slices": "last",
@@ -227,25 +221,22 @@ RECIPES: dict[str, Recipe] = _by_name(
                      "memory": True, "bptt_windows": 8, "forget_bias": 1.0},
            {"clips": 10000, "length": 20, "seed_offset": 3}, init_from="predictor-base",
            mix=(("collide,occlude", 3000, 4), ("memory", 2000, 5))),
-    # Phase 3 (run MF6): one short epoch at a low rate on 7,000 more fresh clips weighted to what MF5 got worse
-    # at (bounce, appear) and to hide, which restored bounce (76.9 -> 97.3 at h = 8 on the test split).
+    # Phase 3: one short epoch at a low rate on 7,000 more fresh clips weighted to bounce, appear and hide.
     Recipe("predictor-mf6", "predictor", "phase 3 of weights/predictor: run MF6 on 7,000 fresh clips",
            "small", {"model": "four_tensor", "epochs": 1, "batch_size": 32, "lr": 2e-4, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 50, "min_lr_ratio": 0.05, "target_slices": "last",
                      "memory": True, "bptt_windows": 8, "forget_bias": 1.0},
            {"clips": 4000, "length": 20, "seed_offset": 6}, init_from="predictor-mf5",
            mix=(("bounce", 1500, 7), ("appear", 1000, 8), ("hide", 500, 9))),
-    # Phase 4 (run T8): the same network with an 8-state window (preset small-t8: no weight depends on T, so
-    # MF6's weights carry over), 2 epochs on 7,000 fresh clips, with front-padded windows so that histories of 4-7
-    # states are trained as predict lays them out. hide's walker is behind the screen 6 states: in the window.
+    # Phase 4: the same network with an 8-state window (preset small-t8: no weight depends on T, so phase 3's
+    # weights carry over), with front-padded windows so that histories of 4-7 states are trained as predict lays
+    # them out. hide's walker is behind the screen 6 states: in the window.
     Recipe("predictor-t8", "predictor", "phase 4 of weights/predictor: run T8, the 8-state window",
            "small-t8", _T8_TRAIN | {"epochs": 2, "lr": 3e-4, "warmup_steps": 100},
            {"clips": 5000, "length": 20, "seed_offset": 12}, init_from="predictor-mf6",
            mix=(("hide", 1000, 13), ("bounce", 500, 14), ("collide", 500, 15))),
-    # Phases 5-7 (runs T8B, T8C, T8D): one epoch each on 12-state clips, so that half the windows are the short
-    # histories (4-7 true states) where T8 was weakest; each a lower rate than the last. T8B mended occlude and
-    # lost collide, T8C mended collide and lost hide and bounce, T8D (every scenario, then what the two before
-    # lost) holds them all (docs/predictor_world.md).
+    # Phases 5-7: one epoch each on 12-state clips, so that half the windows are short histories (4-7 true
+    # states); each a lower rate than the last.
     Recipe("predictor-t8b", "predictor", "phase 5 of weights/predictor: run T8B, short histories",
            "small-t8", _T8_TRAIN | {"lr": 2e-4, "warmup_steps": 50},
            {"clips": 7000, "length": 12, "seed_offset": 20}, init_from="predictor-t8",
@@ -258,9 +249,9 @@ RECIPES: dict[str, Recipe] = _by_name(
            "small-t8", _T8_TRAIN | {"lr": 1e-4, "warmup_steps": 30},
            {"clips": 5000, "length": 12, "seed_offset": 40}, init_from="predictor-t8c",
            mix=(("hide", 1000, 41), ("bounce", 1000, 42), ("collide", 500, 43), ("occlude", 500, 44))),
-    # Phases 8-9 (runs T8E, T8F; ninth session): lower rates still, weighted to the short histories of occlude and
-    # collide, T8D's weakest (1-2% wrong at h = 1 from 4-5 states). T8F's clips are mostly 8 states long, so that
-    # every window of them is a short history; its 12-state parts keep the longer ones (docs/predictor_world.md).
+    # Phases 8-9: lower rates still, weighted to the short histories of occlude and collide. Phase 9's clips are
+    # mostly 8 states long, so that every window of them is a short history; its 12-state parts keep the longer
+    # ones.
     Recipe("predictor-t8e", "predictor", "phase 8 of weights/predictor: run T8E, short histories, lr 7e-5",
            "small-t8", _T8_TRAIN | {"lr": 7e-5, "warmup_steps": 30},
            {"clips": 4000, "length": 12, "seed_offset": 50}, init_from="predictor-t8d",
@@ -269,27 +260,26 @@ RECIPES: dict[str, Recipe] = _by_name(
            "small-t8", _T8_TRAIN | {"lr": 7e-5, "warmup_steps": 30},
            {"clips": 3000, "length": 8, "seed_offset": 60}, init_from="predictor-t8e",
            mix=(("occlude", 1500, 61), ("collide", 1000, 62), ("all", 2000, 63, 12), ("hide", 500, 64, 12))),
-    # Phase 10 (run T8J; eleventh session, shipped in the twelfth): one more epoch at lr 5e-5 on 9,000 fresh clips,
-    # mostly 8 states long, weighted to occlude, bounce and hide, where T8F still erred from 4-5 states on fresh seeds.
+    # Phase 10: one more epoch at lr 5e-5 on 9,000 fresh clips, mostly 8 states long, weighted to occlude, bounce
+    # and hide.
     Recipe("predictor-t8j", "predictor", "phase 10 of weights/predictor: run T8J, short histories of occlude, bounce, hide",
            "small-t8", _T8_TRAIN | {"lr": 5e-5, "warmup_steps": 30},
            {"clips": 3000, "length": 8, "seed_offset": 100}, init_from="predictor-t8f",
            mix=(("occlude", 2000, 101), ("bounce", 1000, 102), ("all", 2000, 103, 12), ("hide", 1000, 104, 12))),
-    # Phase 11 (run L3; thirteenth session): T8J grown to three layers. The new middle layer starts as the identity
-    # (--grow-layer 1), the memory taps stay on the two trained layers (every 2nd layer: 0 and 2), and three epochs
-    # at lr 1e-4 on 15,000 fresh clips, half of them 6 states long (every target a 4- or 5-state history, where
-    # T8J's binding errors were).
+    # Phase 11, the shipped weights/predictor: phase 10 grown to three layers. The new middle layer starts as the
+    # identity (--grow-layer 1), the memory taps stay on the two trained layers (every 2nd layer: 0 and 2), and
+    # three epochs at lr 1e-4 on 15,000 fresh clips, half of them 6 states long (every target a 4- or 5-state
+    # history).
     Recipe("predictor", "predictor", "weights/predictor: phase 11, run L3, T8J grown to three layers",
            "small-t8-l3", _T8_TRAIN | {"lr": 1e-4, "warmup_steps": 100, "epochs": 3, "memory_every_n_layers": 2,
                                        "grow_layer": 1},
            {"clips": 3000, "length": 8, "seed_offset": 120}, init_from="predictor-t8j",
            mix=(("collide", 2000, 121, 6), ("bounce", 2000, 122, 6), ("occlude", 2000, 123, 6),
                 ("gravity", 1000, 124, 6), ("fast", 500, 125, 6), ("all", 3000, 126, 12), ("hide", 1500, 127, 12))),
-    # The predictor without memory that shipped until the fifth session of 2026-12-01 (docs/predictor_world.md
-    # has the measurements): the 4-tensor model on world state sequences of every scenario (train split), 5% of
-    # the clips held out for the section 8.2 stopping rule. Phase 1 is the paper's rule on 3,000 clips; phase 2
-    # fine-tunes it on 24,000 clips (the first 3,000 are phase 1's) with a cosine schedule, the loss on S(T)
-    # alone and state-level scheduled sampling.
+    # The predictor without memory (the former default): the 4-tensor model on world state sequences of every
+    # scenario (train split), 5% of the clips held out for the section 8.2 stopping rule. Phase 1 is the paper's
+    # rule on 3,000 clips; phase 2 fine-tunes it on 24,000 clips (the first 3,000 are phase 1's) with a cosine
+    # schedule, the loss on S(T) alone and state-level scheduled sampling.
     Recipe("predictor-plain-base", "predictor", "phase 1 of the former default: the paper's rule on 3,000 clips",
            "small", {"model": "four_tensor", "causal_slices": False, "max_windows": None, "epochs": 8,
                      "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05}, {"clips": 3000, "length": 20}),

@@ -46,7 +46,7 @@ class TensorMemoryConfig:
     the memory; the others run attention and MLP only. compile: wrap the scan in torch.compile when Triton is
     available (identical results without it). forget_bias: beyond the seed (whose pointwise bias is 0), the
     initial bias of the forget gate f; with 0, f starts near 1/2 and a write fades by half at every step, so
-    nothing written survives long enough for its gradient to be found (docs/tensor-memory.md); 1-3 is the usual
+    nothing written survives long enough for its gradient to be found (docs/history.md); 1-3 is the usual
     LSTM remedy. min_sigma: beyond the seed (whose floor is the eps alone), a floor added to the spread, in grid
     units ([-1, 1] per axis); 0 keeps the seed's writer. A writer whose spread reaches the eps floor writes
     almost nothing anywhere, and its gradient dies with it (docs/tensor-memory.md, the recall probe).

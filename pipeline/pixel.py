@@ -1,5 +1,5 @@
 """`PixelPredictor`: the pixel-space baseline (models.pixel) behind a frames-in, frames-out call, for the comparison
-of issue 13. It takes uint8 RGB frames of any square size, resizes them to the network's side, rolls the network
+with semworld (`semworld eval compare`). It takes uint8 RGB frames of any square size, resizes them to the network's side, rolls the network
 out autoregressively and hands back uint8 frames at the input's size."""
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ class TrainArgs:
     memory_lr_scale: float = 1.0
     init_from: str | None = None
     grow_layer: int | None = None
-    # beyond the paper: schedule, loss slots, rollout-aware training (docs/predictor_world.md)
+    # beyond the paper: schedule, loss slots, rollout-aware training (docs/training.md)
     lr_schedule: str = "constant"
     warmup_steps: int = 0
     min_lr_ratio: float = 0.05

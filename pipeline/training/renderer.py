@@ -88,7 +88,7 @@ VARIED_SEED = 2026  # the varied set's seed in reports (bench/renderer_quality.p
 
 
 def varied_states(per_count: int, seed: int = VARIED_SEED) -> list[str]:
-    """A fixed validation set of varied scenes (issue 11): every state without objects, then `per_count`
+    """A fixed validation set of varied scenes: every state without objects, then `per_count`
     distinct random valid states with exactly 1, 2 and 3 objects."""
     states = ["empty .", "screen .", "lamp on .", "lamp off .", "screen , lamp on .", "screen , lamp off ."]
     for count in (1, 2, 3):

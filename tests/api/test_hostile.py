@@ -1,4 +1,4 @@
-"""The defects of issue 16, one test each: deadlines that stop the model, bounded work, the API key before the
+"""The service's known failure modes under hostile load, one test each: deadlines that stop the model, bounded work, the API key before the
 body, atomic queue admission, job retention and deletion, file work off the event loop, and the small ones."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def settle(renderer: NoiseRenderer, quiet: float = 4 * STEP, timeout: float = 30
 @pytest.mark.parametrize(
     "request_kind",
     [
-        # the issue's requests: 64 context frames drawn after the prediction, and 300 steps x 8 frames
+        # two slow requests: 64 context frames drawn after the prediction, and 300 steps x 8 frames
         ("rollout", {"states": [f"s{i}." for i in range(64)], "horizon": 1, "steps": 40, "render_context": 64}),
         ("predict", {"horizon": "8", "steps": "300", "stride": "8"}),
     ],

@@ -1,4 +1,4 @@
-"""The OpenAPI schema tells the truth (issue 16, defect 8), and a short schemathesis run against the real server
+"""The OpenAPI schema tells the truth, and a short schemathesis run against the real server
 finds nothing (the 10,000-case run is `python bench/service_hostile.py schemathesis`, docs/reliability.md)."""
 
 from __future__ import annotations

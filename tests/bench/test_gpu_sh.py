@@ -1,5 +1,5 @@
 """bench/gpu.sh --dry-run end to end on the CPU: it finishes, writes gpu.json and gpu.md, and the JSON holds every
-part of issue 15 (predictor speeds and rollout, MFU against the matmul peak, the pipeline at batch 1 and a batch
+part of the GPU benchmark (predictor speeds and rollout, MFU against the matmul peak, the pipeline at batch 1 and a batch
 of clips, the targets)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The shipped predictor (weights/predictor: an 8-state window with the tensor memory) on the world's memory scenes.
 
-Since run T8 the window holds T = 8 states, so blink's switch and hide's walker (6 states behind the screen) are
-inside it; the memory is still on, streamed over the whole history (docs/tensor-memory.md, "Run T8").
+The window holds T = 8 states, so blink's switch and hide's walker (6 states behind the screen) are inside it;
+the memory is still on, streamed over the whole history (docs/tensor-memory.md).
 """
 
 from __future__ import annotations

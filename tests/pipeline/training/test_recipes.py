@@ -172,7 +172,7 @@ def test_a_recipe_seed_offset_moves_the_run_seed_and_defaults_to_zero():
 
     shifted = args_from_recipe(get_recipe("renderer-r3"), out="x", seed=5)
     assert get_recipe("renderer-r3").seed_offset == 1 and shifted.seed == 6
-    assert args_from_recipe(get_recipe("renderer"), out="x", seed=0).seed == 2  # R4: the pool of --seed 2
+    assert args_from_recipe(get_recipe("renderer"), out="x", seed=0).seed == 2  # phase 5: the pool of --seed 2
     assert args_from_recipe(get_recipe("renderer-r2"), out="x", seed=5).seed == 5
     quick = get_recipe("quick-predictor")
     assert quick.seed_offset == 0 and args_from_recipe(quick, data="d", out="x", seed=5).seed == 5
