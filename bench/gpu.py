@@ -343,7 +343,7 @@ def markdown(r: dict[str, Any]) -> str:
         t = r["train"]
         lines += ["## Training burst", "", f"`{t['command']}`: exit {t['returncode']} in {t['seconds']:.0f} s, "
                   f"{len(t['files'])} files in {t['weights']} (log: train.log)", ""]  # fmt: skip
-    lines += ["## Targets (issue 15)", "", "| target | measured | goal | met |", "|---|---:|---:|---|"]
+    lines += ["## Targets", "", "| target | measured | goal | met |", "|---|---:|---:|---|"]
     for k, c in r["targets"].items():
         v = "skipped" if c["value"] is None else f"{c['value']:.3g}"
         lines.append(f"| {k} | {v} | {c['target']:g} | {c['met']} |")
