@@ -231,6 +231,9 @@ def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
     )
     p.add_argument("--clips", type=int, default=None, help="use the first N usable clips (default: all)")
     p.add_argument("--horizon", type=int, default=8, help="frames predicted (default %(default)s)")
+    p.add_argument("--context", type=int, default=None,
+                   help="states before the first forecast step, the same for every method (default: the pixel "
+                   "model's context; the predictor reads them all, front-padded to its window)")
     p.add_argument("--steps", type=int, default=None, help="renderer denoising steps (default: its own)")
     p.add_argument("--seed", type=int, default=0, help="renderer noise seed (default %(default)s)")
     p.add_argument("--figures", default=None, help="folder for the horizon plot and the frame grid (PNG)")
@@ -257,7 +260,7 @@ def run_eval_compare(ns: argparse.Namespace) -> int:
     args = CompareArgs(
         data=ns.data, weights=ns.weights or str(default_weights_dir()), pixel=ns.pixel, clips=ns.clips,
         horizon=ns.horizon, steps=ns.steps, seed=ns.seed, figures=ns.figures, prefix=ns.prefix,
-        grid_clips=ns.grid_clips, cache=ns.cache, device=ns.device, threads=ns.threads,
+        grid_clips=ns.grid_clips, cache=ns.cache, device=ns.device, threads=ns.threads, context=ns.context,
     )  # fmt: skip
     result = compare(args)
     if ns.out:

@@ -199,9 +199,10 @@ def run_methods(
         return render(states["semworld_true_states"])
 
     def pixel() -> list[list[np.ndarray]]:
+        own = [ctx[-stages.pixel.context :] for ctx in contexts]  # the frames the pixel model reads: the last ones
         out: list[list[np.ndarray]] = []
         for i in range(0, n, batch_size):
-            out += stages.pixel.predict_frames(contexts[i : i + batch_size], horizon)
+            out += stages.pixel.predict_frames(own[i : i + batch_size], horizon)
         return out
 
     def truth() -> list[list[np.ndarray]]:
@@ -381,7 +382,10 @@ class CompareArgs:
     a `semworld train pixel` run folder). clips: use the first this many usable clips (None: all). horizon:
     frames predicted. steps: renderer denoising steps (None: its own). seed: renderer noise. figures: folder
     for the two PNGs (None: none). prefix: their file-name prefix. grid_clips: clips in the frame grid.
-    cache: folder keeping the frames of the methods that do not depend on the pixel model (see run_methods)."""
+    cache: folder keeping the frames of the methods that do not depend on the pixel model (see run_methods).
+    context: the states (frames) before the first forecast step, the same for every method (None: the pixel
+    model's context; at least that). Each method reads what it needs of them: the pixel model its last frames,
+    the predictor all of them (a history shorter than its window is front-padded, as it was trained to read)."""
 
     data: str
     weights: str = "weights"
@@ -396,8 +400,11 @@ class CompareArgs:
     cache: str | None = None
     device: str = "cpu"
     threads: int | None = None
+    context: int | None = None
 
     def __post_init__(self) -> None:
+        if self.context is not None and self.context < 1:
+            raise UserError(f"--context must be >= 1, got {self.context}")
         if self.horizon < 1 or (self.clips is not None and self.clips < 1) or self.grid_clips < 0:
             raise UserError(
                 f"--horizon and --clips must be >= 1 and --grid-clips >= 0, got {self.horizon}, {self.clips}, "
@@ -415,9 +422,11 @@ def compare(args: CompareArgs) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     stages = load_stages(args.weights, args.pixel, device)
-    t = stages.predictor.T
-    if stages.pixel.context != t:
-        raise UserError(f"--pixel reads {stages.pixel.context} frames but the predictor reads T = {t}")
+    # Every forecast starts at the same step t; each method reads what it needs of the t frames before it: the
+    # pixel model its last frames, the predictor all t states (front-padded when fewer than its window).
+    t = args.context or stages.pixel.context
+    if t < stages.pixel.context:
+        raise UserError(f"--context {t}: the pixel model reads {stages.pixel.context} frames; give at least that")
     clips = usable_clips(read_world_dir(args.data), t, args.horizon)
     if not clips:
         raise UserError(f"--data {args.data}: no clip with PNG frames and >= {t + args.horizon} states "
@@ -448,7 +457,8 @@ def compare(args: CompareArgs) -> dict[str, Any]:
         count_families[f] = count_families.get(f, 0) + 1
     result: dict[str, Any] = {
         "data": str(args.data), "weights": str(args.weights), "pixel": str(args.pixel), "clips": len(clips),
-        "families": count_families, "context": t, "horizon": args.horizon, "args": asdict(args),
+        "families": count_families, "context": t, "predictor_window": stages.predictor.T,
+        "pixel_context": stages.pixel.context, "horizon": args.horizon, "args": asdict(args),
         "methods": scores, "seconds_per_frame": {k: round(v, 4) for k, v in seconds.items()},
         "predicted_state_exact": state_exact,
         "pixel_parameters": sum(p.numel() for p in stages.pixel.model.parameters()),

@@ -171,3 +171,23 @@ def test_compare_cli_and_clear_errors(world_dir, tiny_weights, tmp_path):
     assert (
         "| method | h=1 | h=2 | all |" in md and "| copy_last |" in md and "Seconds per predicted frame" in md
     )
+
+
+@pytest.mark.integration
+def test_compare_runs_with_the_shipped_stack(world_dir, tmp_path):
+    """The shipped predictor reads a window of 8 and the shipped pixel model 4 frames: every method forecasts
+    from the same step, each reading what it needs (this once stopped with '--pixel reads 4 frames ...')."""
+    from pipeline.cli import main
+
+    repo = Path(__file__).resolve().parents[3]
+    out = tmp_path / "r.json"
+    code = main(["eval", "compare", "--data", str(world_dir), "--weights", str(repo / "weights"), "--pixel",
+                 str(repo / "weights" / "pixel"), "--clips", "2", "--steps", "1", "--horizon", "2", "--out",
+                 str(out)])  # fmt: skip
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert result["predictor_window"] == 8 and result["pixel_context"] == 4 and result["context"] == 4
+    assert set(result["methods"]) == set(METHODS) and result["methods"]["truth"]["all"]["exact"] == 1.0
+    with pytest.raises(UserError, match="--context 2: the pixel model reads 4 frames"):
+        compare(CompareArgs(data=str(world_dir), weights=str(repo / "weights"), pixel=str(repo / "weights" / "pixel"),
+                            context=2))  # fmt: skip
