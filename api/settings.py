@@ -8,17 +8,15 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from pipeline.params import GUIDANCE_MAX, HORIZON_MAX, SEED_MAX, STATE_RATE_MAX, STEPS_MAX, STRIDE_MAX
 from pipeline.utils import REPO_ROOT
-from pipeline.world_model import MAX_HORIZON
 
-# Hard ceilings, published in the OpenAPI schema; the settings below may lower them, never raise them.
-HORIZON_LIMIT = MAX_HORIZON  # states predicted per request (32)
+# Hard ceilings, published in the OpenAPI schema: the call parameters' own (pipeline.params), and the states one
+# request may give or read. The settings below may lower them, never raise them.
+HORIZON_LIMIT = HORIZON_MAX  # states predicted per request
 STATES_LIMIT = 64  # states given to /v1/rollout, and observed states sampled from a clip
-SEED_MAX = 2**32 - 1  # seeds are 0..SEED_MAX (exact as a JSON number in every client)
-STRIDE_MAX = 1000
-STATE_RATE_MAX = 240.0  # states per second
-STEPS_MAX = 1000
-GUIDANCE_MAX = 50.0
+__all__ = ["GUIDANCE_MAX", "HORIZON_LIMIT", "SEED_MAX", "STATES_LIMIT", "STATE_RATE_MAX", "STEPS_MAX", "STRIDE_MAX",
+           "Settings"]  # fmt: skip
 
 
 class Settings(BaseSettings):

@@ -21,6 +21,7 @@ import torch
 from pipeline.confidence import check_written_states, clip_warning
 from pipeline.domain import Domain, domain_of_index, get_domain, parses, timeline
 from pipeline.interfaces import Captioner, Predictor, ProgressCallback, Renderer, ScoringCaptioner
+from pipeline.params import HORIZON_MAX, check_params
 from pipeline.placement import resolve_placement
 from pipeline.utils import (
     MODEL_INDEX,
@@ -31,11 +32,11 @@ from pipeline.utils import (
     read_user_json,
     stage_folder,
 )
-from pipeline.video import SampledClip, VideoLimits, VideoSource, check_sampling, encode_mp4, read_video
+from pipeline.video import SampledClip, VideoLimits, VideoSource, encode_mp4, read_video
 
 logger = logging.getLogger(__name__)
 
-MAX_HORIZON = 32  # most states one call may predict, unless the pipeline is made with another max_horizon
+MAX_HORIZON = HORIZON_MAX  # most states one call may predict, unless the pipeline is made with a lower max_horizon
 BUILTIN_LIBRARIES = ("transformers", "diffusers", "semworld")  # stage entries semworld's own adapters load
 
 
@@ -159,20 +160,14 @@ def check_call(
     max_frames: int = VideoLimits.max_frames,
 ) -> None:
     """The one check of a world-model call's parameters (the pipeline runs it first; the HTTP layer runs it
-    before it queues a job); each error is a ValueError naming the parameter and the bad value."""
+    before it queues a job): the ranges of `pipeline.params.ForecastParams`, then this pipeline's own limits.
+    Each error is a ValueError naming the parameter and the bad value."""
     if (video is None) == (states is None):
         raise ValueError("give exactly one of video or states")
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-        raise ValueError(f"horizon: expected a positive integer, got {horizon!r}")
+    check_params(horizon=horizon, stride=stride, state_rate=state_rate, context=context, steps=steps,
+                 guidance=guidance)  # fmt: skip
     if horizon > max_horizon:
         raise ValueError(f"horizon: at most {max_horizon}, got {horizon}")
-    if context is not None and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
-        raise ValueError(f"context must be a positive integer, got {context!r}")
-    check_sampling(stride, state_rate)
-    if steps is not None and not 1 <= steps <= 1000:
-        raise ValueError(f"steps must be in 1..1000, got {steps}")
-    if guidance is not None and not 0 <= guidance <= 50:
-        raise ValueError(f"guidance must be in 0..50, got {guidance}")
     if states is not None:
         if len(states) == 0:
             raise ValueError("states is empty: give at least one state")

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pipeline.params import check_params
 from pipeline.utils import UserError
-from pipeline.video import check_sampling
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,6 @@ MANIFEST_SUFFIXES = frozenset({".txt", ".list", ".jsonl"})
 RESERVED_NAMES = frozenset({"states.jsonl", "summary.json"})
 RESERVED_SUFFIXES = (".tmp", ".old")
 PER_CLIP_KEYS = ("horizon", "stride", "state_rate", "context", "seed")
-MAX_HORIZON = 64
 
 
 def parse_stages(text: str) -> tuple[str, ...]:
@@ -93,11 +92,8 @@ class BatchSettings:
     def __post_init__(self) -> None:
         if not self.stages or self.stages != STAGE_NAMES[: len(self.stages)]:
             raise ValueError(f"stages must be the first of {STAGE_NAMES} in order, got {self.stages}")
-        _check_clip_params("", self.horizon, self.stride, self.state_rate, self.context, self.seed)
-        if self.steps is not None and not 1 <= self.steps <= 1000:
-            raise ValueError(f"steps must be in 1..1000, got {self.steps}")
-        if self.guidance is not None and not 0 <= self.guidance <= 50:
-            raise ValueError(f"guidance must be in 0..50, got {self.guidance}")
+        check_params(horizon=self.horizon, stride=self.stride, state_rate=self.state_rate, context=self.context,
+                     seed=self.seed, steps=self.steps, guidance=self.guidance)  # fmt: skip
         if self.max_frames < 1 or not self.max_duration_s > 0:
             raise ValueError(
                 f"max_frames must be >= 1 and max_duration_s > 0, got {self.max_frames}, {self.max_duration_s}"
@@ -138,31 +134,6 @@ class BatchSettings:
         for key in ("stages", "stage_devices", "stage_dtypes"):
             d[key] = tuple(d.get(key, ()))
         return cls(**d)
-
-
-def _check_clip_params(
-    where: str, horizon: Any, stride: Any, state_rate: Any, context: Any, seed: Any
-) -> None:
-    """Raise ValueError naming the bad value (`where` says which manifest line, if any)."""
-
-    def bad(name: str, want: str, value: Any) -> ValueError:
-        return ValueError(f"{where}{name} must be {want}, got {value!r}")
-
-    def is_int(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    if not is_int(horizon) or not 1 <= horizon <= MAX_HORIZON:
-        raise bad("horizon", f"an integer in 1..{MAX_HORIZON}", horizon)
-    if state_rate is not None and (isinstance(state_rate, bool) or not isinstance(state_rate, int | float)):
-        raise bad("state_rate", "a number > 0", state_rate)  # (a manifest line may hold any JSON value)
-    try:
-        check_sampling(stride, state_rate)
-    except UserError as err:
-        raise ValueError(f"{where}{err}") from None
-    if context is not None and (not is_int(context) or context < 1):
-        raise bad("context", "an integer >= 1", context)
-    if not is_int(seed) or seed < 0:
-        raise bad("seed", "an integer >= 0", seed)
 
 
 @dataclass(frozen=True)
@@ -284,7 +255,7 @@ def _job(source: Path, root: Path, settings: BatchSettings, overrides: dict[str,
         params["stride"] = None
     params.update(overrides)
     try:
-        _check_clip_params(where, **params)
+        check_params(where, **params)
     except ValueError as err:
         raise UserError(str(err)) from None
     return ClipJob(name="", source=source.resolve(), root=root.resolve(), **params)

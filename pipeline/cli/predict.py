@@ -357,7 +357,8 @@ def run_predict(args: argparse.Namespace) -> int:
             + ("" if pred_n == len(output.predicted_states) else " (the rest is past the end of the truth)")
         )
     videos = ", ".join(str(v) for v in (files.video, files.story, files.versus) if v)
-    print(f"wrote {len(files.predicted_frames)} frames, {videos}, {files.states} and {files.strip}")
+    n_frames = len(files.predicted_frames)
+    print(f"wrote {n_frames} frame{'' if n_frames == 1 else 's'}, {videos}, {files.states} and {files.strip}")
     print(f"took {output.timings['total']:.2f} s")
     return 0
 

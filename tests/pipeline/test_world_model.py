@@ -94,13 +94,15 @@ def test_from_states_skips_video(pipe):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"states": ["x."], "horizon": 0}, "horizon: expected a positive integer, got 0"),
-        ({"states": ["x."], "horizon": 33}, "horizon: at most 32, got 33"),
+        ({"states": ["x."], "horizon": 0}, "horizon: Input should be greater than or equal to 1, got 0"),
+        ({"states": ["x."], "horizon": 33}, "horizon: Input should be less than or equal to 32, got 33"),
         ({"states": []}, "states is empty"),
         ({"states": ["x.", " "]}, r"states\[1\] must be a non-empty string"),
         ({}, "give exactly one of video or states"),
         ({"states": ["x."], "stride": 2, "state_rate": 1.0}, "either stride or state_rate"),
-        ({"states": ["x."], "steps": 0}, "steps must be in 1..1000, got 0"),
+        ({"states": ["x."], "steps": 0}, "steps: Input should be greater than or equal to 1, got 0"),
+        ({"states": ["x."], "guidance": 51.0}, "guidance: Input should be less than or equal to 50, got 51.0"),
+        ({"states": ["x."], "horizon": True}, "horizon: Input should be a valid integer, got True"),
     ],
 )
 def test_check_inputs_names_the_argument(pipe, kwargs, message):
@@ -351,7 +353,7 @@ def test_cli_predict_context_and_truth(fake_weights, tmp_path, capsys):
     assert "read 3 states from" in text and "truth something else." in text
     assert f"t=3   = next 0 after {read[2]}" in text and "t=4   x next 1 after" in text
     assert "read correctly: 2/3; predicted correctly: 1/2" in text
-    with pytest.raises(ValueError, match="context must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="context: Input should be greater than or equal to 1, got 0"):
         WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), NoiseRenderer())(ASSET, context=0)
 
 
