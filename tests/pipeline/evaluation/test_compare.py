@@ -22,16 +22,13 @@ from pipeline.evaluation.compare import (
 )
 from pipeline.evaluation.world import read_png, read_world_dir
 from pipeline.utils import UserError
+from tests.pipeline.evaluation.conftest import generated
 
 
 @pytest.fixture(scope="module")
 def world_dir(tmp_path_factory) -> Path:
     """Three test clips (bounce, blink, appear) of 12 states: 4 context + 8 to predict, PNG frames at 64 px."""
-    from world.video import generate
-
-    out = tmp_path_factory.mktemp("world") / "test"
-    generate(out, "bounce,blink,appear", 3, 0, split="test", length=12, size=64, workers=1, progress=False)
-    return out
+    return generated(tmp_path_factory, "bounce,blink,appear", 3, length=12)
 
 
 def test_read_objects_counts_good_items_of_a_broken_caption():

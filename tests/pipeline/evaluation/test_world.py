@@ -24,16 +24,13 @@ from pipeline.evaluation.world import (
     stage_folder,
 )
 from pipeline.utils import UserError
+from tests.pipeline.evaluation.conftest import generated
 
 
 @pytest.fixture(scope="module")
 def world_dir(tmp_path_factory) -> Path:
     """Two clips (bounce, fast) of 7 states each, with MP4s and PNG frames, as `world generate` writes them."""
-    from world.video import generate
-
-    out = tmp_path_factory.mktemp("world") / "test"
-    generate(out, "bounce,fast", 2, 0, split="test", length=7, size=64, workers=1, progress=False)
-    return out
+    return generated(tmp_path_factory, "bounce,fast", 2, length=7)
 
 
 class Oracle:
