@@ -8,7 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.cli.predict import _positive_float, _positive_int, add_model_flags, add_placement_flags
+from pipeline.cli.predict import (
+    _positive_float,
+    _positive_int,
+    add_model_flags,
+    add_param_flags,
+    add_placement_flags,
+    check_param_flags,
+)
 from pipeline.utils import UserError
 
 TABLE_ROWS = 40  # the end table lists at most this many clips (every failed one, then the others)
@@ -31,15 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--pattern", default=None, help="file glob inside folders (default: common video suffixes)"
     )
     p.add_argument("--recursive", action="store_true", help="look into subfolders of IN folders")
-    p.add_argument(
-        "--horizon", "-k", type=_positive_int, default=8, help="states to predict per clip (default 8)"
-    )
-    rate = p.add_mutually_exclusive_group()
-    rate.add_argument("--stride", type=_positive_int, help="take every K-th frame")
-    rate.add_argument("--state-rate", type=_positive_float, metavar="HZ",
-                      help="take frames HZ per second (default: the weights' state_rate, as `semworld predict`; "
-                      "every frame when the weights name none)")  # fmt: skip
-    p.add_argument("--context", type=_positive_int, default=None, help="observe only the first N states")
+    add_param_flags(p, {"horizon": "per clip; a manifest line may set its own", "seed": "of every clip"})
     p.add_argument(
         "--stages",
         default="caption,predict,render",
@@ -50,11 +49,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=_positive_int, default=None, help="torch threads per worker")
     p.add_argument("--weights", type=Path, default=None, help="weights directory (default: shipped weights/)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--seed", type=int, default=0, help="renderer seed of every clip (default 0)")
-    p.add_argument(
-        "--steps", type=_positive_int, default=None, help="denoising steps (default: the renderer's)"
-    )
-    p.add_argument("--guidance", type=float, default=None, help="guidance scale (default: the renderer's)")
     p.add_argument(
         "--max-frames", type=_positive_int, default=64, help="most states a clip may give (default 64)"
     )
@@ -130,6 +124,7 @@ def default_state_rate(weights: Path | None) -> float | None:
 def _settings(args: argparse.Namespace) -> Any:
     from pipeline.batch.jobs import BatchSettings, parse_stages
 
+    check_param_flags(args)
     if args.stride is None and args.state_rate is None:
         args.state_rate = default_state_rate(args.weights.expanduser().resolve() if args.weights else None)
     try:

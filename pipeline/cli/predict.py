@@ -119,6 +119,47 @@ def add_placement_flags(p: argparse.ArgumentParser, env: bool = False) -> None:
                    "compile)" + say[3])  # fmt: skip
 
 
+# What the CLI adds to a parameter's description in pipeline.params (the default as the CLI reads it).
+SAMPLING_DEFAULT = "default: the weights' state_rate in model_index.json (the shipped models: 2), else every frame"
+FLAG_NAMES = {"horizon": ("--horizon", "-k"), "state_rate": ("--state-rate",)}
+METAVARS = {"horizon": "K", "stride": "K", "state_rate": "HZ", "context": "N", "seed": "S", "steps": "N",
+            "guidance": "G"}  # fmt: skip
+
+
+def add_param_flags(p: argparse.ArgumentParser, extra: dict[str, str] | None = None) -> None:
+    """One flag per call parameter of `pipeline.params.ForecastParams` (the same in `predict` and `batch`): its
+    type, default and description from the model, which also checks the values (`check_params`); --stride and
+    --state-rate exclude each other. `extra` adds words to a parameter's help."""
+    from pipeline.params import ForecastParams
+
+    extra = extra or {}
+    rate = p.add_mutually_exclusive_group()
+    for name, field in ForecastParams.model_fields.items():
+        number = float if field.annotation in (float, float | None) else int
+        default = field.default
+        said = {"stride": SAMPLING_DEFAULT, "state_rate": SAMPLING_DEFAULT}.get(name, f"default {default}"
+                                                                              if default is not None else "")
+        more = f"; {extra[name]}" if name in extra else ""
+        help_text = f"{field.description} ({said}){more}" if said else f"{field.description}{more}"
+        group = rate if name in ("stride", "state_rate") else p
+        group.add_argument(*FLAG_NAMES.get(name, (f"--{name}",)), dest=name, type=number, default=default,
+                           metavar=METAVARS[name], help=help_text)  # fmt: skip
+
+
+def check_param_flags(args: argparse.Namespace) -> None:
+    """The call parameters' flags checked by their model before anything is read or loaded: a UserError that
+    names the flag ("--state-rate: Input should be less than or equal to 240, got 500.0")."""
+    from pipeline.params import ForecastParams, check_params
+
+    try:
+        check_params(**{name: getattr(args, name) for name in ForecastParams.model_fields})
+    except ValueError as err:
+        name, sep, rest = str(err).partition(": ")
+        if sep and name in ForecastParams.model_fields:
+            raise UserError(f"{FLAG_NAMES.get(name, (f'--{name}',))[0]}: {rest}") from None
+        raise UserError(str(err)) from None
+
+
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     """--captioner/--predictor/--renderer DIR, --no-project and --mirror: which models, and how the predictor
     forecasts (the same in `predict` and `batch`)."""
@@ -152,18 +193,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("clip", nargs="?", type=Path, help="a video file (omit with --states)")
     p.add_argument("--states", type=Path, help="start from states in words, one per line, instead of a clip")
-    p.add_argument("--horizon", "-k", type=_positive_int, default=8, help="states to predict (default 8)")
     p.add_argument("--out", type=Path, required=True, help="output directory (created if missing)")
-    rate = p.add_mutually_exclusive_group()
-    rate.add_argument(
-        "--stride", type=_positive_int,
-        help="take every K-th frame of the clip (default: the weights' state rate, else every frame)",
-    )  # fmt: skip
-    rate.add_argument(
-        "--state-rate", type=_positive_float, metavar="HZ",
-        help="take HZ frames per second (default: the state_rate in the weights' model_index.json; "
-        "the shipped models: 2)",
-    )  # fmt: skip
+    add_param_flags(p, {"context": "hold the rest out, e.g. for --truth"})
     p.add_argument(
         "--weights", type=Path, default=None,
         help="weights directory (default: $SEMWORLD_WEIGHTS_DIR, else the shipped weights/)",
@@ -176,19 +207,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--device", default=None, help="torch device for every stage (default: cuda if available, else cpu)"
     )
     add_placement_flags(p)
-    p.add_argument("--seed", type=int, default=0, help="renderer seed (default 0)")
-    p.add_argument(
-        "--steps", type=_positive_int, default=None, help="denoising steps (default: the renderer's)"
-    )
-    p.add_argument("--guidance", type=float, default=None, help="guidance scale (default: the renderer's)")
     p.add_argument("--max-frames", type=_positive_int, default=64,
                    help="most states a clip may give (default %(default)s)")  # fmt: skip
-    p.add_argument(
-        "--context",
-        type=_positive_int,
-        default=None,
-        help="observe only the first N states of the clip (hold the rest out, e.g. for --truth)",
-    )
     p.add_argument(
         "--truth",
         type=Path,
@@ -251,6 +271,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
     if (args.clip is None) == (args.states is None):
         raise UserError("give either a CLIP or --states FILE (not both)")
+    check_param_flags(args)
     if args.clip is not None and not args.clip.is_file():
         raise UserError(f"{args.clip}: no such file")
     states = read_states_file(args.states) if args.states is not None else None
