@@ -61,8 +61,8 @@ weights: install
 	$(BIN)/semworld train all --out weights --run-dir runs/weights
 
 bench: install
-	$(BIN)/python bench/predictor_speed.py
-	$(BIN)/python bench/pipeline_speed.py
+	$(BIN)/python -m bench.predictor_speed
+	$(BIN)/python -m bench.pipeline_speed
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

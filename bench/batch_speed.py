@@ -6,8 +6,8 @@ Every engine runs as the command a user types (a subprocess from the repository 
 the `semworld` entry point), timed wall clock from start to exit, model loading included. The shell loop is timed
 on the first --loop-clips clips (its calls are independent, so its rate does not depend on how many it does).
 
-    .venv/bin/python bench/batch_speed.py                        # 100 clips, shipped weights, ~10 min on 2 cores
-    .venv/bin/python bench/batch_speed.py --clips 8 --loop-clips 2 --lengths 6 12 --length-clips 2   # smoke
+    .venv/bin/python -m bench.batch_speed                        # 100 clips, shipped weights, ~10 min on 2 cores
+    .venv/bin/python -m bench.batch_speed --clips 8 --loop-clips 2 --lengths 6 12 --length-clips 2   # smoke
 
 Writes runs/bench/batch_speed.{json,md} and the plot docs/img/batch_cost.png (--plot).
 """

@@ -1,12 +1,13 @@
 """Calibrate the captioner's confidence threshold: world frames (in domain) vs real frames (out of domain).
 
-    nice -n 10 python bench/caption_confidence.py [--weights weights] [--world 24]
+    nice -n 10 python -m bench.caption_confidence [--weights weights] [--world 24]
 
 Confidence is the captioner's mean log-probability per generated token (pipeline.captioner.caption_scored); a
 state is "unsure" when it is below the threshold or does not parse under the shapes world's grammar. The threshold is the
 value between the lowest world frame and the highest real frame (pipeline.confidence); the script prints how
 many frames of each set it flags. Real frames: every frame of /work/shared/clips/bigbuckbunny.mp4 (or tests/assets' excerpt), the test
-asset, and matplotlib's sample photograph (grace_hopper.jpg) with four crops.
+asset, and matplotlib's sample photograph (grace_hopper.jpg) with four crops. The numbers also go to
+runs/bench/caption_confidence.json (--json); docs/api.md quotes them.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def main() -> None:
     parser.add_argument("--world", type=int, default=24, help="world test sequences (12 frames each)")
     parser.add_argument("--threshold", type=float, default=None,
                         help="the threshold to report at (default: the shapes domain's confidence_threshold)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
+    parser.add_argument("--json", type=Path, default=REPO / "runs" / "bench" / "caption_confidence.json",
+                        help="where to write the numbers as JSON (default: runs/bench/caption_confidence.json)")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -93,8 +95,9 @@ def main() -> None:
         report["sets"][name] = stats
         print(f"{name:40s} {stats['n']:4d} {stats['median']:8.4f} {stats['p01']:8.4f} {stats['p99']:8.4f} {stats['min']:8.4f} {stats['max']:8.4f} "
               f"{stats['parses']:7.1%} {stats['below']:6.1%} {stats['unsure']:7.1%}")  # fmt: skip
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

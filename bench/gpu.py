@@ -32,16 +32,12 @@ from typing import Any
 
 import torch
 
+from bench import pipeline_speed, predictor_speed
+from models.four_tensor import FourTensorModel
+from models.presets import four_tensor_config, get_preset
+from pipeline.predictor import Predictor
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run from a checkout without installing
-sys.path.insert(0, str(ROOT / "bench"))
-
-import pipeline_speed  # noqa: E402
-import predictor_speed  # noqa: E402
-
-from models.four_tensor import FourTensorModel  # noqa: E402
-from models.presets import four_tensor_config, get_preset  # noqa: E402
-from pipeline.predictor import Predictor  # noqa: E402
 
 TARGETS = {  # the goals: ratios on the same GPU in the same run
     "state_b1_ratio": 15.0,

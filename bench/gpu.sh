@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU run of issue 15 (bench/gpu.py): the predictor at paper scale and `small` (speed, compiled
+# The prepared GPU run (python -m bench.gpu): the predictor at paper scale and `small` (speed, compiled
 # rollout, peak memory), model FLOP utilisation against the measured matmul peak, the pipeline at batch 1 and 16
 # clips, and with --train a short training burst of the shipped models. Writes gpu.json, gpu.md (and each part's
 # own JSON/Markdown) into OUT and prints a summary; under 8 minutes on one GPU is the aim.
@@ -15,4 +15,4 @@ PY="${PYTHON:-}"
 if [[ -z "$PY" ]]; then
   if [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python3; fi
 fi
-exec "$PY" bench/gpu.py "$@"
+exec "$PY" -m bench.gpu "$@"

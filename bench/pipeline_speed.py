@@ -6,8 +6,8 @@ are the shipped `weights/` (or `--weights DIR`); `--tiny` times tiny randomly in
 classes instead (structure only: their numbers say what the plumbing costs, not the models). CUDA is used when
 present unless `--device` says otherwise.
 
-    .venv/bin/python bench/pipeline_speed.py                   # shipped weights, ~1-2 minutes on 2 CPU cores
-    .venv/bin/python bench/pipeline_speed.py --tiny --repeats 5
+    .venv/bin/python -m bench.pipeline_speed                   # shipped weights, ~1-2 minutes on 2 CPU cores
+    .venv/bin/python -m bench.pipeline_speed --tiny --repeats 5
 """
 
 from __future__ import annotations
@@ -25,10 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from pipeline.video import VideoLimits, encode_mp4  # noqa: E402
-from pipeline.world_model import WorldModelPipeline  # noqa: E402
+from pipeline.video import VideoLimits, encode_mp4
+from pipeline.world_model import WorldModelPipeline
 
 STAGES = ("decode", "caption", "predict", "render", "encode", "total")
 

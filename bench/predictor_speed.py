@@ -9,9 +9,9 @@ are reported, with the ratio of the medians and the median of the ratios of adja
 the CPU time of the process (steadier when other jobs share the cores). Multiply-adds are counted from the matrix
 products the calls actually run (torch.utils.flop_counter), not from a formula.
 
-    .venv/bin/python bench/predictor_speed.py                 # mid-size CPU config, ~2-3 minutes
-    .venv/bin/python bench/predictor_speed.py --preset small  # a named preset (models/presets.py) instead of flags
-    .venv/bin/python bench/predictor_speed.py --d-x 64 --d-t 32 --vocab 36711 --layers 2 --heads 4   # paper size
+    .venv/bin/python -m bench.predictor_speed                 # mid-size CPU config, ~2-3 minutes
+    .venv/bin/python -m bench.predictor_speed --preset small  # a named preset (models/presets.py) instead of flags
+    .venv/bin/python -m bench.predictor_speed --d-x 64 --d-t 32 --vocab 36711 --layers 2 --heads 4   # paper size
 """
 
 from __future__ import annotations
@@ -29,10 +29,8 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from models.baseline import BaselineConfig, BaselineModel  # noqa: E402
-from models.four_tensor import FourTensorConfig, FourTensorModel  # noqa: E402
+from models.baseline import BaselineConfig, BaselineModel
+from models.four_tensor import FourTensorConfig, FourTensorModel
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -242,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
           f"(pairs {t['median_pair_ratio']:.1f}x, cpu {t['cpu_ratio_of_medians']:.1f}x)")
 
     meta = {
-        "command": "python bench/predictor_speed.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m bench.predictor_speed " + " ".join(sys.argv[1:] if argv is None else argv),
         "config": {k: v for k, v in vars(args).items() if k not in ("json", "markdown")},
         "params": {"four_tensor": n_four, "baseline": n_base},
         "macs_per_state": macs,

@@ -5,21 +5,20 @@ SSIM is `pipeline.evaluation.metrics.ssim` (torchmetrics' Gaussian 11x11, sigma 
 had before (the trainer's Gaussian over the valid region only, `semworld eval world`'s uniform 7x7) are printed
 beside it on the same frames, so the figures written with them can be restated.
 
-    python bench/renderer_quality.py --states 200 --seed 2000 --steps 2 4 8
+    python -m bench.renderer_quality --states 200 --seed 2000 --steps 2 4 8
 
 `--set varied` scores instead a fixed validation set of varied scenes: the six states without objects
 and `--per-count` distinct random valid scenes each of 1, 2 and 3 objects (uniform identities and cells, screen
 and lamp drawn as the renderer's training pool draws them), and reports the round trip and PSNR by object count,
 screen and lamp:
 
-    python bench/renderer_quality.py --set varied --per-count 100 --steps 1 2 4 8 --guidance 1 2
+    python -m bench.renderer_quality --set varied --per-count 100 --steps 1 2 4 8 --guidance 1 2
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -27,13 +26,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from pipeline.captioner import Captioner  # noqa: E402
-from pipeline.domain import get_domain  # noqa: E402
-from pipeline.evaluation.metrics import evaluate_frames, psnr, scene_groups  # noqa: E402
-from pipeline.renderer import Renderer  # noqa: E402
-from pipeline.training.renderer import VARIED_SEED, eval_states, varied_states  # noqa: E402
+from pipeline.captioner import Captioner
+from pipeline.domain import get_domain
+from pipeline.evaluation.metrics import evaluate_frames, psnr, scene_groups
+from pipeline.renderer import Renderer
+from pipeline.training.renderer import VARIED_SEED, eval_states, varied_states
 
 
 def ssim_gaussian_valid(a: np.ndarray, b: np.ndarray) -> float:

@@ -6,7 +6,7 @@ interleaved (a, b, c, a, b, c, ...) because this machine's speed swings; medians
 each with its ratio to the first predictor. What each gains is measured by `semworld eval world`
 (docs/predictor_world.md).
 
-    .venv/bin/python bench/rollout_cost.py --threads 2 "2 layers=runs/two-layer-w" "shipped=weights" "shipped mirror=weights:mirror"
+    .venv/bin/python -m bench.rollout_cost --threads 2 "2 layers=runs/two-layer-w" "shipped=weights" "shipped mirror=weights:mirror"
 
 A predictor is LABEL=WEIGHTS (a folder with model_index.json), with ":mirror" for mirror averaging.
 """
@@ -16,18 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-import world  # noqa: E402
-from pipeline.domain import domain_of_index  # noqa: E402
-from pipeline.predictor import Predictor  # noqa: E402
-from pipeline.utils import read_model_index  # noqa: E402
+import world
+from pipeline.domain import domain_of_index
+from pipeline.predictor import Predictor
+from pipeline.utils import read_model_index
 
 
 def load(spec: str) -> tuple[str, Predictor]:

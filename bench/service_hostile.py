@@ -1,10 +1,10 @@
 """The service under hostile load (docs/reliability.md): each part starts `semworld serve` on 127.0.0.1
 in a subprocess and prints its figures.
 
-  python bench/service_hostile.py schemathesis [--examples 500]     # every operation, all checks
-  python bench/service_hostile.py load [--clients 8 --seconds 60]   # /v1/predict, shipped weights
-  python bench/service_hostile.py issue                             # two slow requests under a 5 s deadline
-  python bench/service_hostile.py upload                            # /health while a 60 MiB job uploads
+  python -m bench.service_hostile schemathesis [--examples 500]     # every operation, all checks
+  python -m bench.service_hostile load [--clients 8 --seconds 60]   # /v1/predict, shipped weights
+  python -m bench.service_hostile issue                             # two slow requests under a 5 s deadline
+  python -m bench.service_hostile upload                            # /health while a 60 MiB job uploads
 
 `schemathesis` runs on the stand-in stages (tests/api/fakes.py: it tests the HTTP layer, fast); `load` and
 `upload` on the shipped weights (weights/) unless --fake. Runs with nice and OMP_NUM_THREADS=1.

@@ -1,5 +1,5 @@
 """The OpenAPI schema tells the truth, and a short schemathesis run against the real server
-finds nothing (the 10,000-case run is `python bench/service_hostile.py schemathesis`, docs/reliability.md)."""
+finds nothing (the 10,000-case run is `python -m bench.service_hostile schemathesis`, docs/reliability.md)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ It runs the phase with the function `semworld train all` runs each phase with
 (`pipeline.training.all.train_predictor_phase`), so a match says that the committed recipe reproduces the run. The whole chain from scratch
 is `make weights` (hours of CPU); this checks one phase in minutes:
 
-    python bench/rebuild_phase.py --recipe predictor --init-from runs/t8e/model --out runs/rebuild/t8f \\
+    python -m bench.experiments.rebuild_phase --recipe predictor --init-from runs/t8e/model --out runs/rebuild/t8f \\
         --compare weights/predictor/model.safetensors
 """
 
@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from models.presets import get_recipe  # noqa: E402
-from pipeline.training.all import train_predictor_phase  # noqa: E402
+from models.presets import get_recipe
+from pipeline.training.all import train_predictor_phase
 
 
 def sha256(path: Path) -> str:

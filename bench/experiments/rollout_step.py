@@ -2,26 +2,20 @@
 against the fixed-shape decode_step (no host round trip: the GPU path), both with the readout matrix M made once,
 interleaved A B A B on the same windows; medians and their ratio.
 
-    .venv/bin/python bench/rollout_step.py                  # preset small, |V| 2000, batches 1 and 64
+    .venv/bin/python -m bench.experiments.rollout_step      # preset small, |V| 2000, batches 1 and 64
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from predictor_speed import make_windows  # noqa: E402
-
-from models.four_tensor import FourTensorModel  # noqa: E402
-from models.presets import four_tensor_config  # noqa: E402
+from bench.predictor_speed import make_windows
+from models.four_tensor import FourTensorModel
+from models.presets import four_tensor_config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,24 +6,21 @@ which side, is only in the history before the window), *disappears* when it has 
 Exact match per kind, h = 1 from the true history, on `world.sequences("hide", CLIPS, seed, length=20,
 split="test")`.
 
-    python bench/memory_hide_steps.py --predictor shipped=weights/predictor --predictor other=runs/some/predictor
+    python -m bench.experiments.memory_hide_steps --predictor shipped=weights/predictor --predictor other=runs/some/predictor
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-import world  # noqa: E402
-from pipeline.predictor import Predictor  # noqa: E402
-from pipeline.utils import canonical_state  # noqa: E402
+import world
+from pipeline.predictor import Predictor
+from pipeline.utils import canonical_state
 
 
 def step_kind(before: str, target: str) -> str:

@@ -1,7 +1,7 @@
 """Next-state exact match on the world's test split (200 clips, rollouts of 8 from true histories) for several
 predictor folders, with pipeline.evaluation.world.score_predictor (the function behind `semworld eval world`).
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/attentime/eval_world.py weights/predictor runs/predictor/ft_attentime
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.experiments.attentime.eval_world weights/predictor runs/predictor/ft_attentime
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from pipeline.evaluation.world import clips_from_records, score_predictor
+from pipeline.predictor import Predictor
+from world import sequences
 
-from pipeline.evaluation.world import clips_from_records, score_predictor  # noqa: E402
-from pipeline.predictor import Predictor  # noqa: E402
-from world import sequences  # noqa: E402
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def main(argv: list[str]) -> int:

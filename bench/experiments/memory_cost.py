@@ -12,7 +12,7 @@ history of n states:
 Times are medians of interleaved repeats in one process, one thread. Peak memory is measured in a fresh child
 process per point (the rise of ru_maxrss over the process after loading, i.e. the call's own peak).
 
-    python bench/memory_cost.py --out docs/img/memory_cost.png --json runs/memory/cost.json
+    python -m bench.experiments.memory_cost --out docs/img/memory_cost.png --json runs/memory/cost.json
 """
 
 from __future__ import annotations
@@ -28,13 +28,11 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-import world  # noqa: E402
-from models.four_tensor import FourTensorModel  # noqa: E402
-from models.presets import four_tensor_config  # noqa: E402
-from models.tensor_memory import TensorMemoryConfig  # noqa: E402
-from pipeline.tokenizer import StateTokenizer  # noqa: E402
+import world
+from models.four_tensor import FourTensorModel
+from models.presets import four_tensor_config
+from models.tensor_memory import TensorMemoryConfig
+from pipeline.tokenizer import StateTokenizer
 
 LENGTHS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 
@@ -85,8 +83,8 @@ def child(kind: str, n: int) -> None:
 
 
 def peak_mb(kind: str, n: int) -> float:
-    out = subprocess.run([sys.executable, __file__, "--child", kind, str(n)], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-m", "bench.experiments.memory_cost", "--child", kind, str(n)],
+                         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, check=True)
     return float(json.loads(out.stdout.strip().splitlines()[-1])["peak_mb"])
 
 

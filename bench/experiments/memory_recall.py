@@ -7,10 +7,10 @@ memory can bring it back (chance: 1 in 20). A memory predictor (preset small) is
 k drawn from 1..8, then scored on fresh clips for each k with its memory, and with the memory read dropped at
 test time (the ablation: writes still run, reads are zeroed).
 
-    python bench/memory_recall.py --out runs/memory/recall            # data, training (resumable), scores
-    python bench/memory_recall.py --out runs/memory/recall --eval-only
-    python bench/memory_recall.py --out runs/memory/recall_k1 --train-k 1-1          # the easiest case alone
-    python bench/memory_recall.py --out runs/memory/recall --init-from runs/memory/recall_k1/model  # curriculum
+    python -m bench.experiments.memory_recall --out runs/memory/recall                   # data, training (resumable), scores
+    python -m bench.experiments.memory_recall --out runs/memory/recall --eval-only
+    python -m bench.experiments.memory_recall --out runs/memory/recall_k1 --train-k 1-1  # the easiest case alone
+    python -m bench.experiments.memory_recall --out runs/memory/recall --init-from runs/memory/recall_k1/model  # curriculum
 """
 
 from __future__ import annotations
@@ -19,20 +19,17 @@ import argparse
 import json
 import logging
 import random
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from pipeline.predictor import Predictor  # noqa: E402
+from pipeline.predictor import Predictor
 from pipeline.training.args import (
-    RECALL_TARGETS,  # noqa: E402
-    TrainArgs,  # noqa: E402
+    RECALL_TARGETS,
+    TrainArgs,
 )
-from pipeline.training.predictor import train_predictor  # noqa: E402
-from pipeline.utils import canonical_state as canonical  # noqa: E402
+from pipeline.training.predictor import train_predictor
+from pipeline.utils import canonical_state as canonical
 
 COLOURS = ("red", "orange", "green", "blue", "purple")
 SHAPES = ("ball", "box", "triangle", "diamond")

@@ -2,9 +2,9 @@
 and heads (parameters within 10%), on the same seeded data and seeds. Results: runs/bench/attentime/*.json (one
 file per run: a killed job resumes where it stopped), then `report` writes the table and the loss-curve PNGs.
 
-    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/attentime/run.py all      # every experiment, 3 seeds
-    .venv/bin/python bench/attentime/run.py exp3 --seeds 0                         # one experiment, one seed
-    .venv/bin/python bench/attentime/run.py report                                 # table + docs/img/attentime_*.png
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m bench.experiments.attentime.run all  # every experiment, 3 seeds
+    .venv/bin/python -m bench.experiments.attentime.run exp3 --seeds 0                    # one experiment, one seed
+    .venv/bin/python -m bench.experiments.attentime.run report                            # table + docs/img/attentime_*.png
 
 Our choices where the seed is silent: AdamW (lr 1e-3, weight decay 0.01), batch 32, no dropout, cross-entropy over
 the whole vocabulary at the last token, accuracy = argmax equals the target. The Attentime models have no position
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -27,16 +26,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from transformers import GPT2Config, GPT2Model
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench.experiments.attentime import tasks
+from models.attentime import AttentimeDecoder, PairTime
 
-import tasks  # noqa: E402
-from transformers import GPT2Config, GPT2Model  # noqa: E402
-
-from models.attentime import AttentimeDecoder, PairTime  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[3]
 OUT = ROOT / "runs" / "bench" / "attentime"
 IMG = ROOT / "docs" / "img"
 

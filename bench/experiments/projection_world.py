@@ -1,33 +1,30 @@
 """Exact match by horizon and family, and validity, of a world predictor with and without the projection onto
 valid states (pipeline/projection.py), side by side in one process on the same test clips; docs/predictor_world.md.
 
-    OMP_NUM_THREADS=1 python bench/projection_world.py --seeds 0 1 2 --out runs/projection_world.json
+    OMP_NUM_THREADS=1 python -m bench.experiments.projection_world --seeds 0 1 2 --out runs/projection_world.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from pipeline.evaluation.world import (  # noqa: E402
+from pipeline.evaluation.world import (
     DEFAULT_MIN_HISTORY,
     CopyLast,
     clips_from_records,
     score_predictor,
 )
-from pipeline.predictor import Predictor  # noqa: E402
+from pipeline.predictor import Predictor
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--weights", type=Path, default=Path(__file__).resolve().parents[1] / "weights" / "predictor")
+    ap.add_argument("--weights", type=Path, default=Path(__file__).resolve().parents[2] / "weights" / "predictor")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--clips", type=int, default=200)
     ap.add_argument("--length", type=int, default=20)

@@ -1,7 +1,7 @@
 """The periodic evaluations of renderer training runs against step, one line per run, from their log.jsonl files
 (`semworld train renderer` and `semworld train all` write one per run folder):
 
-    python bench/plot_renderer_run.py "symmetric=runs/old/renderer/base/log.jsonl" \\
+    python -m bench.experiments.plot_renderer_run "symmetric=runs/old/renderer/base/log.jsonl" \\
         "truth=runs/a/log.jsonl,runs/b/log.jsonl" --stage vae --metric object_cell_acc --metric psnr \\
         --out docs/img/renderer_vae_weighting.png
 
@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling bench/plot_horizon.py, however it is run
-
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from plot_horizon import save_with_legend_below  # noqa: E402
+import matplotlib.pyplot as plt
+
+from bench.experiments.plot_horizon import save_with_legend_below
 
 PERCENT = ("object_cell_acc", "layout_acc", "object_shape_acc", "frame_acc", "roundtrip_acc")
 

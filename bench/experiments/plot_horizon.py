@@ -1,6 +1,7 @@
-"""Exact match against horizon, one line per predictor, from the JSON files `bench/memory_world_eval.py` writes.
+"""Exact match against horizon, one line per predictor, from the JSON files `bench.experiments.memory_world_eval`
+writes.
 
-    python bench/plot_horizon.py runs/forecast/eval/ep1_seed0.json runs/forecast/eval/ft_seed0.json \\
+    python -m bench.experiments.plot_horizon runs/forecast/eval/ep1_seed0.json runs/forecast/eval/ft_seed0.json \\
         --drop "ft epoch1" --rename "shipped=4-tensor, paper's rule (before)" --out docs/img/horizon.png
 
 Draws the "all" panel and one panel per family; a label seen in several files keeps its first result. The
@@ -17,12 +18,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 def save_with_legend_below(fig, ax, out: Path, ncol: int, fontsize: float | None = None) -> None:
     """Draw `ax`'s legend under the panels in rows of `ncol`, leave room for it, and write the figure to `out`
-    (also bench/plot_renderer_run.py's)."""
+    (also bench/experiments/plot_renderer_run.py's)."""
     handles, labels = ax.get_legend_handles_labels()
     ncol = min(len(labels), ncol)
     rows = -(-len(labels) // ncol)

@@ -6,9 +6,9 @@ on the targets the history determines (and on every flagged step), by family and
 unless --project. A folder whose model has a memory is scored a second time with its memory read dropped
 (the ablation). Prints markdown tables and writes the raw results as JSON.
 
-    python bench/memory_world_eval.py --predictor no_memory=weights/predictor \\
+    python -m bench.experiments.memory_world_eval --predictor no_memory=weights/predictor \\
         --predictor memory=runs/memory/ft_memory --out runs/memory/world_eval.json
-    python bench/memory_world_eval.py --predictor shipped=weights/predictor --seed 1 --copy-last   # fresh seed
+    python -m bench.experiments.memory_world_eval --predictor shipped=weights/predictor --seed 1 --copy-last  # fresh seed
 """
 
 from __future__ import annotations
@@ -16,22 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-import world  # noqa: E402
-from pipeline.evaluation.world import (  # noqa: E402
+import world
+from pipeline.evaluation.world import (
     DEFAULT_MIN_HISTORY,
     CopyLast,
     clips_from_records,
     score_predictor,
 )
-from pipeline.predictor import Predictor  # noqa: E402
+from pipeline.predictor import Predictor
 
 
 def table(results: dict[str, dict[str, Any]], pick: str, name: str, horizon: int) -> str:

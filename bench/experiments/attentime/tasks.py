@@ -1,4 +1,4 @@
-"""Seeded generators of the small synthetic data sets of the Attentime seed's experiments (bench/attentime/run.py).
+"""Seeded generators of the small synthetic data sets of the Attentime seed's experiments (run.py beside it).
 
 Every example is a list of token ids with one target id, read at the last token ("the last meaningful token").
 The seed names the tasks and sizes but not the data; the vocabularies, the lexical variation that makes more

@@ -1,6 +1,7 @@
-"""The recall probe's answer rate against k, from the JSON files `bench/memory_recall.py` writes (recall.json).
+"""The recall probe's answer rate against k, from the JSON files `bench.experiments.memory_recall` writes
+(recall.json).
 
-    python bench/plot_recall.py runs/memexp/novel_k18/recall.json --out docs/img/memory_recall.png
+    python -m bench.experiments.plot_recall runs/memexp/novel_k18/recall.json --out docs/img/memory_recall.png
 
 One line each for the model's own answers with the memory and with its read zeroed, and, where the file has them,
 the linear probe's; chance (1 in 20 keys) dashed.
@@ -15,7 +16,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,8 +3,8 @@ time per predicted state (predict_next) and per training window (forward + backw
 process, runs interleaved (A B A B ...) with medians and the median of adjacent-pair ratios (the helpers of
 bench/predictor_speed.py). The plain model runs its packed path, Attentime the dense one (it has no packed path).
 
-    OMP_NUM_THREADS=1 .venv/bin/python bench/attentime_speed.py                  # preset small, world vocabulary
-    .venv/bin/python bench/attentime_speed.py --preset medium --vocab 2000
+    OMP_NUM_THREADS=1 .venv/bin/python -m bench.experiments.attentime_speed      # preset small, world vocabulary
+    .venv/bin/python -m bench.experiments.attentime_speed --preset medium --vocab 2000
 """
 
 from __future__ import annotations
@@ -12,18 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from predictor_speed import interleaved, make_windows  # noqa: E402
-
-from models.four_tensor import FourTensorModel  # noqa: E402
-from models.presets import four_tensor_config  # noqa: E402
+from bench.predictor_speed import interleaved, make_windows
+from models.four_tensor import FourTensorModel
+from models.presets import four_tensor_config
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,20 +1,16 @@
 """The tensor memory alone learns to recall: a key chunk, `gap` chunks of noise, a cue chunk; a linear head on the
 cue's memory read must name the key (8 keys, chance 12.5%). Trains the interface + head with Adam for 600 steps.
 
-    python bench/memory_unit_recall.py GAP FORGET_BIAS      # e.g. 1 0, 8 0 (docs/tensor-memory.md)
+    python -m bench.experiments.memory_unit_recall GAP FORGET_BIAS  # e.g. 1 0, 8 0 (docs/tensor-memory.md)
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+import torch
 
-import torch  # noqa: E402
-
-from models.tensor_memory import TensorMemoryConfig, TensorMemoryInterface  # noqa: E402
+from models.tensor_memory import TensorMemoryConfig, TensorMemoryInterface
 
 
 def main(argv: list[str] | None = None) -> int:
