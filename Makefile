@@ -39,13 +39,14 @@ serve: install
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check . || true
+	$(BIN)/ruff format --check .
 
 typecheck: install
 	$(BIN)/mypy
 
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -m "not slow"
 

@@ -83,7 +83,9 @@ class Job:
     attempts: int = 0
     cancel_requested: bool = False
     filename: str | None = None
-    warnings: list[str] = field(default_factory=list)  # the finished call's (e.g. a clip the models do not know)
+    warnings: list[str] = field(
+        default_factory=list
+    )  # the finished call's (e.g. a clip the models do not know)
 
 
 _SCHEMA = """
@@ -195,7 +197,9 @@ class JobStore:
         with self._db() as db:
             db.execute("BEGIN IMMEDIATE")
             if max_queue is not None:
-                (queued,) = db.execute("SELECT COUNT(*) FROM jobs WHERE state = ?", (JobState.queued,)).fetchone()
+                (queued,) = db.execute(
+                    "SELECT COUNT(*) FROM jobs WHERE state = ?", (JobState.queued,)
+                ).fetchone()
                 if queued >= max_queue:
                     db.execute("ROLLBACK")
                     shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
@@ -203,7 +207,15 @@ class JobStore:
             db.execute(
                 "INSERT INTO jobs (id, state, created_at, updated_at, params, progress, filename) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (job_id, JobState.queued, now, now, json.dumps(params.to_dict()), json.dumps(progress), filename),
+                (
+                    job_id,
+                    JobState.queued,
+                    now,
+                    now,
+                    json.dumps(params.to_dict()),
+                    json.dumps(progress),
+                    filename,
+                ),
             )
             db.execute("COMMIT")
         with self._disk_lock:
@@ -256,7 +268,9 @@ class JobStore:
         with self._disk_lock:
             self.disk_bytes = sum(_tree_bytes(p) for p in self.jobs_dir.iterdir() if p.is_dir())
         if deleted:
-            logger.info("retention: deleted %d finished jobs; job files now %d bytes", len(deleted), self.disk_bytes)
+            logger.info(
+                "retention: deleted %d finished jobs; job files now %d bytes", len(deleted), self.disk_bytes
+            )
         return deleted
 
     def get(self, job_id: str) -> Job | None:
@@ -510,7 +524,9 @@ class JobWorker:
         def work(_cb: object) -> WorldModelOutput:
             # The clip goes in as an open file, not a path: an error about it must not show the server's folders.
             with self.store.input_path(job.id).open("rb") as clip:
-                return self.engine.pipeline(clip, **params.pipeline_kwargs(), encode_video=True, callback=callback)
+                return self.engine.pipeline(
+                    clip, **params.pipeline_kwargs(), encode_video=True, callback=callback
+                )
 
         try:
             output: WorldModelOutput = self.engine.call(work, stop, deadline)

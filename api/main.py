@@ -49,6 +49,7 @@ attention predictor, and draws them with a diffusion renderer.
 Errors are JSON `{"detail": "..."}`. If the server has an API key, send it as `X-API-Key` or a Bearer token.
 """
 
+
 def _load_pipeline(app: FastAPI, settings: Settings) -> WorldModelPipeline:
     """The service's pipeline, made with the service's limits and batch sizes whatever stages it runs."""
     logger.info("torch CPU threads: %d", set_threads(settings.threads))

@@ -49,8 +49,12 @@ class _GpuMemoryCollector(Collector):
             "peak": ("semworld_gpu_memory_peak_allocated_bytes", "Most GPU memory held by tensors since start",
                      torch.cuda.max_memory_allocated),
         }  # fmt: skip
-        families = {key: GaugeMetricFamily(name, doc, labels=["device"]) for key, (name, doc, _) in names.items()}
-        total = GaugeMetricFamily("semworld_gpu_memory_total_bytes", "GPU memory of the device", labels=["device"])
+        families = {
+            key: GaugeMetricFamily(name, doc, labels=["device"]) for key, (name, doc, _) in names.items()
+        }
+        total = GaugeMetricFamily(
+            "semworld_gpu_memory_total_bytes", "GPU memory of the device", labels=["device"]
+        )
         for index in range(torch.cuda.device_count()):
             label = [f"cuda:{index}"]
             for key, (_, _, read) in names.items():

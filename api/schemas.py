@@ -62,7 +62,9 @@ class StatesResponse(BaseModel):
     )
     domain: str | None = Field(None, description="the domain the states are written in (model_index.json's)",
                                examples=["shapes"])  # fmt: skip
-    warnings: list[str] = Field(default_factory=list, description="e.g. that the clip is outside what the models know")
+    warnings: list[str] = Field(
+        default_factory=list, description="e.g. that the clip is outside what the models know"
+    )
     changes: list[list[str]] = Field(
         default_factory=list,
         description="the semantic timeline: per step (observed states, then predicted), what changed since the "
@@ -108,7 +110,11 @@ class RolloutRequest(BaseModel):
         None, ge=1, le=STEPS_MAX, description="denoising steps (default: the renderer's)"
     )
     guidance: float | None = Field(
-        None, ge=0, le=GUIDANCE_MAX, allow_inf_nan=False, description="guidance scale (default: the renderer's)"
+        None,
+        ge=0,
+        le=GUIDANCE_MAX,
+        allow_inf_nan=False,
+        description="guidance scale (default: the renderer's)",
     )
     render: bool = Field(True, description="draw the predicted states")
     render_context: int = Field(
@@ -166,7 +172,8 @@ class JobListResponse(BaseModel):
     has_more: bool = Field(description="whether older jobs follow this page")
     first_id: str | None = Field(None, description="the first (newest) job's id; null for an empty page")
     last_id: str | None = Field(
-        None, description="the last (oldest) job's id: pass it as `after` for the next page; null for an empty page"
+        None,
+        description="the last (oldest) job's id: pass it as `after` for the next page; null for an empty page",
     )
 
 

@@ -42,7 +42,8 @@ class Settings(BaseSettings):
         description='per-stage dtypes that override `dtype`, as JSON: {"predictor": "float32"}',
     )
     threads: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="torch CPU threads; default one fewer than the usable cores (torch's one per core stalls "
         "when anything else runs on the machine)",
     )

@@ -58,9 +58,7 @@ FORM_FIELDS = ("horizon", "stride", "state_rate", "seed", "steps", "guidance", "
 
 async def predict_params(
     request: Request,
-    horizon: Annotated[
-        int, Form(ge=1, le=HORIZON_LIMIT, description="states to predict", examples=[8])
-    ] = 8,
+    horizon: Annotated[int, Form(ge=1, le=HORIZON_LIMIT, description="states to predict", examples=[8])] = 8,
     stride: Annotated[
         int | None, Form(ge=1, le=STRIDE_MAX, description="take every K-th frame (default 1)")
     ] = None,
@@ -80,7 +78,9 @@ async def predict_params(
     ] = None,
     guidance: Annotated[
         float | None,
-        Form(ge=0, le=GUIDANCE_MAX, allow_inf_nan=False, description="guidance scale (default: the renderer's)"),
+        Form(
+            ge=0, le=GUIDANCE_MAX, allow_inf_nan=False, description="guidance scale (default: the renderer's)"
+        ),
     ] = None,
     output: Annotated[OutputFormat, Form(description="json, mp4 or zip")] = OutputFormat.json,
 ) -> JobParams:

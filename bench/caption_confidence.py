@@ -28,8 +28,12 @@ def real_frames() -> dict[str, list[np.ndarray]]:
     sets: dict[str, list[np.ndarray]] = {}
     shared = Path("/work/shared/clips/bigbuckbunny.mp4")
     if shared.is_file():
-        sets["bigbuckbunny 1280x720 (every frame)"] = read_video(shared, limits=VideoLimits(max_frames=1000)).frames
-    sets["tests/assets bigbuckbunny 160x90"] = read_video(REPO / "tests/assets/bigbuckbunny_160x90.mp4").frames
+        sets["bigbuckbunny 1280x720 (every frame)"] = read_video(
+            shared, limits=VideoLimits(max_frames=1000)
+        ).frames
+    sets["tests/assets bigbuckbunny 160x90"] = read_video(
+        REPO / "tests/assets/bigbuckbunny_160x90.mp4"
+    ).frames
     try:
         import matplotlib.cbook
         from PIL import Image
@@ -45,13 +49,23 @@ def real_frames() -> dict[str, list[np.ndarray]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--weights", type=Path, default=REPO / "weights")
     parser.add_argument("--world", type=int, default=24, help="world test sequences (12 frames each)")
-    parser.add_argument("--threshold", type=float, default=None,
-                        help="the threshold to report at (default: the shapes domain's confidence_threshold)")
-    parser.add_argument("--json", type=Path, default=REPO / "runs" / "bench" / "caption_confidence.json",
-                        help="where to write the numbers as JSON (default: runs/bench/caption_confidence.json)")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="the threshold to report at (default: the shapes domain's confidence_threshold)",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=REPO / "runs" / "bench" / "caption_confidence.json",
+        help="where to write the numbers as JSON (default: runs/bench/caption_confidence.json)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -74,8 +88,13 @@ def main() -> None:
     world_frames = [f for f, _ in world.frames_and_states("all", args.world, seed=0, split="test")]
     with tempfile.TemporaryDirectory() as tmp:  # what users feed: clips from `world generate`, read at 2 Hz
         generate(tmp, "all", args.world, seed=0, split="test", workers=1, progress=False)
-        decoded = [f for p in sorted(Path(tmp, "clips").glob("*.mp4")) for f in read_video(p, state_rate=2).frames]
-    rows = {"world test frames (rendered)": score(world_frames), "world test clips (H.264, 2 Hz)": score(decoded)}
+        decoded = [
+            f for p in sorted(Path(tmp, "clips").glob("*.mp4")) for f in read_video(p, state_rate=2).frames
+        ]
+    rows = {
+        "world test frames (rendered)": score(world_frames),
+        "world test clips (H.264, 2 Hz)": score(decoded),
+    }
     w_conf = np.concatenate([rows[k][0] for k in rows])
     threshold = shapes.confidence_threshold if args.threshold is None else args.threshold
     for name, frames in real_frames().items():
@@ -83,7 +102,9 @@ def main() -> None:
     report = {"threshold": threshold, "world_p01": float(np.percentile(w_conf, 1)), "sets": {}}
     print(f"threshold {threshold:g}; world frames: 1st percentile {report['world_p01']:.4f}, "
           f"lowest {w_conf.min():.4f} (mean token log-prob)")  # fmt: skip
-    print(f"{'set':40s} {'n':>4s} {'median':>8s} {'p01':>8s} {'p99':>8s} {'min':>8s} {'max':>8s} {'parses':>7s} {'below':>6s} {'unsure':>7s}")
+    print(
+        f"{'set':40s} {'n':>4s} {'median':>8s} {'p01':>8s} {'p99':>8s} {'min':>8s} {'max':>8s} {'parses':>7s} {'below':>6s} {'unsure':>7s}"
+    )
     for name, (conf, parsed) in rows.items():
         below = conf < threshold
         unsure = below | ~parsed

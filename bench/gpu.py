@@ -50,14 +50,20 @@ TARGETS = {  # the goals: ratios on the same GPU in the same run
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("out", nargs="?", type=Path, default=None, help="output folder (default: $OUT, else runs/bench/gpu)")
-    p.add_argument("--dry-run", action="store_true", help="tiny sizes, few repeats: the script end to end on CPU")
+    p.add_argument(
+        "out", nargs="?", type=Path, default=None, help="output folder (default: $OUT, else runs/bench/gpu)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="tiny sizes, few repeats: the script end to end on CPU"
+    )
     p.add_argument("--train", action="store_true",
                    help="then a short training burst of the shipped models (the quick recipes of `semworld train all "
                    "--quick`) into OUT/weights, checkpoints in OUT/train-runs")  # fmt: skip
     p.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    p.add_argument("--skip", nargs="*", default=[], choices=("predictor", "mfu", "pipeline"), help="parts to skip")
+    p.add_argument(
+        "--skip", nargs="*", default=[], choices=("predictor", "mfu", "pipeline"), help="parts to skip"
+    )
     args = p.parse_args(argv)
     args.out = args.out or Path(os.environ.get("OUT") or ROOT / "runs/bench/gpu")
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -109,12 +115,18 @@ def predictor_section(args: argparse.Namespace, sizes: dict[str, Any]) -> dict[s
         out[label] = {
             "preset": preset,
             "params": speed["params"],
-            "train_windows_per_s": {k: res["train"][f"{k}_windows_per_s"] for k in ("four_tensor", "baseline")},
+            "train_windows_per_s": {
+                k: res["train"][f"{k}_windows_per_s"] for k in ("four_tensor", "baseline")
+            },
             "train_ratio": res["train"]["ratio_of_medians"],
-            "state_s": {f"b{B}": {k: res[f"infer_b{B}"][f"{k}_s"] for k in ("four_tensor", "baseline")}
-                        for B in sizes["batches"]},  # fmt: skip
+            "state_s": {
+                f"b{B}": {k: res[f"infer_b{B}"][f"{k}_s"] for k in ("four_tensor", "baseline")}
+                for B in sizes["batches"]
+            },  # fmt: skip
             "state_ratio": {f"b{B}": res[f"infer_b{B}"]["ratio_of_medians"] for B in sizes["batches"]},
-            "state_ratio_gold": {f"b{B}": res[f"infer_b{B}_gold"]["ratio_of_medians"] for B in sizes["batches"]},
+            "state_ratio_gold": {
+                f"b{B}": res[f"infer_b{B}_gold"]["ratio_of_medians"] for B in sizes["batches"]
+            },
             "peak_memory_bytes": peak_bytes(args.device),
             "rollout": rollout_times(args, preset, sizes),
             "seconds": time.perf_counter() - t,
@@ -145,7 +157,9 @@ def rollout_times(args: argparse.Namespace, preset: str, sizes: dict[str, Any]) 
             p.predict_ids(window, k)  # compiles here when asked (not timed below)
             sync(args.device)
             first = time.perf_counter() - t
-            s = median_seconds(lambda p=p, window=window: p.predict_ids(window, k), sizes["repeats"], 1, args.device)
+            s = median_seconds(
+                lambda p=p, window=window: p.predict_ids(window, k), sizes["repeats"], 1, args.device
+            )
             out[f"{name}_b{B}"] = {"state_s": s / (k * B), "first_call_s": first,
                                    "fell_back_to_eager": compiled and p._compiled is None,
                                    "peak_memory_bytes": peak_bytes(args.device)}  # fmt: skip
@@ -211,7 +225,9 @@ def pipeline_section(args: argparse.Namespace, sizes: dict[str, Any]) -> dict[st
 
             weights = build_tiny_weights(Path(tmp) / "weights")
         fps_batches = "1,2" if args.dry_run else "1,8,32"
-        pipeline_speed.main([*common, "--weights", str(weights), "--batches", fps_batches, "--json", str(json_path)])
+        pipeline_speed.main(
+            [*common, "--weights", str(weights), "--batches", fps_batches, "--json", str(json_path)]
+        )
         b1 = json.loads(json_path.read_text())
         pipe = WorldModelPipeline.from_pretrained(weights, device=args.device,
                                                   limits=VideoLimits(max_frames=max(64, frames)),
@@ -241,11 +257,17 @@ def pipeline_section(args: argparse.Namespace, sizes: dict[str, Any]) -> dict[st
     total = sum(timings.values())
     per_clip_b1 = b1["median_s"]["total"]
     return {
-        "batch_1": {"median_s": b1["median_s"], "predicted_frames_per_s": horizon / per_clip_b1,
-                    "frames_per_s_by_batch": b1["frames_per_s"]},  # fmt: skip
-        f"batch_{clips}_clips": {"stage_s": timings, "total_s": total,
-                                 "predicted_frames_per_s": clips * horizon / total,
-                                 "render_batch": sizes["render_batch"]},  # fmt: skip
+        "batch_1": {
+            "median_s": b1["median_s"],
+            "predicted_frames_per_s": horizon / per_clip_b1,
+            "frames_per_s_by_batch": b1["frames_per_s"],
+        },  # fmt: skip
+        f"batch_{clips}_clips": {
+            "stage_s": timings,
+            "total_s": total,
+            "predicted_frames_per_s": clips * horizon / total,
+            "render_batch": sizes["render_batch"],
+        },  # fmt: skip
         "clip": f"{frames} frames -> {horizon} predicted frames",
         "weights": "tiny random stages (dry run)" if args.dry_run else "weights/ (shipped)",
     }
@@ -264,7 +286,11 @@ def train_burst(args: argparse.Namespace) -> dict[str, Any]:
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     (args.out / "train.log").write_text(proc.stdout + proc.stderr)
-    files = sorted(str(f.relative_to(weights)) for f in weights.rglob("*") if f.is_file()) if weights.is_dir() else []
+    files = (
+        sorted(str(f.relative_to(weights)) for f in weights.rglob("*") if f.is_file())
+        if weights.is_dir()
+        else []
+    )
     return {"command": " ".join(cmd[1:]), "returncode": proc.returncode, "seconds": time.perf_counter() - t,
             "weights": str(weights), "files": files}  # fmt: skip
 
@@ -329,7 +355,12 @@ def markdown(r: dict[str, Any]) -> str:
         lines.append("")
     if "pipeline" in r:
         p = r["pipeline"]
-        lines += [f"## Pipeline ({p['clip']}, {p['weights']})", "", "| stage | batch 1 (median) |", "|---|---:|"]
+        lines += [
+            f"## Pipeline ({p['clip']}, {p['weights']})",
+            "",
+            "| stage | batch 1 (median) |",
+            "|---|---:|",
+        ]
         lines += [f"| {s} | {v * 1e3:.1f} ms |" for s, v in p["batch_1"]["median_s"].items()]
         big = next(v for k, v in p.items() if k.endswith("_clips"))
         lines += ["", f"Predicted frames/s: batch 1 {p['batch_1']['predicted_frames_per_s']:.1f}, "

@@ -34,8 +34,12 @@ from models.four_tensor import FourTensorConfig, FourTensorModel
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--preset", default=None, help="take d_x d_t N T |V| L H from this preset (models/presets.py)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
+    p.add_argument(
+        "--preset", default=None, help="take d_x d_t N T |V| L H from this preset (models/presets.py)"
+    )
     p.add_argument("--d-x", type=int, default=16, help="semantic fiber d_x (width d = d_x*d_t)")
     p.add_argument("--d-t", type=int, default=8, help="temporal-context fiber d_t")
     p.add_argument("--N", type=int, default=16, help="token slots per sentence")
@@ -48,13 +52,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=25, help="interleaved A/B pairs per inference measurement")
     p.add_argument("--train-repeats", type=int, default=15, help="interleaved A/B pairs of training steps")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs of each model before timing")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is steadiest on a shared box)")
-    p.add_argument("--pad-fraction", type=float, default=0.39, help="mean padding fraction (ROCStories: 0.3876)")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads (1 is steadiest on a shared box)"
+    )
+    p.add_argument(
+        "--pad-fraction", type=float, default=0.39, help="mean padding fraction (ROCStories: 0.3876)"
+    )
     p.add_argument("--mac-windows", type=int, default=256, help="windows the multiply-adds are averaged over")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", type=Path, default=Path("runs/bench/predictor_speed.json"), help="JSON output")
-    p.add_argument("--markdown", type=Path, default=Path("runs/bench/predictor_speed.md"), help="markdown table")
+    p.add_argument(
+        "--markdown", type=Path, default=Path("runs/bench/predictor_speed.md"), help="markdown table"
+    )
     args = p.parse_args(argv)
     if args.preset is not None:
         from models.presets import get_preset
@@ -147,17 +157,25 @@ def main(argv: list[str] | None = None) -> int:
     g = torch.Generator().manual_seed(args.seed)
     dev = args.device
     ft_cfg = FourTensorConfig(
-        vocab_size=args.vocab, d_x=args.d_x, d_t=args.d_t, n_heads=args.heads, n_layers=args.layers,
-        N=args.N, T=args.T, dropout=0.1,
+        vocab_size=args.vocab,
+        d_x=args.d_x,
+        d_t=args.d_t,
+        n_heads=args.heads,
+        n_layers=args.layers,
+        N=args.N,
+        T=args.T,
+        dropout=0.1,
     )
     bl_cfg = BaselineConfig.from_predictor(ft_cfg)
     four = FourTensorModel(ft_cfg).to(dev)
     base = BaselineModel(bl_cfg).to(dev)
     n_four = sum(p.numel() for p in four.parameters())
     n_base = sum(p.numel() for p in base.parameters())
-    print(f"config: d_x={args.d_x} d_t={args.d_t} (d={ft_cfg.d}) N={args.N} T={args.T} |V|={args.vocab} "
-          f"L={args.layers} H={args.heads}; params 4-tensor {n_four / 1e6:.2f}M, baseline {n_base / 1e6:.2f}M; "
-          f"threads={args.threads} device={dev}")
+    print(
+        f"config: d_x={args.d_x} d_t={args.d_t} (d={ft_cfg.d}) N={args.N} T={args.T} |V|={args.vocab} "
+        f"L={args.layers} H={args.heads}; params 4-tensor {n_four / 1e6:.2f}M, baseline {n_base / 1e6:.2f}M; "
+        f"threads={args.threads} device={dev}"
+    )
 
     results: dict[str, dict] = {}
     sample = make_windows(args.mac_windows, args.T, args.N, args.vocab, args.pad_fraction, g)
@@ -183,29 +201,41 @@ def main(argv: list[str] | None = None) -> int:
         macs["baseline"] += count_macs(lambda prefix=prefix: predict_base(prefix, args.N)) / len(sample)
         for row in chunk.split(1):  # one window at a time: each stops at its own [EOS]
             macs["baseline_gold"] += count_macs(
-                lambda row=row: predict_base(row[:, : args.T].to(dev), gold_steps(row, args.N))) / len(sample)
-    print(f"mean live prefix {live_prefix:.1f} tokens; multiply-adds per predicted state: 4-tensor "
-          f"{macs['four_tensor'] / 1e6:.1f}M, baseline {macs['baseline'] / 1e6:.1f}M (N tokens), "
-          f"{macs['baseline_gold'] / 1e6:.1f}M (gold length + [EOS])")
+                lambda row=row: predict_base(row[:, : args.T].to(dev), gold_steps(row, args.N))
+            ) / len(sample)
+    print(
+        f"mean live prefix {live_prefix:.1f} tokens; multiply-adds per predicted state: 4-tensor "
+        f"{macs['four_tensor'] / 1e6:.1f}M, baseline {macs['baseline'] / 1e6:.1f}M (N tokens), "
+        f"{macs['baseline_gold'] / 1e6:.1f}M (gold length + [EOS])"
+    )
 
     for B in args.batches:
         # A fresh batch of windows for every round (the same one for all models of that round).
-        fulls = [make_windows(B, args.T, args.N, args.vocab, args.pad_fraction, g).to(dev)
-                 for _ in range(args.repeats)]
+        fulls = [
+            make_windows(B, args.T, args.N, args.vocab, args.pad_fraction, g).to(dev)
+            for _ in range(args.repeats)
+        ]
         steps = [gold_steps(full, args.N) for full in fulls]
-        fns = [lambda r, fulls=fulls: predict_four(fulls[r][:, : args.T]),
-               lambda r, fulls=fulls: predict_base(fulls[r][:, : args.T], args.N),
-               lambda r, fulls=fulls, steps=steps: predict_base(fulls[r][:, : args.T], steps[r])]
+        fns = [
+            lambda r, fulls=fulls: predict_four(fulls[r][:, : args.T]),
+            lambda r, fulls=fulls: predict_base(fulls[r][:, : args.T], args.N),
+            lambda r, fulls=fulls, steps=steps: predict_base(fulls[r][:, : args.T], steps[r]),
+        ]
         wall, cpu = interleaved(fns, args.repeats, args.warmup, dev)
         for key, k in (("", 1), ("_gold", 2)):
             results[f"infer_b{B}{key}"] = summary(wall[0], wall[k], per=B)  # seconds per predicted state
             results[f"infer_b{B}{key}"]["cpu"] = summary(cpu[0], cpu[k], per=B)
         results[f"infer_b{B}_gold"]["baseline_steps"] = statistics.mean(steps)
-        for key, what in (("", f"{args.N} tokens"), ("_gold", f"{statistics.mean(steps):.1f} tokens on average")):
+        for key, what in (
+            ("", f"{args.N} tokens"),
+            ("_gold", f"{statistics.mean(steps):.1f} tokens on average"),
+        ):
             r = results[f"infer_b{B}{key}"]
-            print(f"inference B={B:<3d} per state: 4-tensor {r['four_tensor_s'] * 1e3:8.3f} ms  baseline "
-                  f"{r['baseline_s'] * 1e3:8.3f} ms ({what})  ratio {r['ratio_of_medians']:.1f}x "
-                  f"(pairs {r['median_pair_ratio']:.1f}x, cpu {r['cpu']['ratio_of_medians']:.1f}x)")
+            print(
+                f"inference B={B:<3d} per state: 4-tensor {r['four_tensor_s'] * 1e3:8.3f} ms  baseline "
+                f"{r['baseline_s'] * 1e3:8.3f} ms ({what})  ratio {r['ratio_of_medians']:.1f}x "
+                f"(pairs {r['median_pair_ratio']:.1f}x, cpu {r['cpu']['ratio_of_medians']:.1f}x)"
+            )
 
     windows = make_windows(args.train_batch, args.T, args.N, args.vocab, args.pad_fraction, g).to(dev)
     four.train()
@@ -222,22 +252,27 @@ def main(argv: list[str] | None = None) -> int:
         "four_tensor": count_macs(lambda: four.training_step(windows).backward()) / args.train_batch,
         "baseline": count_macs(lambda: base.training_step(windows).backward()) / args.train_batch,
     }
-    wall, cpu = interleaved([lambda r: step(four, opt_four), lambda r: step(base, opt_base)], args.train_repeats,
-                            args.warmup, dev)
+    wall, cpu = interleaved(
+        [lambda r: step(four, opt_four), lambda r: step(base, opt_base)], args.train_repeats, args.warmup, dev
+    )
     results["train"] = {}
     for key, times in (("", wall), ("cpu_", cpu)):
         tr = summary(times[0], times[1], per=args.train_batch)  # seconds per window
-        results["train"].update({
-            f"{key}four_tensor_windows_per_s": 1.0 / tr["four_tensor_s"],
-            f"{key}baseline_windows_per_s": 1.0 / tr["baseline_s"],
-            f"{key}ratio_of_medians": tr["ratio_of_medians"],
-            f"{key}median_pair_ratio": tr["median_pair_ratio"],
-        })
+        results["train"].update(
+            {
+                f"{key}four_tensor_windows_per_s": 1.0 / tr["four_tensor_s"],
+                f"{key}baseline_windows_per_s": 1.0 / tr["baseline_s"],
+                f"{key}ratio_of_medians": tr["ratio_of_medians"],
+                f"{key}median_pair_ratio": tr["median_pair_ratio"],
+            }
+        )
     results["train"]["runs"] = len(wall[0])
     t = results["train"]
-    print(f"training B={args.train_batch}: 4-tensor {t['four_tensor_windows_per_s']:8.1f} windows/s  baseline "
-          f"{t['baseline_windows_per_s']:8.1f} windows/s  ratio {t['ratio_of_medians']:.1f}x "
-          f"(pairs {t['median_pair_ratio']:.1f}x, cpu {t['cpu_ratio_of_medians']:.1f}x)")
+    print(
+        f"training B={args.train_batch}: 4-tensor {t['four_tensor_windows_per_s']:8.1f} windows/s  baseline "
+        f"{t['baseline_windows_per_s']:8.1f} windows/s  ratio {t['ratio_of_medians']:.1f}x "
+        f"(pairs {t['median_pair_ratio']:.1f}x, cpu {t['cpu_ratio_of_medians']:.1f}x)"
+    )
 
     meta = {
         "command": "python -m bench.predictor_speed " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -246,8 +281,14 @@ def main(argv: list[str] | None = None) -> int:
         "macs_per_state": macs,
         "macs_per_training_window": train_macs,
         "mean_live_prefix_tokens": live_prefix,
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
-                    "threads": args.threads, "device": dev, "loadavg": list(os.getloadavg())},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+            "threads": args.threads,
+            "device": dev,
+            "loadavg": list(os.getloadavg()),
+        },
     }
     table = markdown_table(results, args, macs, train_macs)
     print()
@@ -260,8 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def markdown_table(results: dict[str, dict], args: argparse.Namespace, macs: dict[str, float],
-                   train_macs: dict[str, float]) -> str:
+def markdown_table(
+    results: dict[str, dict], args: argparse.Namespace, macs: dict[str, float], train_macs: dict[str, float]
+) -> str:
     rows = [
         "| measurement | 4-tensor | baseline | ratio of medians | median of pair ratios | ratio of CPU-time medians |",
         "|---|---:|---:|---:|---:|---:|",

@@ -62,13 +62,27 @@ def main() -> None:
     ap.add_argument("--states", type=int, default=200)
     ap.add_argument("--seed", type=int, default=2000, help="seed of the test-split states (eval_states)")
     ap.add_argument("--steps", type=int, nargs="+", default=[2, 4, 8])
-    ap.add_argument("--guidance", type=float, nargs="+", default=[None],
-                    help="guidance scales (default: the renderer's); each is run at every step count")
-    ap.add_argument("--set", dest="state_set", choices=("test", "varied"), default="test",
-                    help="test: --states distinct test-split states (seed --seed); varied: the fixed varied set")
+    ap.add_argument(
+        "--guidance",
+        type=float,
+        nargs="+",
+        default=[None],
+        help="guidance scales (default: the renderer's); each is run at every step count",
+    )
+    ap.add_argument(
+        "--set",
+        dest="state_set",
+        choices=("test", "varied"),
+        default="test",
+        help="test: --states distinct test-split states (seed --seed); varied: the fixed varied set",
+    )
     ap.add_argument("--per-count", type=int, default=100, help="varied set: states per object count 1, 2, 3")
-    ap.add_argument("--varied-seed", type=int, default=VARIED_SEED,
-                    help="varied set's seed (the reported one; the renderer's training chose best/ on seed 1000)")
+    ap.add_argument(
+        "--varied-seed",
+        type=int,
+        default=VARIED_SEED,
+        help="varied set's seed (the reported one; the renderer's training chose best/ on seed 1000)",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="also write the rows as one JSON file")
     args = ap.parse_args()
@@ -76,14 +90,20 @@ def main() -> None:
     import world
 
     renderer = Renderer.from_pretrained(args.weights / "renderer", device="cpu")
-    captioner = Captioner.from_pretrained(args.weights / "captioner", device="cpu", domain=get_domain("shapes"))
+    captioner = Captioner.from_pretrained(
+        args.weights / "captioner", device="cpu", domain=get_domain("shapes")
+    )
     if args.state_set == "test":
         states = eval_states(args.seed, args.states)
     else:
         states = varied_states(args.per_count, args.varied_seed)
     groups = scene_groups(states)
-    print(json.dumps({"set": args.state_set, "states": len(states), "by_scene": {k: len(v) for k, v in
-                                                                                groups.items()}}), flush=True)
+    print(
+        json.dumps(
+            {"set": args.state_set, "states": len(states), "by_scene": {k: len(v) for k, v in groups.items()}}
+        ),
+        flush=True,
+    )
     rows = []
     for guidance in args.guidance:
         for steps in args.steps:
@@ -91,18 +111,27 @@ def main() -> None:
             frames: list[np.ndarray] = []
             generator = torch.Generator("cpu").manual_seed(0)
             for i in range(0, len(states), 16):
-                frames += renderer.render(states[i : i + 16], generator=generator, steps=steps, guidance=guidance)
+                frames += renderer.render(
+                    states[i : i + 16], generator=generator, steps=steps, guidance=guidance
+                )
             seconds = (time.perf_counter() - t) / len(states)
             m = evaluate_frames(states, frames, captioner)
             truth = [world.render_state(s, size=f.shape[0]) for s, f in zip(states, frames)]
-            m["ssim_former_trainer"] = float(np.mean([ssim_gaussian_valid(a, b) for a, b in zip(truth, frames)]))
+            m["ssim_former_trainer"] = float(
+                np.mean([ssim_gaussian_valid(a, b) for a, b in zip(truth, frames)])
+            )
             m["ssim_former_eval_world"] = float(np.mean([ssim_uniform7(a, b) for a, b in zip(truth, frames)]))
             read = captioner.caption(list(frames))
             hits = [r.strip() == s.strip() for r, s in zip(read, states)]
-            row = {"steps": steps, "guidance": guidance, "s_per_frame": round(seconds, 4),
-                   **{k: round(v, 4) for k, v in m.items()}}
-            row["roundtrip_by_scene"] = {k: round(float(np.mean([hits[i] for i in idx])), 4)
-                                         for k, idx in groups.items()}
+            row = {
+                "steps": steps,
+                "guidance": guidance,
+                "s_per_frame": round(seconds, 4),
+                **{k: round(v, 4) for k, v in m.items()},
+            }
+            row["roundtrip_by_scene"] = {
+                k: round(float(np.mean([hits[i] for i in idx])), 4) for k, idx in groups.items()
+            }
             row["psnr_by_scene"] = {k: round(psnr(np.stack([truth[i] for i in idx]),
                                                   np.stack([frames[i] for i in idx])), 2)
                                     for k, idx in groups.items()}  # fmt: skip
@@ -111,8 +140,9 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows},
-                                       indent=1))
+        args.out.write_text(
+            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1)
+        )
 
 
 if __name__ == "__main__":

@@ -34,15 +34,20 @@ def load(spec: str) -> tuple[str, Predictor]:
     if not label or not folder or flag not in ("", "mirror"):
         raise SystemExit(f"bad predictor {spec!r}: expected LABEL=WEIGHTS or LABEL=WEIGHTS:mirror")
     domain = domain_of_index(read_model_index(folder))
-    return label, Predictor.from_pretrained(Path(folder) / "predictor", device="cpu", domain=domain,
-                                            mirror=flag == "mirror")
+    return label, Predictor.from_pretrained(
+        Path(folder) / "predictor", device="cpu", domain=domain, mirror=flag == "mirror"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("predictors", nargs="*", default=["plain=weights", "mirror=weights:mirror"],
-                   help="LABEL=WEIGHTS[:mirror] ...; ratios are to the first (default: the shipped predictor "
-                        "with and without mirror averaging)")
+    p.add_argument(
+        "predictors",
+        nargs="*",
+        default=["plain=weights", "mirror=weights:mirror"],
+        help="LABEL=WEIGHTS[:mirror] ...; ratios are to the first (default: the shipped predictor "
+        "with and without mirror averaging)",
+    )
     p.add_argument("--histories", type=int, default=256, help="histories rolled out together (one batch)")
     p.add_argument("--history", type=int, default=8, help="true states per history")
     p.add_argument("--horizon", type=int, default=8)
@@ -63,19 +68,30 @@ def main(argv: list[str] | None = None) -> int:
             wall, cpu = time.perf_counter(), time.process_time()
             model.predict(histories, ns.horizon)
             times[label].append((time.perf_counter() - wall, time.process_time() - cpu))
-    med = {k: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v)) for k, v in times.items()}
+    med = {
+        k: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v)) for k, v in times.items()
+    }
     first = med[next(iter(med))]
     rows = {
         label: {
             "parameters": sum(p.numel() for p in models[label].model.parameters()),
-            "wall_s": round(w, 3), "cpu_s": round(c, 3),
-            "wall_ratio": round(w / first[0], 2), "cpu_ratio": round(c / first[1], 2),
+            "wall_s": round(w, 3),
+            "cpu_s": round(c, 3),
+            "wall_ratio": round(w / first[0], 2),
+            "cpu_ratio": round(c / first[1], 2),
             "ms_per_state": round(1000 * w / (ns.histories * ns.horizon), 3),
         }
         for label, (w, c) in med.items()
     }
-    result = {"predictors": ns.predictors, "histories": ns.histories, "history": ns.history, "horizon": ns.horizon,
-              "threads": ns.threads, "repeats": ns.repeats, "results": rows}
+    result = {
+        "predictors": ns.predictors,
+        "histories": ns.histories,
+        "history": ns.history,
+        "horizon": ns.horizon,
+        "threads": ns.threads,
+        "repeats": ns.repeats,
+        "results": rows,
+    }
     ns.json.parent.mkdir(parents=True, exist_ok=True)
     ns.json.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -194,12 +194,16 @@ def run_load(args: argparse.Namespace) -> None:
         print(f"{args.clients} clients x {args.seconds:g} s on /v1/predict (4 frames in, 4 predicted, default steps, "
               "default settings)")  # fmt: skip
         print(f"  answers: {dict(sorted(codes.items()))}")
-        print(f"  latency of 200s: p50 {percentile(lat, 50):.3f} s, p99 {percentile(lat, 99):.3f} s, n={len(lat)}")
+        print(
+            f"  latency of 200s: p50 {percentile(lat, 50):.3f} s, p99 {percentile(lat, 99):.3f} s, n={len(lat)}"
+        )
         print(f"  RSS: {rss0:.0f} MB before, {rss1:.0f} MB after")
         print(f"  load average: {load_average()}")
         server.stop()
 
-        server = Server(second, fake=args.fake, SEMWORLD_REQUEST_TIMEOUT_S=str(args.timeout), FAKE_STEP_DELAY="0.01")
+        server = Server(
+            second, fake=args.fake, SEMWORLD_REQUEST_TIMEOUT_S=str(args.timeout), FAKE_STEP_DELAY="0.01"
+        )
         step = step_seconds(server.url)
 
         def heavy(c: httpx.Client) -> httpx.Response:  # past the deadline on purpose: 8 frames x 120 steps
@@ -209,7 +213,9 @@ def run_load(args: argparse.Namespace) -> None:
         codes, _ = hammer(server.url, args.clients, args.deadline_seconds, heavy)
         overrun = server.metric("semworld_deadline_overrun_max_seconds")
         units = server.metric("semworld_deadline_overrun_max_steps")
-        print(f"{args.clients} clients x {args.deadline_seconds:g} s of requests past the {args.timeout:g} s deadline")
+        print(
+            f"{args.clients} clients x {args.deadline_seconds:g} s of requests past the {args.timeout:g} s deadline"
+        )
         print(f"  answers: {dict(sorted(codes.items()))}")
         print(f"  one denoising step of the 8-frame batch: {step * 1000:.1f} ms; longest the model stayed busy past a deadline: "
               f"{overrun * 1000:.1f} ms ({overrun / step:.2f} measured steps); worst overrun in units of the "
@@ -247,8 +253,10 @@ def run_issue(args: argparse.Namespace) -> None:
                 freed = time.perf_counter() - t0
                 print(f"{name}: {r.status_code} at {answered:.2f} s; the next request answered "
                       f"({free.status_code}) at {freed:.2f} s")  # fmt: skip
-        print(f"longest past a deadline: {server.metric('semworld_deadline_overrun_max_seconds') * 1000:.0f} ms, "
-              f"{server.metric('semworld_deadline_overrun_max_steps'):.2f} of the step then running")
+        print(
+            f"longest past a deadline: {server.metric('semworld_deadline_overrun_max_seconds') * 1000:.0f} ms, "
+            f"{server.metric('semworld_deadline_overrun_max_steps'):.2f} of the step then running"
+        )
         print(f"load average after: {load_average()}")
         server.stop()
 

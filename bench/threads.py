@@ -51,12 +51,19 @@ def one_setting(threads: int, repeats: int, weights: str, env: dict[str, str] | 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--threads", default=f"1,{os.cpu_count() or 1}", help="torch threads to try, comma-separated")
+    p.add_argument(
+        "--threads", default=f"1,{os.cpu_count() or 1}", help="torch threads to try, comma-separated"
+    )
     p.add_argument("--busy", default="0,1,2", help="busy-loop processes beside the pipeline, comma-separated")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--weights", default=str(REPO / "weights"))
-    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                   help="an environment variable for the pipeline's process (e.g. OMP_WAIT_POLICY=PASSIVE)")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for the pipeline's process (e.g. OMP_WAIT_POLICY=PASSIVE)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     threads = sorted({int(t) for t in args.threads.split(",")})

@@ -209,7 +209,9 @@ class BaselineModel(nn.Module):
         cfg = self.config
         expected = f"(B, {n_sentences}, {cfg.N})"
         if not isinstance(token_ids, Tensor):
-            raise ValueError(f"{what} must be a LongTensor of shape {expected}, got {type(token_ids).__name__}")
+            raise ValueError(
+                f"{what} must be a LongTensor of shape {expected}, got {type(token_ids).__name__}"
+            )
         if token_ids.dtype not in (torch.int64, torch.int32):
             raise ValueError(f"{what} must hold integer token ids, got dtype {token_ids.dtype}")
         shape = tuple(token_ids.shape)
@@ -331,7 +333,9 @@ class BaselineModel(nn.Module):
                 logits = self.readout(out.last_hidden_state[:, -1])  # (B, V2)
             else:
                 logits = self.forward_last(ids, mask)  # (B, V2), whole sequence recomputed
-            gold_k = packed.gold[:, k] if k < packed.gold.shape[1] else torch.full_like(next_pos, cfg.padding_idx)
+            gold_k = (
+                packed.gold[:, k] if k < packed.gold.shape[1] else torch.full_like(next_pos, cfg.padding_idx)
+            )
             active = k < packed.gold_len  # (B,)
             if bool(active.any()):
                 ce = F.cross_entropy(logits[active], gold_k[active], reduction="sum")
@@ -459,7 +463,9 @@ class BaselineModel(nn.Module):
         save_model(self, directory, MODEL_KIND)
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, map_location: str | torch.device = "cpu") -> BaselineModel:
+    def from_pretrained(
+        cls, directory: str | Path, map_location: str | torch.device = "cpu"
+    ) -> BaselineModel:
         return load_model(cls, BaselineConfig, directory, MODEL_KIND, map_location)
 
 

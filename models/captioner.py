@@ -36,8 +36,10 @@ class CaptionerConfig:
 
     def __post_init__(self) -> None:
         if self.image_size < 8 or self.image_size % self.patch_size:
-            raise ValueError(f"image_size ({self.image_size}) must be >= 8 and a multiple of patch_size "
-                             f"({self.patch_size})")
+            raise ValueError(
+                f"image_size ({self.image_size}) must be >= 8 and a multiple of patch_size "
+                f"({self.patch_size})"
+            )
         if self.hidden % self.heads or self.hidden % 4:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) and by 4")
         for name in ("vision_layers", "text_layers", "mlp_ratio"):
@@ -76,16 +78,26 @@ def build_blip(config: CaptionerConfig, tokenizer):  # -> transformers.BlipForCo
     bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
     blip_config = BlipConfig(
         vision_config=dict(
-            hidden_size=config.hidden, intermediate_size=config.mlp_ratio * config.hidden,
-            num_hidden_layers=config.vision_layers, num_attention_heads=config.heads,
-            image_size=config.image_size, patch_size=config.patch_size,
+            hidden_size=config.hidden,
+            intermediate_size=config.mlp_ratio * config.hidden,
+            num_hidden_layers=config.vision_layers,
+            num_attention_heads=config.heads,
+            image_size=config.image_size,
+            patch_size=config.patch_size,
             initializer_range=0.02,  # BLIP's default (1e-10) starts the image tower at zero: it learns far slower
         ),
         text_config=dict(
-            vocab_size=len(tokenizer), hidden_size=config.hidden, intermediate_size=config.mlp_ratio * config.hidden,
-            num_hidden_layers=config.text_layers, num_attention_heads=config.heads,
-            max_position_embeddings=config.max_positions, encoder_hidden_size=config.hidden,
-            bos_token_id=bos, eos_token_id=eos, sep_token_id=eos, pad_token_id=pad,
+            vocab_size=len(tokenizer),
+            hidden_size=config.hidden,
+            intermediate_size=config.mlp_ratio * config.hidden,
+            num_hidden_layers=config.text_layers,
+            num_attention_heads=config.heads,
+            max_position_embeddings=config.max_positions,
+            encoder_hidden_size=config.hidden,
+            bos_token_id=bos,
+            eos_token_id=eos,
+            sep_token_id=eos,
+            pad_token_id=pad,
         ),
         projection_dim=config.hidden,
         image_text_hidden_size=config.hidden,

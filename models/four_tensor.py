@@ -77,7 +77,9 @@ class FourTensorConfig(PredictorConfig):
             self.memory = TensorMemoryConfig.from_dict({"d_emb": self.d_x * self.d_t, **self.memory})
         if self.memory is not None:
             if not isinstance(self.memory, TensorMemoryConfig):
-                raise ValueError(f"FourTensorConfig.memory must be a TensorMemoryConfig or None, got {self.memory!r}")
+                raise ValueError(
+                    f"FourTensorConfig.memory must be a TensorMemoryConfig or None, got {self.memory!r}"
+                )
             if self.memory.d_emb != self.d_x * self.d_t:
                 raise ValueError(
                     f"FourTensorConfig.memory.d_emb must be d_x * d_t = {self.d_x * self.d_t}, got {self.memory.d_emb}"
@@ -264,7 +266,9 @@ class FourTensorAttention(nn.Module):
         Y = F.linear(X_flat, W.reshape(H * d, d))  # (B, NT, H*d), a view of W: no copy
         return rearrange(Y, "b s (h d) -> b h s d", h=H)
 
-    def probabilities(self, X: Tensor, key_mask: Tensor, future_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def probabilities(
+        self, X: Tensor, key_mask: Tensor, future_mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Attention weights (B, H, NT, NT) over flat slots s = x * T + t, and the values V (B, H, NT, d).
 
         key_mask (B, N, T) is True at padding keys: their scores get the dtype's smallest finite value, so a
@@ -330,7 +334,9 @@ class FourTensorAttention(nn.Module):
         Q, K, V = (rearrange(Z, "b s (h d) -> b h s d", h=H) for Z in (Q, K, V))  # (B, H, W, d) views
         if not torch.is_grad_enabled():
             bias = torch.zeros(step.excluded.shape, dtype=Q.dtype, device=Q.device)
-            bias = bias.masked_fill(step.key_pad, torch.finfo(Q.dtype).min).masked_fill(step.excluded, float("-inf"))
+            bias = bias.masked_fill(step.key_pad, torch.finfo(Q.dtype).min).masked_fill(
+                step.excluded, float("-inf")
+            )
             heads = F.scaled_dot_product_attention(Q, K, V, attn_mask=bias, scale=self.scale)
         else:
             scores = self.scale * (Q @ K.transpose(-1, -2))  # (B, H, W_q, W_k)
@@ -449,7 +455,9 @@ class FourTensorModel(nn.Module):
         self.input_construction = InputConstruction(c)
         self.layers = nn.ModuleList(FourTensorLayer(c) for _ in range(c.n_layers))
         self.final_norm = nn.LayerNorm(c.d)  # readout-boundary norm on the raw residual sum
-        self.W_prime = nn.Parameter(torch.empty(c.d_t, c.vocab_size))  # (d_t, V), temporal factor of the readout
+        self.W_prime = nn.Parameter(
+            torch.empty(c.d_t, c.vocab_size)
+        )  # (d_t, V), temporal factor of the readout
         nn.init.xavier_uniform_(self.W_prime)
         s = torch.arange(c.N * c.T)
         t_of = s % c.T  # flat slot s = x * T + t
@@ -469,7 +477,9 @@ class FourTensorModel(nn.Module):
         c = self.config
         expected = f"(B, {what}, N) = (B, {n_sentences}, {c.N}) with B >= 1"
         if not isinstance(token_ids, Tensor):
-            raise ValueError(f"token_ids: expected a LongTensor of shape {expected}, got {type(token_ids).__name__}")
+            raise ValueError(
+                f"token_ids: expected a LongTensor of shape {expected}, got {type(token_ids).__name__}"
+            )
         if token_ids.dim() != 3 or token_ids.shape[0] < 1 or tuple(token_ids.shape[1:]) != (n_sentences, c.N):
             raise ValueError(f"token_ids: expected shape {expected}, got {tuple(token_ids.shape)}")
         if token_ids.dtype not in (torch.int64, torch.int32):
@@ -511,7 +521,9 @@ class FourTensorModel(nn.Module):
         live = ~pad
         if c.slice_causal:
             live_t = live.any(dim=1)  # (B, T)
-            first = torch.where(live_t.any(dim=1), live_t.int().argmax(dim=1), c.T)  # (B,) first live sentence
+            first = torch.where(
+                live_t.any(dim=1), live_t.int().argmax(dim=1), c.T
+            )  # (B,) first live sentence
             t_idx = torch.arange(c.T, device=pad.device)
             keys = live | (t_idx < first[:, None, None])  # (B, N, T)
         else:
@@ -563,8 +575,14 @@ class FourTensorModel(nn.Module):
             raise ValueError("this FourTensorModel has no memory (config.memory is None)")
         return self.memory.init_state(batch_size, device)
 
-    def _memory_tap(self, tap: MemoryTap, X: Tensor, state: MemoryState, writes: Tensor | None,
-                    recall: tuple[Tensor, list[Tensor]] | None = None) -> tuple[Tensor, MemoryState]:
+    def _memory_tap(
+        self,
+        tap: MemoryTap,
+        X: Tensor,
+        state: MemoryState,
+        writes: Tensor | None,
+        recall: tuple[Tensor, list[Tensor]] | None = None,
+    ) -> tuple[Tensor, MemoryState]:
         """Between attention and MLP: X (B, N, T, d_x, d_t) + sigmoid(gate) * read, and slice 0 written.
 
         writes (B,) bool or None (all): rows whose slice 0 is a real sentence; other rows keep their state, so a
@@ -580,14 +598,17 @@ class FourTensorModel(nn.Module):
         if not self.memory_read_off:
             reads = self.memory.read(state.h, rearrange(u, "b x t d -> b (x t) d"))  # (B, N*T, d): every slot
             X = X + torch.sigmoid(tap.gate) * reads.view(B, N, T, d_x, d_t)
-        _, new = self.memory(u[:, :, 0], state)  # (B, N, d) tokens of the leaving sentence, chunks of chunk_size
+        _, new = self.memory(
+            u[:, :, 0], state
+        )  # (B, N, d) tokens of the leaving sentence, chunks of chunk_size
         if writes is not None:
             keep = ~writes[:, None, None, None, None]  # (B, 1, 1, 1, 1)
             new = MemoryState(torch.where(keep, state.h, new.h), torch.where(keep, state.c, new.c))
         return X, new
 
-    def memory_hidden_states(self, token_ids: Tensor, state: MemoryState | None,
-                             recall: list[Tensor] | None = None) -> tuple[Tensor, MemoryState]:
+    def memory_hidden_states(
+        self, token_ids: Tensor, state: MemoryState | None, recall: list[Tensor] | None = None
+    ) -> tuple[Tensor, MemoryState]:
         """token_ids (B, T, N), state (h, c) or None (zeros) -> X_norm (B, N, T, d_x, d_t) and the state after
         this window's writes. The dense path: every slot, memory taps between attention and MLP. recall: a list
         that receives, per memory layer, the reads (B, N, d) of the last slice's slots from the state as it came
@@ -606,7 +627,9 @@ class FourTensorModel(nn.Module):
         for i, layer in enumerate(cast(list[FourTensorLayer], list(self.layers))):
             X = layer.attend(X, key_mask, future)
             if str(i) in self.memory_taps:
-                X, state = self._memory_tap(cast(MemoryTap, self.memory_taps[str(i)]), X, state, writes, incoming)
+                X, state = self._memory_tap(
+                    cast(MemoryTap, self.memory_taps[str(i)]), X, state, writes, incoming
+                )
             X = X + layer.dropout(layer.mlp(X))
         return fiber_norm(self.final_norm, X), state
 
@@ -634,8 +657,14 @@ class FourTensorModel(nn.Module):
             wanted[:, :, :-1] = False
         return tgt, wanted
 
-    def window_loss(self, token_ids_full: Tensor, state: MemoryState | None, last_only: bool = False,
-                    previous: Tensor | None = None, recall_weight: float = 0.0) -> tuple[Tensor, Tensor, MemoryState]:
+    def window_loss(
+        self,
+        token_ids_full: Tensor,
+        state: MemoryState | None,
+        last_only: bool = False,
+        previous: Tensor | None = None,
+        recall_weight: float = 0.0,
+    ) -> tuple[Tensor, Tensor, MemoryState]:
         """(B, T+1, N) window and the memory before it -> summed CE over S(1..T) (padding ignored; with
         last_only over S(T) alone), the number of targets, and the state after the window (still attached to the
         graph: truncation is the caller's).
@@ -669,7 +698,9 @@ class FourTensorModel(nn.Module):
                 "memory (config.memory is None); build it with the memory config that was saved beside them"
             )
         if strict and not has_memory and self.memory is not None:
-            raise ValueError("this model has a tensor memory (config.memory) but the weights hold none (memory.*)")
+            raise ValueError(
+                "this model has a tensor memory (config.memory) but the weights hold none (memory.*)"
+            )
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def forward(self, token_ids: Tensor) -> Tensor:
@@ -713,8 +744,9 @@ class FourTensorModel(nn.Module):
         return self.score_memory(token_ids_full, None)[0]
 
     @torch.no_grad()
-    def score_memory(self, token_ids_full: Tensor, state: MemoryState | None) -> tuple[dict[str, float],
-                                                                                        MemoryState | None]:
+    def score_memory(
+        self, token_ids_full: Tensor, state: MemoryState | None
+    ) -> tuple[dict[str, float], MemoryState | None]:
         """Batch sums for evaluation; the caller adds them up over batches and divides.
 
         selection_loss_sum / selection_count: window CE over S(1..T). last_ce_sum / last_tokens: L_S(T) on the
@@ -739,8 +771,9 @@ class FourTensorModel(nn.Module):
         last = logits[row[:, :, -1]]  # (B, N, V): the slice that predicts S(T)
         gold = token_ids_full[:, -1, :]  # (B, N)
         live = gold != c.padding_idx
-        last_ce = F.cross_entropy(last.reshape(-1, c.vocab_size), gold.reshape(-1), ignore_index=c.padding_idx,
-                                  reduction="sum")
+        last_ce = F.cross_entropy(
+            last.reshape(-1, c.vocab_size), gold.reshape(-1), ignore_index=c.padding_idx, reduction="sum"
+        )
         correct = ((last.argmax(dim=-1) == gold) & live).sum()
         pred = self._decode(last)
         gold_cut = cut_at_end(gold, c.end_ids, c.padding_idx)
@@ -785,8 +818,9 @@ class FourTensorModel(nn.Module):
         return fiber_norm(self.final_norm, layers[-1].last_slice(X, key_mask))  # (B, N, d_x, d_t)
 
     @torch.no_grad()
-    def next_logits(self, token_ids: Tensor, state: object | None = None, readout: Tensor | None = None) -> tuple[
-            Tensor, object | None]:
+    def next_logits(
+        self, token_ids: Tensor, state: object | None = None, readout: Tensor | None = None
+    ) -> tuple[Tensor, object | None]:
         """(B, T, N) window -> the logits (B, N, V) of the next state S(T), slot by slot, and the recurrent state.
 
         The numbers predict_next decodes (it is their argmax, cut at the first end id); a caller that wants
@@ -807,8 +841,9 @@ class FourTensorModel(nn.Module):
         return logits.clone(), state  # a normal tensor again
 
     @torch.no_grad()
-    def decode_step(self, token_ids: Tensor, readout: Tensor, state: object | None = None) -> tuple[
-            Tensor, object | None]:
+    def decode_step(
+        self, token_ids: Tensor, readout: Tensor, state: object | None = None
+    ) -> tuple[Tensor, object | None]:
         """One rollout step: (B, T, N) window and the readout matrix M (d, V) that the caller materialised once
         for the whole rollout (paper 3.5.1) -> next state ids (B, N) and the recurrent state, like predict_next.
 
@@ -824,8 +859,9 @@ class FourTensorModel(nn.Module):
         return self._decode(X_last.flatten(-2) @ readout), state  # (B, N, V) -> (B, N)
 
     @torch.no_grad()
-    def predict_next(self, token_ids: Tensor, state: object | None = None, readout: Tensor | None = None) -> tuple[
-            Tensor, object | None]:
+    def predict_next(
+        self, token_ids: Tensor, state: object | None = None, readout: Tensor | None = None
+    ) -> tuple[Tensor, object | None]:
         """(B, T, N) window -> next state S(T) ids (B, N), padded with padding_idx, and the recurrent state.
 
         Only the last slice of the logits is formed, on the slots that can reach it (packed_hidden_states); the
@@ -859,7 +895,9 @@ class FourTensorModel(nn.Module):
         save_model(self, directory, MODEL_KIND)
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, map_location: str | torch.device = "cpu") -> FourTensorModel:
+    def from_pretrained(
+        cls, directory: str | Path, map_location: str | torch.device = "cpu"
+    ) -> FourTensorModel:
         """Rebuild the model from config.json and model.safetensors in directory."""
         from models.hub import load_model
 

@@ -78,7 +78,9 @@ def load_model(
     try:
         model.load_state_dict(load_file(str(weights), device=str(map_location)))
     except RuntimeError as err:
-        raise ValueError(f"{weights}: weights do not match {CONFIG_NAME}: {str(err).splitlines()[0]}") from None
+        raise ValueError(
+            f"{weights}: weights do not match {CONFIG_NAME}: {str(err).splitlines()[0]}"
+        ) from None
     return model.to(map_location)
 
 

@@ -139,27 +139,51 @@ class Recipe:
         if self.mix and self.stage != "predictor":
             raise ValueError(f"recipe {self.name!r}: only a predictor recipe mixes world data")
         for part in self.mix:
-            if (len(part) not in (3, 4) or not isinstance(part[0], str) or not isinstance(part[1], int)
-                    or part[1] < 1 or (len(part) == 4 and not (isinstance(part[3], int) and part[3] >= 2))):
-                raise ValueError(f"recipe {self.name!r}: a mix part is (scenarios, clips >= 1, seed offset) or "
-                                 f"(scenarios, clips >= 1, seed offset, length >= 2), got {part!r}")
+            if (
+                len(part) not in (3, 4)
+                or not isinstance(part[0], str)
+                or not isinstance(part[1], int)
+                or part[1] < 1
+                or (len(part) == 4 and not (isinstance(part[3], int) and part[3] >= 2))
+            ):
+                raise ValueError(
+                    f"recipe {self.name!r}: a mix part is (scenarios, clips >= 1, seed offset) or "
+                    f"(scenarios, clips >= 1, seed offset, length >= 2), got {part!r}"
+                )
         object.__setattr__(self, "train", MappingProxyType(dict(self.train)))
         object.__setattr__(self, "data", MappingProxyType(dict(self.data)))
 
 
-_QUICK_CAPTIONER = CaptionerConfig(image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
+_QUICK_CAPTIONER = CaptionerConfig(
+    image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2
+)
 # weights/renderer's network, every phase: 80 px frames into a 5 x 5 latent (one latent pixel per world cell).
-_RENDERER = RendererConfig(image_size=80, vae_channels=(8, 16, 32, 64, 64), vae_latent_channels=8,
-                           unet_channels=(64, 128, 128), text_width=128)
+_RENDERER = RendererConfig(
+    image_size=80,
+    vae_channels=(8, 16, 32, 64, 64),
+    vae_latent_channels=8,
+    unet_channels=(64, 128, 128),
+    text_width=128,
+)
 _QUICK_RENDERER = RendererConfig(
     image_size=32, vae_channels=(8, 16), unet_channels=(16, 32), text_width=32, text_layers=1
 )
 
 # The training arguments every 8-state-window phase of weights/predictor shares (phase 4 on); each phase adds
 # its epochs, rate and warmup.
-_T8_TRAIN: dict[str, Any] = {"model": "four_tensor", "epochs": 1, "batch_size": 32, "val_fraction": 0.05,
-                             "lr_schedule": "cosine", "min_lr_ratio": 0.05, "target_slices": "last", "memory": True,
-                             "bptt_windows": 8, "forget_bias": 1.0, "min_history": 4}
+_T8_TRAIN: dict[str, Any] = {
+    "model": "four_tensor",
+    "epochs": 1,
+    "batch_size": 32,
+    "val_fraction": 0.05,
+    "lr_schedule": "cosine",
+    "min_lr_ratio": 0.05,
+    "target_slices": "last",
+    "memory": True,
+    "bptt_windows": 8,
+    "forget_bias": 1.0,
+    "min_history": 4,
+}
 
 RECIPES: dict[str, Recipe] = _by_name(
     # weights/captioner: 36 epochs from scratch (the defaults), then a short fine-tune on jittered and natively

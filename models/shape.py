@@ -48,7 +48,11 @@ class PredictorConfig(PredictorShape):
     def __post_init__(self) -> None:
         super().__post_init__()
         owner = type(self).__name__
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, int | float) or not 0 <= self.dropout < 1:
+        if (
+            isinstance(self.dropout, bool)
+            or not isinstance(self.dropout, int | float)
+            or not 0 <= self.dropout < 1
+        ):
             raise ValueError(f"{owner}.dropout must be a number in [0, 1), got {self.dropout!r}")
         self.dropout = float(self.dropout)
         if (

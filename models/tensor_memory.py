@@ -80,7 +80,9 @@ class TensorMemoryConfig:
             )
         self.mem_shape = (int(shape[0]), int(shape[1]), int(shape[2]))
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
-            raise ValueError(f"TensorMemoryConfig.chunk_size must be an integer >= 1, got {self.chunk_size!r}")
+            raise ValueError(
+                f"TensorMemoryConfig.chunk_size must be an integer >= 1, got {self.chunk_size!r}"
+            )
         for name in ("sigma_scale", "initial_sigma_bias", "gate_init", "forget_bias", "min_sigma"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -240,7 +242,9 @@ def memory_scan(
     reads: list[Tensor] = []
     for start in range(0, S, block_size):
         for t in range(start, min(start + block_size, S)):
-            r, state = memory_step(conv, grid, state, read_coords[:, t], write_coords[:, t], content[:, t], sigma[:, t])
+            r, state = memory_step(
+                conv, grid, state, read_coords[:, t], write_coords[:, t], content[:, t], sigma[:, t]
+            )
             reads.append(r)
     if not reads:
         return read_coords.new_zeros(read_coords.shape[0], 0, content.shape[-1]), state
@@ -267,8 +271,14 @@ class TensorMemoryEmbedder(nn.Module):
     collapsing to a point before it has anything to spread.
     """
 
-    def __init__(self, d_emb: int, mem_channels: int, sigma_scale: float = 1.0, initial_sigma_bias: float = 1.0,
-                 min_sigma: float = 0.0):
+    def __init__(
+        self,
+        d_emb: int,
+        mem_channels: int,
+        sigma_scale: float = 1.0,
+        initial_sigma_bias: float = 1.0,
+        min_sigma: float = 0.0,
+    ):
         super().__init__()
         self.sigma_scale = sigma_scale
         self.min_sigma = min_sigma  # beyond the seed: a floor on the spread (0: the seed's eps alone)
@@ -314,8 +324,9 @@ class TensorMemoryInterface(nn.Module):
             else:
                 logger.info("tensor memory: compile=True but Triton is not available; the scan runs eagerly")
 
-    def init_state(self, batch_size: int, device: torch.device | str | None = None,
-                   dtype: torch.dtype | None = None) -> MemoryState:
+    def init_state(
+        self, batch_size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> MemoryState:
         """Zeros: h and c, each (B, C, D, H, W)."""
         C, (D, H, W) = self.config.mem_channels, self.config.mem_shape
         dtype = dtype or self.out_proj.weight.dtype
@@ -345,8 +356,9 @@ class TensorMemoryInterface(nn.Module):
             state = self.init_state(B, tokens.device, tokens.dtype)
         read_in, write_in = self.chunk(tokens)  # (B, S, E) each
         content, sigma = self.embedder(write_in)  # (B, S, C), (B, S, 1)
-        reads, state = self._scan(self.conv, self.grid_cache, state, self.coords(read_in), self.coords(write_in),
-                                  content, sigma)  # (B, S, C)
+        reads, state = self._scan(
+            self.conv, self.grid_cache, state, self.coords(read_in), self.coords(write_in), content, sigma
+        )  # (B, S, C)
         out = self.out_proj(reads)  # (B, S, E)
         out = out.repeat_interleave(self.config.chunk_size, dim=1)[:, :n]  # (B, n, E): broadcast, then trim
         return out, state

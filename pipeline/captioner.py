@@ -32,7 +32,12 @@ logger = logging.getLogger(__name__)
 # says: room for a sentence of a real captioner's sub-word pieces.
 DEFAULT_MAX_NEW_TOKENS = 40
 
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json")
 
 
@@ -66,7 +71,9 @@ def _check_checkpoint_dir(directory: Path) -> None:
             "(nor an image_processor entry in processor_config.json)"
         )
     if not any((directory / name).is_file() for name in _TOKENIZER_FILES):
-        raise UserError(f"captioner weights directory {directory} has no tokenizer (tokenizer.json or vocab.txt)")
+        raise UserError(
+            f"captioner weights directory {directory} has no tokenizer (tokenizer.json or vocab.txt)"
+        )
 
 
 class Captioner:
@@ -175,7 +182,9 @@ class Captioner:
         # Tokens up to and including the first end token count; the padding after it does not.
         before_end = (is_end.long().cumsum(dim=1) - is_end.long()) == 0  # (B, G)
         counted = before_end.float()
-        mean = (logp.float().masked_fill(~before_end, 0.0).sum(dim=1) / counted.sum(dim=1).clamp(min=1)).tolist()
+        mean = (
+            logp.float().masked_fill(~before_end, 0.0).sum(dim=1) / counted.sum(dim=1).clamp(min=1)
+        ).tolist()
         decoded = self.processor.batch_decode(sequences, skip_special_tokens=True)  # type: ignore[attr-defined]
         return [(self.spell(t), float(c)) for t, c in zip(decoded, mean, strict=True)]
 
@@ -190,7 +199,9 @@ def _as_frame_list(frames: Sequence[np.ndarray] | np.ndarray) -> list[np.ndarray
         if frames.ndim == 3:
             frames = frames[None]
         if frames.ndim != 4:
-            raise ValueError(f"frames must be (H, W, 3) or (B, H, W, 3), got an array of shape {frames.shape}")
+            raise ValueError(
+                f"frames must be (H, W, 3) or (B, H, W, 3), got an array of shape {frames.shape}"
+            )
         frames = list(frames)
     images = list(frames)
     for i, frame in enumerate(images):

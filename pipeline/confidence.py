@@ -23,7 +23,10 @@ def unsure(confidence: float | None, parses: bool | None, threshold: float | Non
 
 
 def clip_warning(
-    confidences: Sequence[float | None], parses: Sequence[bool | None], threshold: float | None, domain: Domain
+    confidences: Sequence[float | None],
+    parses: Sequence[bool | None],
+    threshold: float | None,
+    domain: Domain,
 ) -> str | None:
     """The one warning for a clip most of whose read states are unsure, else None."""
     n = len(confidences)

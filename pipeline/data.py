@@ -201,8 +201,13 @@ class WindowSet:
         )
 
 
-def make_windows(sequences: Sequence[StateSequence], tokenizer: StateTokenizer, T: int, N: int,
-                 min_history: int | None = None) -> WindowSet:
+def make_windows(
+    sequences: Sequence[StateSequence],
+    tokenizer: StateTokenizer,
+    T: int,
+    N: int,
+    min_history: int | None = None,
+) -> WindowSet:
     """Slide a window of T+1 states with stride 1 over each sequence (L states give max(0, L-T) windows).
 
     A ROCStories story (5 sentences) gives exactly one window when T = 4. With min_history = m < T, each

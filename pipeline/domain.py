@@ -183,7 +183,9 @@ def get_domain(name: str | Domain | None = None) -> Domain:
         factory = eps[key].load()
     domain = factory()
     if not isinstance(domain, Domain):
-        raise TypeError(f"domain {name!r}: {factory!r} did not make a Domain (missing members of the protocol)")
+        raise TypeError(
+            f"domain {name!r}: {factory!r} did not make a Domain (missing members of the protocol)"
+        )
     _instances[key] = domain
     return domain
 

@@ -67,7 +67,9 @@ def states_document(output: WorldModelOutput) -> dict[str, Any]:
     parses = list(output.observed_parses) or [None] * n_obs
     steps: list[dict[str, Any]] = [
         {"step": i, "kind": "observed", "state": s, "frame_index": idx, "confidence": c, "parses": ok}
-        for i, (s, idx, c, ok) in enumerate(zip(output.observed_states, indices, confidence, parses, strict=True))
+        for i, (s, idx, c, ok) in enumerate(
+            zip(output.observed_states, indices, confidence, parses, strict=True)
+        )
     ]
     predicted_parses = list(output.predicted_parses) or [None] * len(output.predicted_states)
     steps += [
@@ -96,7 +98,9 @@ UNSURE_COLOUR = (235, 160, 30)  # amber: a read the captioner was unsure of, and
 STRIP_MAX_WIDTH = 1600  # px: longer runs wrap onto more rows
 
 
-def fit(frame: np.ndarray, width: int, height: int, background: tuple[int, int, int] = (255, 255, 255)) -> Image.Image:
+def fit(
+    frame: np.ndarray, width: int, height: int, background: tuple[int, int, int] = (255, 255, 255)
+) -> Image.Image:
     """`frame` scaled to fit a width x height box, aspect kept (a square frame in a wide box gets side bands)."""
     img = Image.fromarray(frame)
     scale = min(width / img.width, height / img.height)
@@ -118,7 +122,11 @@ def _tile(frame: np.ndarray | None, state: str, label: str, height: int, width: 
     state_lines = textwrap.wrap(state, width=chars) or [""]
     said = [] if changes is None else list(changes) or ["no change"]
     change_lines = [line for c in said for line in textwrap.wrap(c, width=chars, subsequent_indent="  ")]
-    lines = [(label, colour), *[(t, (20, 20, 20)) for t in state_lines], *[(t, (120, 120, 120)) for t in change_lines]]
+    lines = [
+        (label, colour),
+        *[(t, (20, 20, 20)) for t in state_lines],
+        *[(t, (120, 120, 120)) for t in change_lines],
+    ]
     tile = Image.new("RGB", (width, height + 14 * len(lines) + 8), "white")
     if frame is not None:
         tile.paste(fit(frame, width, height), (0, 0))
@@ -169,9 +177,16 @@ def make_strip(
     frames = [*(observed_frames[i] if i < len(observed_frames) else None for i in range(n)),
               *(predicted_frames[j] if j < len(predicted_frames) else None for j in range(len(predicted_states)))]  # fmt: skip
     tiles = [
-        _tile(frames[t], state, f"{'observed' if t < n else 'predicted'} t={t}", height, width,
-              OBSERVED_COLOUR if t < n else PREDICTED_COLOUR, changes[t] if changes and t else None,
-              bool(unsure and t < len(unsure) and unsure[t]))  # fmt: skip
+        _tile(
+            frames[t],
+            state,
+            f"{'observed' if t < n else 'predicted'} t={t}",
+            height,
+            width,
+            OBSERVED_COLOUR if t < n else PREDICTED_COLOUR,
+            changes[t] if changes and t else None,
+            bool(unsure and t < len(unsure) and unsure[t]),
+        )  # fmt: skip
         for t, state in enumerate(steps)
     ]
     gap, bar = 2, 6
@@ -226,7 +241,9 @@ def story_frames(output: WorldModelOutput, side: int = 256) -> list[np.ndarray]:
     aspect = ref.shape[1] / ref.shape[0]
     size = (side, max(16, round(side / aspect))) if aspect >= 1 else (max(16, round(side * aspect)), side)
     size = (size[0] + size[0] % 2, size[1] + size[1] % 2)
-    out = [_labelled(f, f"observed t={first + i}", OBSERVED_COLOUR, size, False) for i, f in enumerate(context)]
+    out = [
+        _labelled(f, f"observed t={first + i}", OBSERVED_COLOUR, size, False) for i, f in enumerate(context)
+    ]
     out += [_labelled(f, f"forecast t={n + j}", PREDICTED_COLOUR, size, True)
             for j, f in enumerate(output.predicted_frames)]  # fmt: skip
     return out
@@ -237,8 +254,13 @@ def side_by_side(predicted: Sequence[np.ndarray], truth: Sequence[np.ndarray], f
     """Forecast (left) and truth (right) per step, as many steps as both have."""
     size = (side, side)
     return [
-        np.concatenate([_labelled(p, f"forecast t={first_step + j}", PREDICTED_COLOUR, size, True),
-                        _labelled(t, f"truth t={first_step + j}", (60, 140, 60), size, False)], axis=1)  # fmt: skip
+        np.concatenate(
+            [
+                _labelled(p, f"forecast t={first_step + j}", PREDICTED_COLOUR, size, True),
+                _labelled(t, f"truth t={first_step + j}", (60, 140, 60), size, False),
+            ],
+            axis=1,
+        )  # fmt: skip
         for j, (p, t) in enumerate(zip(predicted, truth))
     ]
 

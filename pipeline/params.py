@@ -28,13 +28,23 @@ class ForecastParams(BaseModel):
     horizon: int = Field(8, ge=1, le=HORIZON_MAX, description="states to predict")
     stride: int | None = Field(None, ge=1, le=STRIDE_MAX, description="take every K-th frame of the clip")
     state_rate: float | None = Field(
-        None, gt=0, le=STATE_RATE_MAX, allow_inf_nan=False, description="or: take frames this many times a second"
+        None,
+        gt=0,
+        le=STATE_RATE_MAX,
+        allow_inf_nan=False,
+        description="or: take frames this many times a second",
     )
     context: int | None = Field(None, ge=1, description="observe only the first N sampled states of the clip")
     seed: int = Field(0, ge=0, le=SEED_MAX, description="renderer seed")
-    steps: int | None = Field(None, ge=1, le=STEPS_MAX, description="denoising steps (default: the renderer's)")
+    steps: int | None = Field(
+        None, ge=1, le=STEPS_MAX, description="denoising steps (default: the renderer's)"
+    )
     guidance: float | None = Field(
-        None, ge=0, le=GUIDANCE_MAX, allow_inf_nan=False, description="guidance scale (default: the renderer's)"
+        None,
+        ge=0,
+        le=GUIDANCE_MAX,
+        allow_inf_nan=False,
+        description="guidance scale (default: the renderer's)",
     )
 
     @model_validator(mode="after")

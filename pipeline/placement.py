@@ -83,7 +83,9 @@ class Placement:
     def describe(self, stages: Iterable[str] = STAGES) -> str:
         """'captioner cuda:0 bfloat16, predictor ...' for the log, of the `stages` that are loaded."""
         wanted = set(stages)
-        parts = [f"{s} {self[s].device} {str(self[s].dtype).removeprefix('torch.')}" for s in STAGES if s in wanted]
+        parts = [
+            f"{s} {self[s].device} {str(self[s].dtype).removeprefix('torch.')}" for s in STAGES if s in wanted
+        ]
         compiled = self.compile and "predictor" in wanted
         return ", ".join(parts) + (", predictor compiled" if compiled else "")
 

@@ -27,7 +27,9 @@ from pipeline.symmetry import MirrorAveraged, mirror_for
 from pipeline.tokenizer import PAD_ID, StateTokenizer
 from pipeline.utils import UserError, resolve_device
 
-Step = Callable[[torch.Tensor, torch.Tensor, object | None], tuple[torch.Tensor, object | None]]  # (w, M, state)
+Step = Callable[
+    [torch.Tensor, torch.Tensor, object | None], tuple[torch.Tensor, object | None]
+]  # (w, M, state)
 Advance = Callable[[torch.Tensor, object | None], tuple[torch.Tensor, object | None]]  # (window, state)
 
 logger = logging.getLogger(__name__)
@@ -78,7 +80,9 @@ class Predictor:
             try:
                 self._compiled = torch.compile(self._eager_step, mode=mode, dynamic=False)
             except Exception as err:  # torch.compile unsupported here (Python version, platform)
-                logger.warning("predictor: torch.compile is not available (%s); the rollout runs eagerly", err)
+                logger.warning(
+                    "predictor: torch.compile is not available (%s); the rollout runs eagerly", err
+                )
         elif self.compile:
             logger.warning("predictor: compile=True, but %s has no decode_step; it runs eagerly",
                            type(model).__name__)  # fmt: skip
@@ -135,8 +139,9 @@ class Predictor:
         """The model carries a tensor memory: predict streams whole histories through it."""
         return getattr(self.model, "memory", None) is not None
 
-    def encode_histories(self, states: list[list[str]], truncate: bool = False, keep: int | None = None
-                         ) -> torch.Tensor:
+    def encode_histories(
+        self, states: list[list[str]], truncate: bool = False, keep: int | None = None
+    ) -> torch.Tensor:
         """Histories -> the first window (B, T, N): the last T states (keep: the last `keep` states instead,
         (B, keep, N)), front-padded with empty states."""
         if not isinstance(states, list) or not states:
@@ -175,13 +180,15 @@ class Predictor:
         with torch.no_grad():
             return self.model.readout_matrix().to(self.dtype)  # type: ignore[no-any-return]
 
-    def _eager_step(self, window: torch.Tensor, readout: torch.Tensor, state: object | None) -> tuple[
-            torch.Tensor, object | None]:
+    def _eager_step(
+        self, window: torch.Tensor, readout: torch.Tensor, state: object | None
+    ) -> tuple[torch.Tensor, object | None]:
         with self._autocast():
             return self.model.decode_step(window, readout, state)  # type: ignore[no-any-return]
 
-    def _step(self, window: torch.Tensor, readout: torch.Tensor, state: object | None) -> tuple[
-            torch.Tensor, object | None]:
+    def _step(
+        self, window: torch.Tensor, readout: torch.Tensor, state: object | None
+    ) -> tuple[torch.Tensor, object | None]:
         """One step, compiled when asked; a compile failure is one warning, then every step runs eagerly."""
         if self._compiled is not None:
             try:
@@ -227,8 +234,9 @@ class Predictor:
             window = torch.cat([window[:, 1:], next_ids[:, None, :].to(window.dtype)], dim=1)  # (B, T, N)
         return predicted, state  # (B, k, N)
 
-    def _projected_next(self, window: torch.Tensor, state: object | None, readout: torch.Tensor | None = None
-                        ) -> tuple[torch.Tensor, object | None]:
+    def _projected_next(
+        self, window: torch.Tensor, state: object | None, readout: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, object | None]:
         assert self.projection is not None
         with self._autocast():
             if readout is None:
@@ -237,8 +245,9 @@ class Predictor:
                 logits, state = self.model.next_logits(window, state, readout=readout)
         return self.projection(logits), state  # (B, N): valid states of the grammar
 
-    def _predict_next(self, window: torch.Tensor, state: object | None, readout: torch.Tensor | None = None
-                      ) -> tuple[torch.Tensor, object | None]:
+    def _predict_next(
+        self, window: torch.Tensor, state: object | None, readout: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, object | None]:
         with self._autocast():
             if readout is None:
                 return self.model.predict_next(window, state)  # type: ignore[no-any-return]
@@ -252,8 +261,14 @@ class Predictor:
         if self.has_memory:
             # The whole history goes through the memory (O(length)); histories are aligned at their ends and the
             # front padding writes nothing, so each row gets the state its own history gives.
-            longest = max((len(h) for h in states if isinstance(h, list)), default=0) if isinstance(states, list) else 0
-            history = self.encode_histories(states, truncate=truncate, keep=max(self.T, longest)).to(self.device)
+            longest = (
+                max((len(h) for h in states if isinstance(h, list)), default=0)
+                if isinstance(states, list)
+                else 0
+            )
+            history = self.encode_histories(states, truncate=truncate, keep=max(self.T, longest)).to(
+                self.device
+            )
             state = self.model.stream_memory(history)
             ids, _ = self.predict_ids(history[:, -self.T :], k, state)
         else:

@@ -58,15 +58,24 @@ class GrammarProjection:
         beam: hypotheses kept per slot (>= 1).
     """
 
-    def __init__(self, domain: Domain, tokenizer: StateTokenizer, N: int, end_ids: tuple[int, ...] = (),
-                 top_k: int = 5, beam: int = 16) -> None:
+    def __init__(
+        self,
+        domain: Domain,
+        tokenizer: StateTokenizer,
+        N: int,
+        end_ids: tuple[int, ...] = (),
+        top_k: int = 5,
+        beam: int = 16,
+    ) -> None:
         if not isinstance(top_k, int) or top_k < 1:
             raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
         if not isinstance(beam, int) or beam < 1:
             raise ValueError(f"beam must be a positive integer, got {beam!r}")
         automaton = domain.automaton(N)
         if automaton is None:
-            raise ValueError(f"domain {domain.name!r} has no automaton of its valid states: nothing to project onto")
+            raise ValueError(
+                f"domain {domain.name!r} has no automaton of its valid states: nothing to project onto"
+            )
         self.domain = domain
         self.automaton: StateAutomaton = automaton
         self.tokenizer = tokenizer
@@ -146,8 +155,14 @@ class GrammarProjection:
         return None if done is None else done[1]
 
 
-def projection_for(domain: Domain, tokenizer: StateTokenizer, N: int, end_ids: tuple[int, ...] = (),
-                   top_k: int = 5, beam: int = 16) -> GrammarProjection | None:
+def projection_for(
+    domain: Domain,
+    tokenizer: StateTokenizer,
+    N: int,
+    end_ids: tuple[int, ...] = (),
+    top_k: int = 5,
+    beam: int = 16,
+) -> GrammarProjection | None:
     """The projection onto `domain`'s valid states (None: a domain without an automaton gets none)."""
     if domain.automaton(N) is None:
         return None

@@ -118,10 +118,14 @@ class Renderer:
         device = resolve_device(device)
         dtype = dtype or default_dtype(device)
         try:
-            with quiet_loading(diffusers=True):  # the import too: it is what makes transformers note torchvision
+            with quiet_loading(
+                diffusers=True
+            ):  # the import too: it is what makes transformers note torchvision
                 from diffusers import AutoPipelineForText2Image
 
-                pipe = AutoPipelineForText2Image.from_pretrained(str(path), dtype=dtype, local_files_only=True)
+                pipe = AutoPipelineForText2Image.from_pretrained(
+                    str(path), dtype=dtype, local_files_only=True
+                )
         except Exception as err:  # diffusers raises OSError, ValueError, KeyError... for broken checkpoints
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UserError(
@@ -209,7 +213,10 @@ class Renderer:
             callback_on_step_end=on_step_end,
         ).images
         # 3. to uint8, resized to the output size when the checkpoint asks for it
-        frames = [_resize(image, self.size) for image in np.clip(np.rint(np.asarray(images) * 255.0), 0, 255).astype(np.uint8)]
+        frames = [
+            _resize(image, self.size)
+            for image in np.clip(np.rint(np.asarray(images) * 255.0), 0, 255).astype(np.uint8)
+        ]
         return frames
 
 
@@ -219,4 +226,3 @@ def _resize(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     from PIL import Image
 
     return np.asarray(Image.fromarray(image).resize((size[1], size[0]), Image.Resampling.BICUBIC))
-

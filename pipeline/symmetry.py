@@ -71,8 +71,9 @@ class MirrorAveraged(nn.Module):
         """A history (B, L, N) -> the memory of both views (2B rows)."""
         return self.inner.stream_memory(self.both(token_ids), state)  # type: ignore[operator]
 
-    def next_logits(self, token_ids: Tensor, state: object | None = None, readout: Tensor | None = None
-                    ) -> tuple[Tensor, object | None]:
+    def next_logits(
+        self, token_ids: Tensor, state: object | None = None, readout: Tensor | None = None
+    ) -> tuple[Tensor, object | None]:
         """(B, T, N) window -> the mean log-probabilities (B, N, V) of the two views, and both views' state."""
         B = token_ids.shape[0]
         if readout is None:
@@ -83,8 +84,9 @@ class MirrorAveraged(nn.Module):
         # The mirrored view's probability of word v is its probability of mirror(v) read back: index by perm.
         return (logp[:B] + logp[B:][..., self.perm]) / 2, state
 
-    def predict_next(self, token_ids: Tensor, state: object | None = None, readout: Tensor | None = None
-                     ) -> tuple[Tensor, object | None]:
+    def predict_next(
+        self, token_ids: Tensor, state: object | None = None, readout: Tensor | None = None
+    ) -> tuple[Tensor, object | None]:
         """(B, T, N) window -> the argmax ids (B, N) of the averaged log-probabilities, cut after the first end id."""
         logp, state = self.next_logits(token_ids, state, readout)
         return argmax_state_ids(logp, tuple(self.config.end_ids)), state  # (B, N)

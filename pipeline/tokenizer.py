@@ -176,7 +176,6 @@ class StateTokenizer:
         return " ".join(words)
 
 
-
 def load_tokenizer(directory: str | Path) -> StateTokenizer:
     """The tokenizer saved beside weights in `directory` (a UserError naming the path if it is missing)."""
     try:

@@ -36,7 +36,9 @@ from pipeline.video import SampledClip, VideoLimits, VideoSource, encode_mp4, re
 
 logger = logging.getLogger(__name__)
 
-MAX_HORIZON = HORIZON_MAX  # most states one call may predict, unless the pipeline is made with a lower max_horizon
+MAX_HORIZON = (
+    HORIZON_MAX  # most states one call may predict, unless the pipeline is made with a lower max_horizon
+)
 BUILTIN_LIBRARIES = ("transformers", "diffusers", "semworld")  # stage entries semworld's own adapters load
 
 
@@ -107,7 +109,9 @@ def stage_folders(
     for stage in (s for s in STAGES if s in stages):
         own = overrides.get(stage)
         if own is None and plugin_stage(index, stage, load=False) is not None:
-            folder = weights_dir / stage  # a plug-in stage may keep its files in a folder of its own, or need none
+            folder = (
+                weights_dir / stage
+            )  # a plug-in stage may keep its files in a folder of its own, or need none
             if folder.is_dir():
                 folders[stage] = folder
         elif own is None:
@@ -468,7 +472,9 @@ class WorldModelPipeline:
             if generator is None and seed is not None:
                 generator = torch.Generator("cpu").manual_seed(seed)
             t = time.perf_counter()
-            frames = self.render(predicted, generator=generator, steps=steps, guidance=guidance, notify=notify)
+            frames = self.render(
+                predicted, generator=generator, steps=steps, guidance=guidance, notify=notify
+            )
             if render_context:
                 context_frames = self.render(seen.states[-render_context:], generator=generator, steps=steps,
                                              guidance=guidance, notify=notify)  # fmt: skip
@@ -520,7 +526,11 @@ class WorldModelPipeline:
         else:  # a stop check after every decoded frame too
             clip = self.read(video, stride, state_rate, on_frame=functools.partial(notify, "decode", 0, 1))
         if context is not None:
-            clip.frames, clip.indices, clip.times = clip.frames[:context], clip.indices[:context], clip.times[:context]
+            clip.frames, clip.indices, clip.times = (
+                clip.frames[:context],
+                clip.indices[:context],
+                clip.times[:context],
+            )
         timings["decode"] = time.perf_counter() - t
         notify("decode", 1, 1)
 
@@ -582,8 +592,15 @@ class WorldModelPipeline:
             raise RuntimeError(f"predictor returned {len(predicted)} states for horizon {horizon}")
         return list(predicted)
 
-    def render(self, states: Sequence[str], *, generator: torch.Generator | None = None, steps: int | None = None,
-               guidance: float | None = None, notify: ProgressCallback | None = None) -> list[np.ndarray]:
+    def render(
+        self,
+        states: Sequence[str],
+        *,
+        generator: torch.Generator | None = None,
+        steps: int | None = None,
+        guidance: float | None = None,
+        notify: ProgressCallback | None = None,
+    ) -> list[np.ndarray]:
         """One frame per state, in batches of `render_batch_size`; `notify` also runs after every denoising
         step (with the count of frames done so far), so a raising callback stops within one step."""
         notify = notify or (lambda stage, done, total: None)

@@ -72,10 +72,14 @@ def test_recall_probe_k_ranges_parse_and_refuse_k_0():
 
 def test_hide_steps_are_told_apart_by_object_count():
     hide = _bench("experiments.memory_hide_steps")
-    assert hide.step_kind("red box top left , screen .", "red box upper left , blue ball top midleft , screen .") \
+    assert (
+        hide.step_kind("red box top left , screen .", "red box upper left , blue ball top midleft , screen .")
         == "appears"
-    assert hide.step_kind("red box top left , blue ball top left , screen .", "red box upper left , screen .") \
+    )
+    assert (
+        hide.step_kind("red box top left , blue ball top left , screen .", "red box upper left , screen .")
         == "disappears"
+    )
     assert hide.step_kind("screen .", "screen .") == "same count"
 
 

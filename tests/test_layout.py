@@ -50,10 +50,25 @@ FORBIDDEN = {
     "models": ("pipeline", "api", "fastapi", "world"),
     "world": ("pipeline", "api", "models", "fastapi"),
     # Inference modules receive a domain from the registry (pipeline.domain); they never import one by name.
-    "pipeline": ("pipeline.training", "pipeline.evaluation", "pipeline.cli", "pipeline.domains", "api", "fastapi",
-                 "uvicorn", "world"),
-    "pipeline.domains": ("pipeline.training", "pipeline.evaluation", "pipeline.cli", "pipeline.batch", "api",
-                         "fastapi", "world"),
+    "pipeline": (
+        "pipeline.training",
+        "pipeline.evaluation",
+        "pipeline.cli",
+        "pipeline.domains",
+        "api",
+        "fastapi",
+        "uvicorn",
+        "world",
+    ),
+    "pipeline.domains": (
+        "pipeline.training",
+        "pipeline.evaluation",
+        "pipeline.cli",
+        "pipeline.batch",
+        "api",
+        "fastapi",
+        "world",
+    ),
     "pipeline.evaluation": ("pipeline.training", "pipeline.cli", "api", "fastapi"),
     "pipeline.training": ("pipeline.cli", "api", "fastapi"),
     "pipeline.batch": ("pipeline.training", "pipeline.evaluation", "pipeline.cli", "api", "fastapi"),
@@ -84,7 +99,10 @@ def test_the_check_sees_a_violation():
     ]
     assert _forbidden(REPO / "models" / "_probe.py", "import pipeline.utils\n") == ["pipeline.utils"]
     # an inference module that imports a domain by name, the built-in world's or a shipped one, is caught
-    assert _forbidden(probe, "from world.grammar import parse_state\n") == ["world.grammar", "world.grammar.parse_state"]
+    assert _forbidden(probe, "from world.grammar import parse_state\n") == [
+        "world.grammar",
+        "world.grammar.parse_state",
+    ]
     assert _forbidden(probe, "import pipeline.domains.text\n") == ["pipeline.domains.text"]
     assert _forbidden(probe, "from pipeline.domain import get_domain\n") == []  # the registry is how
     assert _forbidden(REPO / "pipeline" / "evaluation" / "_probe.py", "from ..training import args\n") == [

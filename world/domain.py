@@ -73,7 +73,12 @@ class ShapesDomain:
         scene = grammar.parse_state(self.spell(text))
         return {
             "objects": [
-                {"colour": o.colour, "shape": o.shape, "row": grammar.ROWS[o.row], "column": grammar.COLUMNS[o.col]}
+                {
+                    "colour": o.colour,
+                    "shape": o.shape,
+                    "row": grammar.ROWS[o.row],
+                    "column": grammar.COLUMNS[o.col],
+                }
                 for o in scene.objects
             ],
             "screen": scene.screen,
@@ -86,7 +91,10 @@ class ShapesDomain:
         if self.spell(previous) == self.spell(current):
             return []
         try:
-            before, after = grammar.parse_state(self.spell(previous)), grammar.parse_state(self.spell(current))
+            before, after = (
+                grammar.parse_state(self.spell(previous)),
+                grammar.parse_state(self.spell(current)),
+            )
         except ValueError:
             return ["changed (not a world state)"]
         out: list[str] = []
@@ -98,7 +106,9 @@ class ShapesDomain:
                 out.append(f"{name} appeared at {_where(obj)}")
             elif (old[ident].row, old[ident].col) != (obj.row, obj.col):
                 out.append(f"{name} moved from {_where(old[ident])} to {_where(obj)}")
-        out += [f"{' '.join(ident)} vanished from {_where(obj)}" for ident, obj in old.items() if ident not in new]
+        out += [
+            f"{' '.join(ident)} vanished from {_where(obj)}" for ident, obj in old.items() if ident not in new
+        ]
         if before.screen != after.screen:
             out.append("screen appeared" if after.screen else "screen removed")
         if before.lamp != after.lamp:
@@ -124,8 +134,19 @@ class ShapesDomain:
     def draw(self, state: str, size: int) -> np.ndarray | None:
         return render_state(self.spell(state), size=size)
 
-    def generate(self, out: str | Path, *, clips: int, seed: int, split: str = "train", length: int = 12,
-                 size: int = 128, workers: int = 2, progress: bool = True, scenario: str = "all") -> Path:
+    def generate(
+        self,
+        out: str | Path,
+        *,
+        clips: int,
+        seed: int,
+        split: str = "train",
+        length: int = 12,
+        size: int = 128,
+        workers: int = 2,
+        progress: bool = True,
+        scenario: str = "all",
+    ) -> Path:
         """Record a data set (`semworld world generate`): MP4 clips, PNG frames at the state instants and
         states.jsonl; returns the path of states.jsonl. `scenario`: names, a family or "all" (world/scenarios.py)."""
         from world.video import generate

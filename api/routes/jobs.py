@@ -120,7 +120,9 @@ def list_jobs(
     try:
         page, more = store.list_jobs(limit, after, state or ())
     except UnknownCursor:
-        why = f"no job {after!r} (deleted since?)" if _ID_SHAPE.match(after or "") else "ids are 32 hex digits"
+        why = (
+            f"no job {after!r} (deleted since?)" if _ID_SHAPE.match(after or "") else "ids are 32 hex digits"
+        )
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT, f"after: {why}; list again without after"
         ) from None

@@ -49,7 +49,9 @@ def build(kind: str, n: int, vocab: int) -> FourTensorModel:
     torch.manual_seed(0)
     if kind == "window":
         return FourTensorModel(four_tensor_config("small", vocab_size=vocab, T=n)).eval()
-    return FourTensorModel(four_tensor_config("small", vocab_size=vocab, memory=TensorMemoryConfig(d_emb=128))).eval()
+    return FourTensorModel(
+        four_tensor_config("small", vocab_size=vocab, memory=TensorMemoryConfig(d_emb=128))
+    ).eval()
 
 
 def call(kind: str, model: FourTensorModel, ids: torch.Tensor, state: Any = None) -> Any:
@@ -73,7 +75,9 @@ def child(kind: str, n: int) -> None:
     ids, vocab = history_ids(n)
     model = build("window" if kind == "window" else "memory", n, vocab)
     state = model.init_memory(1) if kind == "warm" else None
-    small_ids, _ = history_ids(16)  # first call of every kernel on a small model, so that one-off set-up is not counted
+    small_ids, _ = history_ids(
+        16
+    )  # first call of every kernel on a small model, so that one-off set-up is not counted
     small = build("window" if kind == "window" else "memory", 16, vocab)
     call(kind, small, small_ids, small.init_memory(1) if kind == "warm" else None)
     Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark VmHWM to the current RSS
@@ -83,8 +87,13 @@ def child(kind: str, n: int) -> None:
 
 
 def peak_mb(kind: str, n: int) -> float:
-    out = subprocess.run([sys.executable, "-m", "bench.experiments.memory_cost", "--child", kind, str(n)],
-                         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.experiments.memory_cost", "--child", kind, str(n)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(json.loads(out.stdout.strip().splitlines()[-1])["peak_mb"])
 
 
@@ -125,10 +134,14 @@ def main(argv: list[str] | None = None) -> int:
             row["window_over_cold"] = row["window_s"] / row["cold_s"]
             row["window_over_warm"] = row["window_s"] / row["warm_s"]
         rows.append(row)
-        print(json.dumps({k: (round(v, 5) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+        print(
+            json.dumps({k: (round(v, 5) if isinstance(v, float) else v) for k, v in row.items()}), flush=True
+        )
         del win
     Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(ns.json).write_text(json.dumps({"rows": rows, "torch": torch.__version__, "threads": 1}, indent=2) + "\n")
+    Path(ns.json).write_text(
+        json.dumps({"rows": rows, "torch": torch.__version__, "threads": 1}, indent=2) + "\n"
+    )
     plot(rows, Path(ns.out), ns.max_window)
     return 0
 
@@ -141,16 +154,33 @@ def plot(rows: list[dict[str, Any]], path: Path, max_window: int) -> None:
 
     n = [r["n"] for r in rows]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
-    a.loglog(n, [r["cold_s"] * 1e3 for r in rows], "o-", label="memory, cold: stream n states, predict 1  (O(n))")
-    a.loglog(n, [r["warm_s"] * 1e3 for r in rows], "s-", label="memory, warm: 1 rollout step, (h, c) carried  (O(1))")
+    a.loglog(
+        n, [r["cold_s"] * 1e3 for r in rows], "o-", label="memory, cold: stream n states, predict 1  (O(n))"
+    )
+    a.loglog(
+        n,
+        [r["warm_s"] * 1e3 for r in rows],
+        "s-",
+        label="memory, warm: 1 rollout step, (h, c) carried  (O(1))",
+    )
     w = [r for r in rows if "window_s" in r]
-    a.loglog([r["n"] for r in w], [r["window_s"] * 1e3 for r in w], "^-",
-             label="4-tensor, window grown to n  (O(n^2))")
+    a.loglog(
+        [r["n"] for r in w],
+        [r["window_s"] * 1e3 for r in w],
+        "^-",
+        label="4-tensor, window grown to n  (O(n^2))",
+    )
     if w:  # the quadratic continued past what was run
         last = w[-1]
         ext = [m for m in n if m >= last["n"]]
-        a.loglog(ext, [last["window_s"] * 1e3 * (m / last["n"]) ** 2 for m in ext], "^:", color=a.lines[-1].get_color(),
-                 alpha=0.6, label=f"  (n^2 extrapolated beyond {max_window})")
+        a.loglog(
+            ext,
+            [last["window_s"] * 1e3 * (m / last["n"]) ** 2 for m in ext],
+            "^:",
+            color=a.lines[-1].get_color(),
+            alpha=0.6,
+            label=f"  (n^2 extrapolated beyond {max_window})",
+        )
     a.set_xlabel("history length n (states)")
     a.set_ylabel("time per predicted state (ms)")
     a.set_title("time, one CPU thread")
@@ -158,7 +188,9 @@ def plot(rows: list[dict[str, Any]], path: Path, max_window: int) -> None:
     a.legend(fontsize=7)
     b.loglog(n, [max(r["cold_peak_mb"], 0.1) for r in rows], "o-", label="memory, cold")
     b.loglog(n, [max(r["warm_peak_mb"], 0.1) for r in rows], "s-", label="memory, warm")
-    b.loglog([r["n"] for r in w], [max(r["window_peak_mb"], 0.1) for r in w], "^-", label="4-tensor, grown window")
+    b.loglog(
+        [r["n"] for r in w], [max(r["window_peak_mb"], 0.1) for r in w], "^-", label="4-tensor, grown window"
+    )
     b.set_xlabel("history length n (states)")
     b.set_ylabel("peak memory of the call (MB)")
     b.set_title("peak memory (rise of max RSS)")

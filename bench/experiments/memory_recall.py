@@ -63,7 +63,9 @@ def score(predictor: Predictor, clips: list[tuple[list[str], int, int]]) -> dict
         by_k.setdefault(k, []).append((states, answer))
     rates = {}
     for k, group in sorted(by_k.items()):
-        preds = predictor.predict([s[:a] for s, a in group], 1)  # one batch: every history has the same length
+        preds = predictor.predict(
+            [s[:a] for s, a in group], 1
+        )  # one batch: every history has the same length
         hits = [canonical(p[0]) == canonical(s[a]) for p, (s, a) in zip(preds, group)]
         rates[str(k)] = sum(hits) / len(hits)
     return rates
@@ -87,8 +89,12 @@ def answer_features(predictor: Predictor, clips: list[tuple[list[str], int, int]
     return out
 
 
-def linear_probe(train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
-                 steps: int = 400, seed: int = 0) -> float:
+def linear_probe(
+    train: tuple[torch.Tensor, torch.Tensor],
+    test: tuple[torch.Tensor, torch.Tensor],
+    steps: int = 400,
+    seed: int = 0,
+) -> float:
     """Held-out accuracy of a softmax regression (features standardised on train) from features to key index:
     whether the key is in the answer slots at all, whatever the model's own readout makes of it."""
     (x, y), (xt, yt) = train, test
@@ -107,9 +113,11 @@ def linear_probe(train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Ten
         return float((head(xt).argmax(-1) == yt).float().mean())
 
 
-def probe_scores(predictor: Predictor, train: list[tuple[list[str], int, int]],
-                 test: list[tuple[list[str], int, int]]) -> dict[str, float]:
+def probe_scores(
+    predictor: Predictor, train: list[tuple[list[str], int, int]], test: list[tuple[list[str], int, int]]
+) -> dict[str, float]:
     """linear_probe by k: fitted on the training clips of that k (all of them if it has none), scored on test."""
+
     def labels(clips: list[tuple[list[str], int, int]]) -> torch.Tensor:
         return torch.tensor([KEYS.index(s[0]) for s, _, _ in clips])
 
@@ -119,7 +127,9 @@ def probe_scores(predictor: Predictor, train: list[tuple[list[str], int, int]],
     for k in sorted({k for _, _, k in test}):
         group = [c for c in test if c[2] == k]
         rows = k_train == k if bool((k_train == k).any()) else torch.ones_like(k_train, dtype=torch.bool)
-        rates[str(k)] = linear_probe((x_train[rows], y_train[rows]), (answer_features(predictor, group), labels(group)))
+        rates[str(k)] = linear_probe(
+            (x_train[rows], y_train[rows]), (answer_features(predictor, group), labels(group))
+        )
     return rates
 
 
@@ -149,23 +159,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-lr-scale", type=float, default=1.0)
     p.add_argument("--min-sigma", type=float, default=0.0, help="floor on the writer's spread (grid units)")
     p.add_argument("--memory-gate-init", type=float, default=-2.0, help="gate logit at init (the seed's -2)")
-    p.add_argument("--memory-recall-weight", type=float, default=0.0,
-                   help="weight of the recall term (the memory spells the last state written; 0: off)")
-    p.add_argument("--memory-recall-target", choices=RECALL_TARGETS, default="last",
-                   help="what the recall term asks for: last (the state written just before the window) or novel "
-                        "(the latest state written that the window does not show again: the key, past the fillers)")
-    p.add_argument("--target-slices", choices=("all", "last"), default="last",
-                   help="last: the loss on S(T) alone (the answer is a last-slot target; with all, 3 of 4 "
-                        "targets of a window are copies of the next input slice)")
+    p.add_argument(
+        "--memory-recall-weight",
+        type=float,
+        default=0.0,
+        help="weight of the recall term (the memory spells the last state written; 0: off)",
+    )
+    p.add_argument(
+        "--memory-recall-target",
+        choices=RECALL_TARGETS,
+        default="last",
+        help="what the recall term asks for: last (the state written just before the window) or novel "
+        "(the latest state written that the window does not show again: the key, past the fillers)",
+    )
+    p.add_argument(
+        "--target-slices",
+        choices=("all", "last"),
+        default="last",
+        help="last: the loss on S(T) alone (the answer is a last-slot target; with all, 3 of 4 "
+        "targets of a window are copies of the next input slice)",
+    )
     p.add_argument("--train-k", type=k_range, default=range(1, 9), help="k of the training clips: K or K1-K2")
     p.add_argument("--test-k", type=k_range, default=range(1, 9), help="k scored: K or K1-K2")
     p.add_argument("--init-from", default=None, help="start from this memory predictor (a curriculum step)")
-    p.add_argument("--tail", type=int, default=2,
-                   help="filler states after the answer in the training clips (0: a clip ends at its answer)")
+    p.add_argument(
+        "--tail",
+        type=int,
+        default=2,
+        help="filler states after the answer in the training clips (0: a clip ends at its answer)",
+    )
     p.add_argument("--eval-only", action="store_true")
-    p.add_argument("--linear-probe", action="store_true",
-                   help="also fit a softmax regression from the answer slots' hidden states to the key (fitted on "
-                        "the training clips, scored on the test clips), with the memory and with its read zeroed")
+    p.add_argument(
+        "--linear-probe",
+        action="store_true",
+        help="also fit a softmax regression from the answer slots' hidden states to the key (fitted on "
+        "the training clips, scored on the test clips), with the memory and with its read zeroed",
+    )
     ns = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(ns.threads)
@@ -178,13 +207,29 @@ def main(argv: list[str] | None = None) -> int:
     test = write_probe(out / "test.jsonl", ns.test_clips * len(ks), seed=1, ks=ks)
     model_dir = out / "model"
     if not ns.eval_only:
-        train_predictor(TrainArgs(
-            data=str(out / "train.jsonl"), preset="small", out=str(model_dir), epochs=ns.epochs,
-            batch_size=ns.batch_size, lr=ns.lr, seed=0, threads=ns.threads, progress=False, memory=True,
-            bptt_windows=ns.bptt_windows, forget_bias=ns.forget_bias, memory_lr_scale=ns.memory_lr_scale,
-            min_sigma=ns.min_sigma, memory_gate_init=ns.memory_gate_init, memory_recall_weight=ns.memory_recall_weight,
-            memory_recall_target=ns.memory_recall_target, target_slices=ns.target_slices, init_from=ns.init_from,
-        ))
+        train_predictor(
+            TrainArgs(
+                data=str(out / "train.jsonl"),
+                preset="small",
+                out=str(model_dir),
+                epochs=ns.epochs,
+                batch_size=ns.batch_size,
+                lr=ns.lr,
+                seed=0,
+                threads=ns.threads,
+                progress=False,
+                memory=True,
+                bptt_windows=ns.bptt_windows,
+                forget_bias=ns.forget_bias,
+                memory_lr_scale=ns.memory_lr_scale,
+                min_sigma=ns.min_sigma,
+                memory_gate_init=ns.memory_gate_init,
+                memory_recall_weight=ns.memory_recall_weight,
+                memory_recall_target=ns.memory_recall_target,
+                target_slices=ns.target_slices,
+                init_from=ns.init_from,
+            )
+        )
     predictor = Predictor.from_pretrained(model_dir, device="cpu")
     with_memory = score(predictor, test)
     probe: dict[str, dict[str, float]] = {}
@@ -194,13 +239,26 @@ def main(argv: list[str] | None = None) -> int:
     zeroed = score(predictor, test)
     if ns.linear_probe:
         probe["memory_read_zeroed"] = probe_scores(predictor, train, test)
-    result = {"k": list(ks), "with_memory": with_memory, "memory_read_zeroed": zeroed, "chance": 1 / len(KEYS),
-              "test_clips_per_k": ns.test_clips, "train_clips": ns.train_clips, "epochs": ns.epochs,
-              "bptt_windows": ns.bptt_windows, "forget_bias": ns.forget_bias, "min_sigma": ns.min_sigma, "memory_gate_init": ns.memory_gate_init,
-              "memory_recall_weight": ns.memory_recall_weight, "memory_recall_target": ns.memory_recall_target,
-              "tail": ns.tail,
-              "memory_lr_scale": ns.memory_lr_scale, "target_slices": ns.target_slices,
-              "train_k": [ns.train_k.start, ns.train_k.stop - 1], "init_from": ns.init_from}
+    result = {
+        "k": list(ks),
+        "with_memory": with_memory,
+        "memory_read_zeroed": zeroed,
+        "chance": 1 / len(KEYS),
+        "test_clips_per_k": ns.test_clips,
+        "train_clips": ns.train_clips,
+        "epochs": ns.epochs,
+        "bptt_windows": ns.bptt_windows,
+        "forget_bias": ns.forget_bias,
+        "min_sigma": ns.min_sigma,
+        "memory_gate_init": ns.memory_gate_init,
+        "memory_recall_weight": ns.memory_recall_weight,
+        "memory_recall_target": ns.memory_recall_target,
+        "tail": ns.tail,
+        "memory_lr_scale": ns.memory_lr_scale,
+        "target_slices": ns.target_slices,
+        "train_k": [ns.train_k.start, ns.train_k.stop - 1],
+        "init_from": ns.init_from,
+    }
     if probe:
         result["linear_probe"] = probe
     (out / "recall.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -208,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     print("with memory  " + " ".join(f"{100 * with_memory[str(k)]:6.1f}" for k in ks))
     print("read zeroed  " + " ".join(f"{100 * zeroed[str(k)]:6.1f}" for k in ks))
     for name, rates in probe.items():
-        print(f"linear probe, {name.replace('_', ' ')}: " + " ".join(f"{100 * rates[str(k)]:6.1f}" for k in ks))
+        print(
+            f"linear probe, {name.replace('_', ' ')}: " + " ".join(f"{100 * rates[str(k)]:6.1f}" for k in ks)
+        )
     return 0
 
 

@@ -32,11 +32,15 @@ from pipeline.predictor import Predictor
 
 
 def table(results: dict[str, dict[str, Any]], pick: str, name: str, horizon: int) -> str:
-    rows = [f"| {pick} {name} | " + " | ".join(f"h={h}" for h in range(1, horizon + 1)) + " |",
-            "|---|" + "---|" * horizon]
+    rows = [
+        f"| {pick} {name} | " + " | ".join(f"h={h}" for h in range(1, horizon + 1)) + " |",
+        "|---|" + "---|" * horizon,
+    ]
     for label, res in results.items():
         rates = res[pick] if pick.startswith("by_horizon") else res[pick][name]
-        cells = [("-" if rates[str(h)] is None else f"{100 * rates[str(h)]:.1f}") for h in range(1, horizon + 1)]
+        cells = [
+            ("-" if rates[str(h)] is None else f"{100 * rates[str(h)]:.1f}") for h in range(1, horizon + 1)
+        ]
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -48,15 +52,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenario", default="all", help="world scenarios or families (default: all)")
     p.add_argument("--seed", type=int, default=0, help="test-split seed (0: the documented test set)")
     p.add_argument("--copy-last", action="store_true", help="also score the copy-last-state reference")
-    p.add_argument("--no-ablation", action="store_true",
-                   help="skip the second scoring of a memory model with its read zeroed (halves the time)")
+    p.add_argument(
+        "--no-ablation",
+        action="store_true",
+        help="skip the second scoring of a memory model with its read zeroed (halves the time)",
+    )
     p.add_argument("--horizon", type=int, default=8)
     p.add_argument("--length", type=int, default=20, help="states per test clip (default %(default)s)")
-    p.add_argument("--project", action="store_true",
-                   help="project predicted states onto the world grammar, as `semworld eval world` does")
-    p.add_argument("--min-history", type=int, default=DEFAULT_MIN_HISTORY,
-                   help="roll out from every true history of at least this many states, for every predictor "
-                        "(default 4: models of every window T are scored on the same starts)")
+    p.add_argument(
+        "--project",
+        action="store_true",
+        help="project predicted states onto the world grammar, as `semworld eval world` does",
+    )
+    p.add_argument(
+        "--min-history",
+        type=int,
+        default=DEFAULT_MIN_HISTORY,
+        help="roll out from every true history of at least this many states, for every predictor "
+        "(default 4: models of every window T are scored on the same starts)",
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default="runs/memory/world_eval.json")
     ns = p.parse_args(argv)
@@ -67,13 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, Any]] = {}
     for spec in ns.predictor:
         label, folder = spec.split("=", 1)
-        predictor = Predictor.from_pretrained(folder, device="cpu", domain="shapes",
-                                              project=ns.project)
+        predictor = Predictor.from_pretrained(folder, device="cpu", domain="shapes", project=ns.project)
         results[label] = score_predictor(predictor, clips, ns.horizon, ns.min_history)
-        logging.info("%s: h=1 %.3f (%.0f s)", label, results[label]["by_horizon"]["1"], results[label]["seconds"])
+        logging.info(
+            "%s: h=1 %.3f (%.0f s)", label, results[label]["by_horizon"]["1"], results[label]["seconds"]
+        )
         if predictor.has_memory and not ns.no_ablation:
             predictor.model.memory_read_off = True
-            results[f"{label}, memory read zeroed"] = score_predictor(predictor, clips, ns.horizon, ns.min_history)
+            results[f"{label}, memory read zeroed"] = score_predictor(
+                predictor, clips, ns.horizon, ns.min_history
+            )
     if ns.copy_last:
         results["copy last state"] = score_predictor(CopyLast(), clips, ns.horizon, ns.min_history)
     Path(ns.out).parent.mkdir(parents=True, exist_ok=True)

@@ -39,9 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("results", nargs="+", type=Path)
     p.add_argument("--drop", action="append", default=[], help="a label to leave out (repeatable)")
     p.add_argument("--rename", action="append", default=[], help="OLD=NEW (repeatable)")
-    p.add_argument("--title", default="exact match of the whole state, test split, targets the history determines")
-    p.add_argument("--flagged", action="store_true",
-                   help="also draw `by_horizon_flagged` (every flagged step) in the all panel, dashed")
+    p.add_argument(
+        "--title", default="exact match of the whole state, test split, targets the history determines"
+    )
+    p.add_argument(
+        "--flagged",
+        action="store_true",
+        help="also draw `by_horizon_flagged` (every flagged step) in the all panel, dashed",
+    )
     p.add_argument("--out", type=Path, default=Path("docs/img/horizon.png"))
     p.add_argument("--ymin", type=float, default=0.0, help="lower end of the y axis, in %% (default 0)")
     ns = p.parse_args(argv)
@@ -59,12 +64,18 @@ def main(argv: list[str] | None = None) -> int:
             hs = sorted(int(h) for h in rates if rates[h] is not None)
             # the colour cycle has ten colours: an eleventh line and on repeat one, dash-dotted and square-marked
             style = {"marker": "o", "ls": "-"} if i < 10 else {"marker": "s", "ls": "-."}
-            line, = ax.plot(hs, [100 * rates[str(h)] for h in hs], ms=3, label=label, **style)
+            (line,) = ax.plot(hs, [100 * rates[str(h)] for h in hs], ms=3, label=label, **style)
             if fam == "all" and ns.flagged and "by_horizon_flagged" in res:
                 flagged = res["by_horizon_flagged"]
                 hs = sorted(int(h) for h in flagged if flagged[h] is not None)
-                ax.plot(hs, [100 * flagged[str(h)] for h in hs], ls="--", lw=1, color=line.get_color(),
-                        label=f"{label}, every flagged step")
+                ax.plot(
+                    hs,
+                    [100 * flagged[str(h)] for h in hs],
+                    ls="--",
+                    lw=1,
+                    color=line.get_color(),
+                    label=f"{label}, every flagged step",
+                )
         ax.set_title(fam)
         ax.set_xlabel("horizon h")
         ax.set_xticks(range(1, 9))

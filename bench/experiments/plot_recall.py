@@ -27,15 +27,23 @@ def main(argv: list[str] | None = None) -> int:
     ns = p.parse_args(argv)
     r = json.loads(ns.result.read_text())
     ks = [int(k) for k in r["k"]]
-    lines = [("answer, with memory", r["with_memory"], "-o"), ("answer, memory read zeroed", r["memory_read_zeroed"], "-x")]
+    lines = [
+        ("answer, with memory", r["with_memory"], "-o"),
+        ("answer, memory read zeroed", r["memory_read_zeroed"], "-x"),
+    ]
     for name, rates in r.get("linear_probe", {}).items():
         lines.append((f"linear probe, {name.replace('_', ' ')}", rates, ":."))
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for label, rates, style in lines:
         ax.plot(ks, [100 * rates[str(k)] for k in ks], style, label=label)
     ax.axhline(100 * r["chance"], color="grey", ls="--", lw=1, label="chance")
-    ax.set(xlabel="k (windows between the key and the answer)", ylabel="right (%)", ylim=(0, 102), xticks=ks,
-           title=ns.title)
+    ax.set(
+        xlabel="k (windows between the key and the answer)",
+        ylabel="right (%)",
+        ylim=(0, 102),
+        xticks=ks,
+        title=ns.title,
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="center right")
     fig.tight_layout()

@@ -56,7 +56,13 @@ def main(argv: list[str] | None = None) -> int:
         steps = sorted(points)
         for ax, key in zip(axes[0], metrics, strict=True):
             scale = 100.0 if key in PERCENT else 1.0
-            ax.plot(steps, [scale * points[s].get(key, float("nan")) for s in steps], marker="o", ms=3, label=label)
+            ax.plot(
+                steps,
+                [scale * points[s].get(key, float("nan")) for s in steps],
+                marker="o",
+                ms=3,
+                label=label,
+            )
     for ax, key in zip(axes[0], metrics, strict=True):
         ax.set_ylabel(f"{key} (%)" if key in PERCENT else key)
         ax.set_xlabel(f"{ns.stage} step")

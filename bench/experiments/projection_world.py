@@ -24,13 +24,19 @@ from pipeline.predictor import Predictor
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--weights", type=Path, default=Path(__file__).resolve().parents[2] / "weights" / "predictor")
+    ap.add_argument(
+        "--weights", type=Path, default=Path(__file__).resolve().parents[2] / "weights" / "predictor"
+    )
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--clips", type=int, default=200)
     ap.add_argument("--length", type=int, default=20)
     ap.add_argument("--horizon", type=int, default=8)
-    ap.add_argument("--min-history", type=int, default=DEFAULT_MIN_HISTORY,
-                    help="roll out from every true history of at least this many states (as eval world does)")
+    ap.add_argument(
+        "--min-history",
+        type=int,
+        default=DEFAULT_MIN_HISTORY,
+        help="roll out from every true history of at least this many states (as eval world does)",
+    )
     ap.add_argument("--top-k", type=int, default=5)
     ap.add_argument("--beam", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
@@ -42,8 +48,12 @@ def main() -> None:
 
     raw = Predictor.from_pretrained(args.weights, device="cpu")  # free text: the model's argmax states
     tok = raw.tokenizer
-    projected = Predictor(raw.model, tok, "cpu", projection=projection_for("world", tok, raw.N, tok.end_ids,
-                                                                           args.top_k, args.beam))
+    projected = Predictor(
+        raw.model,
+        tok,
+        "cpu",
+        projection=projection_for("world", tok, raw.N, tok.end_ids, args.top_k, args.beam),
+    )
     results = []
     for seed in args.seeds:
         records = world.sequences("all", args.clips, seed=seed, length=args.length, split="test")
@@ -60,13 +70,21 @@ def main() -> None:
                 row[name]["projected_share"] = round(s.projected / max(1, s.states), 5)
                 row[name]["projected_states"] = s.projected
         results.append(row)
-        brief = {n: (row[n]["by_horizon"]["1"], row[n]["by_horizon"][str(args.horizon)], row[n]["valid_h1"],
-                     row[n]["seconds"]) for n in ("raw", "projected", "copy_last")}
+        brief = {
+            n: (
+                row[n]["by_horizon"]["1"],
+                row[n]["by_horizon"][str(args.horizon)],
+                row[n]["valid_h1"],
+                row[n]["seconds"],
+            )
+            for n in ("raw", "projected", "copy_last")
+        }
         print(json.dumps({"seed": seed, **brief}), flush=True)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
-                                       indent=1))
+        args.out.write_text(
+            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1)
+        )
 
 
 if __name__ == "__main__":

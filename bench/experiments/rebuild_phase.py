@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     recipe = get_recipe(ns.recipe)
     if recipe.stage != "predictor":
         p.error(f"{ns.recipe} is a {recipe.stage} recipe; this rebuilds predictor phases")
-    train_predictor_phase(recipe, ns.out, ns.seed, ns.init_from, device="cpu", threads=ns.threads, progress=False)
+    train_predictor_phase(
+        recipe, ns.out, ns.seed, ns.init_from, device="cpu", threads=ns.threads, progress=False
+    )
     rebuilt = sha256(ns.out / "model" / "model.safetensors")
     print(f"{ns.recipe}: rebuilt sha256 {rebuilt}")
     if ns.compare is not None:

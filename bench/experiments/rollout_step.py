@@ -32,12 +32,18 @@ def main(argv: list[str] | None = None) -> int:
     cfg = four_tensor_config(args.preset, vocab_size=args.vocab)
     model = FourTensorModel(cfg).eval()
     M = model.readout_matrix()
-    print(f"preset {args.preset}, |V| {args.vocab}, {args.threads} thread(s), {args.repeats} interleaved pairs")
+    print(
+        f"preset {args.preset}, |V| {args.vocab}, {args.threads} thread(s), {args.repeats} interleaved pairs"
+    )
     print("| batch | packed predict_next | fixed-shape decode_step | fixed / packed |\n|---|---:|---:|---:|")
     with torch.inference_mode():
         for B in args.batches:
-            windows = [make_windows(B, cfg.T, cfg.N, args.vocab, 0.39, g)[:, : cfg.T] for _ in range(args.repeats)]
-            assert torch.equal(model.predict_next(windows[0], readout=M)[0], model.decode_step(windows[0], M)[0])
+            windows = [
+                make_windows(B, cfg.T, cfg.N, args.vocab, 0.39, g)[:, : cfg.T] for _ in range(args.repeats)
+            ]
+            assert torch.equal(
+                model.predict_next(windows[0], readout=M)[0], model.decode_step(windows[0], M)[0]
+            )
             packed, fixed = [], []
             for w in windows:
                 t = time.perf_counter()

@@ -122,7 +122,9 @@ def still_broken(jobs: Sequence[ClipJob], settings: BatchSettings) -> list[ClipR
         if unreadable and old.get("fingerprint") == job.fingerprint(settings):
             error = (f"{old['error']} (unchanged since the last run, so not read again: replace the file, or "
                      f"leave it out of IN to stop seeing it)")  # fmt: skip
-            out.append(ClipResult(job.name, str(job.source), "failed", {}, error, fingerprint=old["fingerprint"]))
+            out.append(
+                ClipResult(job.name, str(job.source), "failed", {}, error, fingerprint=old["fingerprint"])
+            )
     return out
 
 

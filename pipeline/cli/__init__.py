@@ -64,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="semworld", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"semworld {version()}")
     loud = parser.add_mutually_exclusive_group()
-    loud.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level, with times and sources")
+    loud.add_argument(
+        "-v", "--verbose", action="store_true", help="log at DEBUG level, with times and sources"
+    )
     loud.add_argument(
         "-q", "--quiet", action="store_true", help="only warnings and errors (and the command's own result)"
     )
@@ -79,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handler = logging.StreamHandler()
     handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s") if args.verbose else UserFormatter()
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if args.verbose
+        else UserFormatter()
     )
     if not args.verbose:
         handler.addFilter(own_info_or_warning)
@@ -102,4 +106,3 @@ def main(argv: list[str] | None = None) -> int:
         print("semworld: interrupted", file=sys.stderr)
         return 130
     return int(rc or 0)
-

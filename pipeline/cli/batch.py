@@ -57,8 +57,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_model_flags(p)
     add_placement_flags(p)
-    p.add_argument("--caption-batch", type=_positive_int, default=16, help="frames per captioner pass (default %(default)s)")
-    p.add_argument("--render-batch", type=_positive_int, default=8, help="states per renderer pass (default %(default)s)")
+    p.add_argument(
+        "--caption-batch",
+        type=_positive_int,
+        default=16,
+        help="frames per captioner pass (default %(default)s)",
+    )
+    p.add_argument(
+        "--render-batch", type=_positive_int, default=8, help="states per renderer pass (default %(default)s)"
+    )
     p.add_argument(
         "--ray",
         nargs="?",

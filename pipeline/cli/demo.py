@@ -52,8 +52,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default="small", choices=PRESETS, metavar="PRESET",
                    help="model shape: %(choices)s (`semworld presets` shows their sizes; default %(default)s)")  # fmt: skip
     p.add_argument("--epochs", type=int, default=10, help="epoch budget (default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=32, help="windows per optimizer step (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the data, the split and the weights (default %(default)s)")
+    p.add_argument(
+        "--batch-size", type=int, default=32, help="windows per optimizer step (default %(default)s)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="seeds the data, the split and the weights (default %(default)s)"
+    )
     p.add_argument(
         "--threads",
         type=int,

@@ -41,8 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="all",
         help="val: the validation split recorded in training_summary.json; all: every window (default %(default)s)",
     )
-    p.add_argument("--batch-size", type=int, default=64, help="windows per forward pass (default %(default)s)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, ... (default %(default)s)")
+    p.add_argument(
+        "--batch-size", type=int, default=64, help="windows per forward pass (default %(default)s)"
+    )
+    p.add_argument(
+        "--device", default="auto", help="auto (cuda if available), cpu, cuda, ... (default %(default)s)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_eval_predictor)
 
@@ -102,18 +106,34 @@ def add_world_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Ar
     p.add_argument("--steps", type=int, default=None, help="renderer denoising steps (default: its own)")
     p.add_argument("--guidance", type=float, default=None, help="renderer guidance (default: its own)")
     p.add_argument("--seed", type=int, default=0, help="renderer noise seed (default %(default)s)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda, ... (default %(default)s)")
+    p.add_argument(
+        "--device", default="auto", help="auto (cuda if available), cpu, cuda, ... (default %(default)s)"
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
-    p.add_argument("--no-project", dest="project", action="store_false",
-                   help="score the predictor's raw argmax states, without projecting them onto the valid states of "
-                        "the domain (default: project)")
-    p.add_argument("--mirror", action="store_true",
-                   help="score the predictor averaged with its left-right mirror (pipeline/symmetry.py)")
-    p.add_argument("--min-history", type=int, default=None,
-                   help="roll out from every true history of at least this many states (default: the "
-                        "predictor's window, at most 4)")
-    p.add_argument("--domain", default=None,
-                   help="the domain of the data (default: the one the weights' model_index.json names)")
+    p.add_argument(
+        "--no-project",
+        dest="project",
+        action="store_false",
+        help="score the predictor's raw argmax states, without projecting them onto the valid states of "
+        "the domain (default: project)",
+    )
+    p.add_argument(
+        "--mirror",
+        action="store_true",
+        help="score the predictor averaged with its left-right mirror (pipeline/symmetry.py)",
+    )
+    p.add_argument(
+        "--min-history",
+        type=int,
+        default=None,
+        help="roll out from every true history of at least this many states (default: the "
+        "predictor's window, at most 4)",
+    )
+    p.add_argument(
+        "--domain",
+        default=None,
+        help="the domain of the data (default: the one the weights' model_index.json names)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_eval_world)
     return p
@@ -157,8 +177,10 @@ def _predictor_table(result: dict[str, Any], res: dict[str, Any]) -> Any:
     from rich.table import Table
 
     h = len(res["by_horizon"])
-    table = Table(title=f"predictor ({res['model']}) exact match by horizon, on the steps the history determines "
-                        f"(rolled out from {res['rollouts']} true histories)")
+    table = Table(
+        title=f"predictor ({res['model']}) exact match by horizon, on the steps the history determines "
+        f"(rolled out from {res['rollouts']} true histories)"
+    )
     table.add_column("")
     for k in range(1, h + 1):
         table.add_column(str(k), justify="right")
@@ -198,12 +220,17 @@ def write_report(result: dict[str, Any]) -> None:
             continue
         if part == "predictor":
             console.print(_predictor_table(result, res))
-            projected = (f", projected onto the grammar: {_fmt(res.get('projected'))} of predicted states changed"
-                         if res.get("projection") else ", not projected")
+            projected = (
+                f", projected onto the grammar: {_fmt(res.get('projected'))} of predicted states changed"
+                if res.get("projection")
+                else ", not projected"
+            )
             worst = min((v for v in res["valid_by_horizon"].values() if v is not None), default=None)
             mirror = "; averaged with its left-right mirror (--mirror)" if res.get("mirror") else ""
-            console.print(f"valid states: {_fmt(res['valid_h1'])} at h = 1, {_fmt(worst)} at the worst horizon"
-                          f"{projected}{mirror}")
+            console.print(
+                f"valid states: {_fmt(res['valid_h1'])} at h = 1, {_fmt(worst)} at the worst horizon"
+                f"{projected}{mirror}"
+            )
             continue
         table = Table(title=part)
         table.add_column("metric")
@@ -231,13 +258,19 @@ def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
     )
     p.add_argument("--clips", type=int, default=None, help="use the first N usable clips (default: all)")
     p.add_argument("--horizon", type=int, default=8, help="frames predicted (default %(default)s)")
-    p.add_argument("--context", type=int, default=None,
-                   help="states before the first forecast step, the same for every method (default: the pixel "
-                   "model's context; the predictor reads them all, front-padded to its window)")
+    p.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        help="states before the first forecast step, the same for every method (default: the pixel "
+        "model's context; the predictor reads them all, front-padded to its window)",
+    )
     p.add_argument("--steps", type=int, default=None, help="renderer denoising steps (default: its own)")
     p.add_argument("--seed", type=int, default=0, help="renderer noise seed (default %(default)s)")
     p.add_argument("--figures", default=None, help="folder for the horizon plot and the frame grid (PNG)")
-    p.add_argument("--prefix", default="semantic_vs_pixel", help="figure file-name prefix (default %(default)s)")
+    p.add_argument(
+        "--prefix", default="semantic_vs_pixel", help="figure file-name prefix (default %(default)s)"
+    )
     p.add_argument("--grid-clips", type=int, default=3, help="clips in the frame grid (default %(default)s)")
     p.add_argument(
         "--cache",

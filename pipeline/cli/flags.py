@@ -79,7 +79,8 @@ def add_dataclass_flags(
             add_dataclass_flags(parser, tp, flags=flags, choices=choices, help=help)  # type: ignore[arg-type]
             continue
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        default = None if required else (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc,operator]
+        factory: Any = f.default_factory
+        default = None if required else (f.default if f.default is not dataclasses.MISSING else factory())
         # argparse %-formats help text: a literal % from a docstring ("l % n == 0") must be doubled
         kwargs: dict[str, Any] = {"dest": f.name, "help": docs.get(f.name, "").replace("%", "%%")}
         if required:

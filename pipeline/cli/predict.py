@@ -78,12 +78,14 @@ def _truth_frames(truth: list[str] | None, output: WorldModelOutput, index: dict
 
 
 def _sureness(output: WorldModelOutput, i: int) -> str:
-    """"[-0.001]  " before a read state (with "?" when it is unsure), or "" for states given in words."""
+    """ "[-0.001]  " before a read state (with "?" when it is unsure), or "" for states given in words."""
     from pipeline.confidence import unsure
 
     c = output.observed_confidence[i] if i < len(output.observed_confidence) else None
     ok = output.observed_parses[i] if i < len(output.observed_parses) else None
-    if not output.source_indices or (c is None and ok is None):  # given in words (checked already), or unknown
+    if not output.source_indices or (
+        c is None and ok is None
+    ):  # given in words (checked already), or unknown
         return ""
     mark = "?" if unsure(c, ok, output.confidence_threshold) else " "
     return f"[{'  n/a ' if c is None else f'{c:+.3f}'}]{mark} "
@@ -105,7 +107,12 @@ def _positive_float(text: str) -> float:
 
 def add_placement_flags(p: argparse.ArgumentParser, env: bool = False) -> None:
     """--dtype, --stage-device, --stage-dtype and --compile (pipeline.placement.resolve_placement)."""
-    names = (" (SEMWORLD_DTYPE)", " (SEMWORLD_STAGE_DEVICES)", " (SEMWORLD_STAGE_DTYPES)", " (SEMWORLD_COMPILE)")
+    names = (
+        " (SEMWORLD_DTYPE)",
+        " (SEMWORLD_STAGE_DEVICES)",
+        " (SEMWORLD_STAGE_DTYPES)",
+        " (SEMWORLD_COMPILE)",
+    )
     say = names if env else ("",) * 4
     p.add_argument("--dtype", default=None, choices=("float32", "bfloat16", "float16"),
                    help="compute dtype of every stage (default: bf16 on a CUDA GPU that has it, else fp32; "
@@ -120,7 +127,9 @@ def add_placement_flags(p: argparse.ArgumentParser, env: bool = False) -> None:
 
 
 # What the CLI adds to a parameter's description in pipeline.params (the default as the CLI reads it).
-SAMPLING_DEFAULT = "default: the weights' state_rate in model_index.json (the shipped models: 2), else every frame"
+SAMPLING_DEFAULT = (
+    "default: the weights' state_rate in model_index.json (the shipped models: 2), else every frame"
+)
 FLAG_NAMES = {"horizon": ("--horizon", "-k"), "state_rate": ("--state-rate",)}
 METAVARS = {"horizon": "K", "stride": "K", "state_rate": "HZ", "context": "N", "seed": "S", "steps": "N",
             "guidance": "G"}  # fmt: skip
@@ -137,8 +146,9 @@ def add_param_flags(p: argparse.ArgumentParser, extra: dict[str, str] | None = N
     for name, field in ForecastParams.model_fields.items():
         number = float if field.annotation in (float, float | None) else int
         default = field.default
-        said = {"stride": SAMPLING_DEFAULT, "state_rate": SAMPLING_DEFAULT}.get(name, f"default {default}"
-                                                                              if default is not None else "")
+        said = {"stride": SAMPLING_DEFAULT, "state_rate": SAMPLING_DEFAULT}.get(
+            name, f"default {default}" if default is not None else ""
+        )
         more = f"; {extra[name]}" if name in extra else ""
         help_text = f"{field.description} ({said}){more}" if said else f"{field.description}{more}"
         group = rate if name in ("stride", "state_rate") else p
@@ -200,9 +210,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="weights directory (default: $SEMWORLD_WEIGHTS_DIR, else the shipped weights/)",
     )  # fmt: skip
     add_model_flags(p)
-    p.add_argument("--threads", type=_positive_int, default=None,
-                   help="torch CPU threads (default: one fewer than the usable cores, at least 1: torch's own "
-                   "default of one per core stalls when anything else runs on the machine; docs/benchmarks.md)")
+    p.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="torch CPU threads (default: one fewer than the usable cores, at least 1: torch's own "
+        "default of one per core stalls when anything else runs on the machine; docs/benchmarks.md)",
+    )
     p.add_argument(
         "--device", default=None, help="torch device for every stage (default: cuda if available, else cpu)"
     )
@@ -240,11 +254,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="weights directory (SEMWORLD_WEIGHTS_DIR; default: the shipped weights/)")  # fmt: skip
     s.add_argument("--device", default=None,
                    help="torch device (SEMWORLD_DEVICE; default: cuda if available, else cpu)")  # fmt: skip
-    s.add_argument("--threads", type=_positive_int, default=None,
-                   help="torch CPU threads (SEMWORLD_THREADS; default: one fewer than the usable cores)")
+    s.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="torch CPU threads (SEMWORLD_THREADS; default: one fewer than the usable cores)",
+    )
     add_placement_flags(s, env=True)
     s.add_argument(
-        "--data-dir", type=Path, default=None, help="jobs database and results (SEMWORLD_DATA_DIR; default data/api)"
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="jobs database and results (SEMWORLD_DATA_DIR; default data/api)",
     )
     s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug", "trace"),
                    help="uvicorn's log level, requests included at info (default %(default)s)")  # fmt: skip
@@ -358,8 +379,14 @@ def run_predict(args: argparse.Namespace) -> int:
     source = f"{args.clip}" if args.clip else f"{args.states} (states in words)"
     n = len(output.observed_states)
     if truth is None:
-        print(f"read {n} states from {source}" + (" (confidence: mean token log-prob, 0 is sure):"
-                                                 if any(c is not None for c in output.observed_confidence) else ":"))
+        print(
+            f"read {n} states from {source}"
+            + (
+                " (confidence: mean token log-prob, 0 is sure):"
+                if any(c is not None for c in output.observed_confidence)
+                else ":"
+            )
+        )
         for i, s in enumerate(output.observed_states):
             print(f"  t={i:<3d} {_sureness(output, i)}{s}")
         outside = [ok is False for ok in output.predicted_parses] or [False] * len(output.predicted_states)
@@ -421,8 +448,14 @@ def run_serve(args: argparse.Namespace) -> int:
     from api.settings import Settings
 
     # SEMWORLD_* variables (and .env) first; the flags override them, passed in, not through the environment.
-    flags = {"weights_dir": args.weights, "device": args.device, "data_dir": args.data_dir, "dtype": args.dtype,
-             "compile": args.compile, "threads": args.threads}
+    flags = {
+        "weights_dir": args.weights,
+        "device": args.device,
+        "data_dir": args.data_dir,
+        "dtype": args.dtype,
+        "compile": args.compile,
+        "threads": args.threads,
+    }
     from pipeline.placement import parse_stage_options
 
     if args.stage_device:
@@ -433,7 +466,9 @@ def run_serve(args: argparse.Namespace) -> int:
     key = settings.api_key.get_secret_value() if settings.api_key is not None else ""
     check_bind(args.host, bool(key), args.serve_without_key)
     if not settings.pipeline_factory:
-        read_model_index(settings.weights_dir)  # a missing folder or index: one line and exit 2, before serving
+        read_model_index(
+            settings.weights_dir
+        )  # a missing folder or index: one line and exit 2, before serving
     # One worker: one process owns the models (and the GPU); requests share it.
     uvicorn.run(create_app(settings), host=args.host, port=args.port, workers=1, log_level=args.log_level)
     return 0

@@ -28,13 +28,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--domain", default="shapes", help="the domain to record (default: shapes; `semworld domains` "
                    "lists them)")  # fmt: skip
     g.add_argument(
-        "--scenario", default="all",
-        help="scenario names, comma-separated (or a family, or 'all', the default)"
+        "--scenario",
+        default="all",
+        help="scenario names, comma-separated (or a family, or 'all', the default)",
     )
     g.add_argument("--clips", type=int, required=True, help="number of clips")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--out", type=Path, required=True, help="output folder")
-    g.add_argument("--split", default="train", help="train, val or test: each draws from its own seeds (default %(default)s)")
+    g.add_argument(
+        "--split",
+        default="train",
+        help="train, val or test: each draws from its own seeds (default %(default)s)",
+    )
     g.add_argument("--length", type=int, default=12, help="states per clip (default 12)")
     g.add_argument("--size", type=int, default=128, help="frame side in pixels (default 128)")
     g.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
@@ -86,7 +91,9 @@ def _generate(args: argparse.Namespace) -> int:
     if args.scenario != "all" or args.domain in ("shapes", "world"):
         options["scenario"] = args.scenario
     path = domain.generate(args.out, **options, progress=not (args.no_progress or args.quiet))  # type: ignore[attr-defined]
-    print(f"wrote {args.clips} clip{'' if args.clips == 1 else 's'} of {args.scenario} to {args.out}, states in {path}")
+    print(
+        f"wrote {args.clips} clip{'' if args.clips == 1 else 's'} of {args.scenario} to {args.out}, states in {path}"
+    )
     return 0
 
 

@@ -199,7 +199,9 @@ def run_methods(
         return render(states["semworld_true_states"])
 
     def pixel() -> list[list[np.ndarray]]:
-        own = [ctx[-stages.pixel.context :] for ctx in contexts]  # the frames the pixel model reads: the last ones
+        own = [
+            ctx[-stages.pixel.context :] for ctx in contexts
+        ]  # the frames the pixel model reads: the last ones
         out: list[list[np.ndarray]] = []
         for i in range(0, n, batch_size):
             out += stages.pixel.predict_frames(own[i : i + batch_size], horizon)
@@ -426,7 +428,9 @@ def compare(args: CompareArgs) -> dict[str, Any]:
     # pixel model its last frames, the predictor all t states (front-padded when fewer than its window).
     t = args.context or stages.pixel.context
     if t < stages.pixel.context:
-        raise UserError(f"--context {t}: the pixel model reads {stages.pixel.context} frames; give at least that")
+        raise UserError(
+            f"--context {t}: the pixel model reads {stages.pixel.context} frames; give at least that"
+        )
     clips = usable_clips(read_world_dir(args.data), t, args.horizon)
     if not clips:
         raise UserError(f"--data {args.data}: no clip with PNG frames and >= {t + args.horizon} states "

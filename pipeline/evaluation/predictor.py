@@ -72,8 +72,11 @@ def evaluate_clips(
             part, st = model.score_memory(windows[:n, j], st)
             for key in SCORE_KEYS:
                 sums[key] += float(part[key])
-            state = st if state is None or n == state.h.shape[0] else MemoryState(
-                torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
+            state = (
+                st
+                if state is None or n == state.h.shape[0]
+                else MemoryState(torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
+            )
     model.train(was_training)
     return _summary(sums)
 

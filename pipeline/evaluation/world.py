@@ -51,8 +51,10 @@ class Clip:
 
 def clips_from_records(records: Sequence[dict[str, Any]]) -> list[Clip]:
     """Clips of world records in memory (`world.sequences`), with no frames, in order."""
-    return [Clip(i, list(r["states"]), [bool(p) for p in r["predictable"]], str(r["scenario"]), None)
-            for i, r in enumerate(records)]
+    return [
+        Clip(i, list(r["states"]), [bool(p) for p in r["predictable"]], str(r["scenario"]), None)
+        for i, r in enumerate(records)
+    ]
 
 
 def read_world_dir(data: str | Path) -> list[Clip]:
@@ -118,11 +120,16 @@ def is_valid_state(state: str) -> bool:
 
 
 # ---- captioner -----------------------------------------------------------------------------------------
-def score_captioner(captioner: Any, clips: Sequence[Clip], max_frames: int | None = None,
-                    batch_size: int = 64) -> dict[str, Any]:
+def score_captioner(
+    captioner: Any, clips: Sequence[Clip], max_frames: int | None = None, batch_size: int = 64
+) -> dict[str, Any]:
     """Exact match of captions of the PNG frames against the true states, overall and by object count."""
-    pairs = [(c.frames_dir / f"{k:02d}.png", s) for c in clips if c.frames_dir is not None
-             for k, s in enumerate(c.states)]
+    pairs = [
+        (c.frames_dir / f"{k:02d}.png", s)
+        for c in clips
+        if c.frames_dir is not None
+        for k, s in enumerate(c.states)
+    ]
     if max_frames is not None:
         pairs = pairs[:max_frames]
     if not pairs:
@@ -131,15 +138,18 @@ def score_captioner(captioner: Any, clips: Sequence[Clip], max_frames: int | Non
     by_count: dict[str, list[bool]] = {}
     t0 = time.perf_counter()
     for i in range(0, len(pairs), batch_size):
-        chunk = pairs[i:i + batch_size]
+        chunk = pairs[i : i + batch_size]
         read = captioner.caption([read_png(p) for p, _ in chunk])
         for r, (_, s) in zip(read, chunk):
             hit = canonical_state(r) == canonical_state(s)
             hits.append(hit)
             by_count.setdefault(f"objects={n_objects(s)}", []).append(hit)
-    return {"exact_match": _rate(hits), "frames": len(hits),
-            "by_objects": {k: _rate(v) for k, v in sorted(by_count.items())},
-            "seconds": round(time.perf_counter() - t0, 2)}
+    return {
+        "exact_match": _rate(hits),
+        "frames": len(hits),
+        "by_objects": {k: _rate(v) for k, v in sorted(by_count.items())},
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
 
 
 # ---- predictor -----------------------------------------------------------------------------------------
@@ -154,9 +164,13 @@ class CopyLast:
 DEFAULT_MIN_HISTORY = 4
 
 
-def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 8,
-                    min_history: int = DEFAULT_MIN_HISTORY,
-                    batch_size: int = 256) -> dict[str, Any]:
+def score_predictor(
+    predictor: Predictor,
+    clips: Sequence[Clip],
+    horizon: int = 8,
+    min_history: int = DEFAULT_MIN_HISTORY,
+    batch_size: int = 256,
+) -> dict[str, Any]:
     """Exact match at horizons 1..`horizon` on the steps the history determines, rolling out from true histories.
 
     Every clip position s >= `min_history` starts a rollout from the true states 0..s-1; the state predicted
@@ -183,7 +197,7 @@ def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 
     valid_by_h: dict[int, list[bool]] = {}  # every rollout's state at each horizon, predictable or not
     t0 = time.perf_counter()
     for i in range(0, len(starts), batch_size):
-        chunk = starts[i:i + batch_size]
+        chunk = starts[i : i + batch_size]
         # True world states never need cutting; a predictor with fewer token slots than the world's 16 cuts them.
         futures = predictor.predict([c.states[:s] for c, s in chunk], horizon, truncate=True)
         for (clip, s), future in zip(chunk, futures):
@@ -203,7 +217,9 @@ def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 
                     continue
                 hits.setdefault(("flagged", "all", h), []).append(hit)
                 hits.setdefault(("flagged_family", family, h), []).append(hit)
-                if not all(clip.predictable[s:t]):  # a random event inside the rollout: no history foretells it
+                if not all(
+                    clip.predictable[s:t]
+                ):  # a random event inside the rollout: no history foretells it
                     hits.setdefault(("event", "all", h), []).append(hit)
                     continue
                 for key in (("all", "all"), ("family", family), ("scenario", clip.scenario)):
@@ -218,24 +234,37 @@ def score_predictor(predictor: Predictor, clips: Sequence[Clip], horizon: int = 
     families = sorted({k[1] for k in hits if k[0] == "flagged_family"})
     scenarios = sorted({k[1] for k in hits if k[0] == "scenario"})
     return {
-        "by_horizon": table("all", "all"), "steps": counts("all", "all"),
+        "by_horizon": table("all", "all"),
+        "steps": counts("all", "all"),
         "by_family": {f: table("family", f) for f in families},
         "family_steps": {f: counts("family", f) for f in families},
-        "by_horizon_flagged": table("flagged", "all"), "flagged_steps": counts("flagged", "all"),
+        "by_horizon_flagged": table("flagged", "all"),
+        "flagged_steps": counts("flagged", "all"),
         "by_family_flagged": {f: table("flagged_family", f) for f in families},
-        "by_horizon_after_event": table("event", "all"), "after_event_steps": counts("event", "all"),
+        "by_horizon_after_event": table("event", "all"),
+        "after_event_steps": counts("event", "all"),
         "by_scenario": {s: table("scenario", s) for s in scenarios},
-        "unpredictable_h1": _rate(unpredictable), "unpredictable_steps": len(unpredictable),
-        "valid_h1": _rate(valid), "valid_by_horizon": {str(h): _rate(v) for h, v in sorted(valid_by_h.items())},
-        "rollouts": len(starts), "min_history": min_history,
+        "unpredictable_h1": _rate(unpredictable),
+        "unpredictable_steps": len(unpredictable),
+        "valid_h1": _rate(valid),
+        "valid_by_horizon": {str(h): _rate(v) for h, v in sorted(valid_by_h.items())},
+        "rollouts": len(starts),
+        "min_history": min_history,
         "seconds": round(time.perf_counter() - t0, 2),
     }
 
 
 # ---- renderer ------------------------------------------------------------------------------------------
-def score_renderer(renderer: Any, clips: Sequence[Clip], captioner: Any | None = None, max_states: int = 32,
-                   seed: int = 0, steps: int | None = None, guidance: float | None = None,
-                   batch_size: int = 8) -> dict[str, Any]:
+def score_renderer(
+    renderer: Any,
+    clips: Sequence[Clip],
+    captioner: Any | None = None,
+    max_states: int = 32,
+    seed: int = 0,
+    steps: int | None = None,
+    guidance: float | None = None,
+    batch_size: int = 8,
+) -> dict[str, Any]:
     """Render up to `max_states` distinct true states (first seen first); PSNR and SSIM against the world's
     frame of each at the rendered size and, with a captioner, the round trip (caption == requested state); both
     also by object count, screen and lamp (`scene_groups`)."""
@@ -250,13 +279,19 @@ def score_renderer(renderer: Any, clips: Sequence[Clip], captioner: Any | None =
     t0 = time.perf_counter()
     frames: list[np.ndarray] = []
     for i in range(0, len(states), batch_size):
-        frames += renderer.render(states[i:i + batch_size], generator=generator, steps=steps, guidance=guidance)
+        frames += renderer.render(
+            states[i : i + batch_size], generator=generator, steps=steps, guidance=guidance
+        )
     seconds = time.perf_counter() - t0
     truth = [render_state(s, size=f.shape[0]) for s, f in zip(states, frames)]
     out: dict[str, Any] = {
-        "states": len(states), "psnr": round(psnr(np.stack(truth), np.stack(frames)), 3),
+        "states": len(states),
+        "psnr": round(psnr(np.stack(truth), np.stack(frames)), 3),
         "ssim": round(float(np.mean([ssim(t, f) for t, f in zip(truth, frames)])), 4),
-        "size": int(frames[0].shape[0]), "steps": steps, "guidance": guidance, "seed": seed,
+        "size": int(frames[0].shape[0]),
+        "steps": steps,
+        "guidance": guidance,
+        "seed": seed,
         "seconds_per_frame": round(seconds / max(1, len(states)), 3),
     }
     if hasattr(renderer, "settings"):  # the Renderer adapter: report the defaults it sampled with
@@ -268,7 +303,9 @@ def score_renderer(renderer: Any, clips: Sequence[Clip], captioner: Any | None =
         read = captioner.caption(frames)
         hits = [canonical_state(r) == canonical_state(s) for r, s in zip(read, states)]
         out["roundtrip_acc"] = _rate(hits)
-        out["roundtrip_by_scene"] = {k: _rate([hits[i] for i in idx]) for k, idx in scene_groups(states).items()}
+        out["roundtrip_by_scene"] = {
+            k: _rate([hits[i] for i in idx]) for k, idx in scene_groups(states).items()
+        }
     out["psnr_by_scene"] = {k: round(psnr(np.stack([truth[i] for i in idx]), np.stack([frames[i] for i in idx])), 3)
                             for k, idx in scene_groups(states).items()}  # fmt: skip
     out["states_by_scene"] = {k: len(idx) for k, idx in scene_groups(states).items()}
@@ -314,8 +351,14 @@ class EvalWorldArgs:
             raise UserError(f"--min-history must be >= 1, got {self.min_history}")
         unknown = [p for p in self.parts if p not in PARTS]
         if unknown or not self.parts:
-            raise UserError(f"--parts: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(PARTS)}")
-        if self.horizon < 1 or self.render_states < 1 or (self.max_frames is not None and self.max_frames < 1):
+            raise UserError(
+                f"--parts: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(PARTS)}"
+            )
+        if (
+            self.horizon < 1
+            or self.render_states < 1
+            or (self.max_frames is not None and self.max_frames < 1)
+        ):
             raise UserError("--horizon, --render-states and --max-frames must be positive")
 
 
@@ -344,13 +387,20 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
     scenarios: dict[str, int] = {}
     for c in clips:
         scenarios[c.scenario] = scenarios.get(c.scenario, 0) + 1
-    result: dict[str, Any] = {"data": str(args.data), "weights": str(weights), "clips": len(clips),
-                              "states": sum(len(c.states) for c in clips), "scenarios": scenarios,
-                              "args": asdict(args)}
+    result: dict[str, Any] = {
+        "data": str(args.data),
+        "weights": str(weights),
+        "clips": len(clips),
+        "states": sum(len(c.states) for c in clips),
+        "scenarios": scenarios,
+        "args": asdict(args),
+    }
 
     def missing(stage: str) -> dict[str, str]:
-        return {"skipped": f"no {stage} weights in {weights} (expected {weights / stage}/ or an entry in "
-                           f"{MODEL_INDEX})"}
+        return {
+            "skipped": f"no {stage} weights in {weights} (expected {weights / stage}/ or an entry in "
+            f"{MODEL_INDEX})"
+        }
 
     captioner = None
     if folders["captioner"] is not None and ("captioner" in args.parts or "renderer" in args.parts):
@@ -359,9 +409,11 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
         captioner = Captioner.from_pretrained(folders["captioner"], device=device, domain=domain)
     if "captioner" in args.parts:
         logger.info("scoring the captioner")
-        result["captioner"] = (missing("captioner") if captioner is None
-                               else {"weights": str(folders["captioner"]),
-                                     **score_captioner(captioner, clips, args.max_frames)})
+        result["captioner"] = (
+            missing("captioner")
+            if captioner is None
+            else {"weights": str(folders["captioner"]), **score_captioner(captioner, clips, args.max_frames)}
+        )
     for part in ("predictor", "renderer"):
         folder = folders[part]
         if part not in args.parts:
@@ -375,14 +427,23 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
             predictor = Predictor.from_pretrained(folder, device=device, domain=domain, project=args.project,
                                                   mirror=args.mirror)  # fmt: skip
             kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
-            start = args.min_history if args.min_history is not None else min(predictor.T, DEFAULT_MIN_HISTORY)
+            start = (
+                args.min_history if args.min_history is not None else min(predictor.T, DEFAULT_MIN_HISTORY)
+            )
             scores = score_predictor(predictor, clips, args.horizon, start)
             projection = predictor.projection
-            result[part] = {"weights": str(folder), "model": kind, "projection": projection is not None,
-                            "mirror": args.mirror, **scores}
+            result[part] = {
+                "weights": str(folder),
+                "model": kind,
+                "projection": projection is not None,
+                "mirror": args.mirror,
+                **scores,
+            }
             if projection is not None:  # the share of predicted states (all horizons) the projection changed
-                result[part]["projected"] = _rate([True] * projection.stats.projected
-                                                  + [False] * (projection.stats.states - projection.stats.projected))
+                result[part]["projected"] = _rate(
+                    [True] * projection.stats.projected
+                    + [False] * (projection.stats.states - projection.stats.projected)
+                )
             result["copy_last"] = score_predictor(CopyLast(), clips, args.horizon, start)
         else:
             from pipeline.renderer import Renderer

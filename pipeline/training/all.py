@@ -59,12 +59,18 @@ def build_captioner(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
     phases: dict[str, Any] = {}
     init_from = None
     if recipe.init_from is not None:
-        base = args_from_recipe(get_recipe(recipe.init_from), out=str(run / "base" / "model"),
-                                run_dir=str(run / "base"), **common)
+        base = args_from_recipe(
+            get_recipe(recipe.init_from), out=str(run / "base" / "model"), run_dir=str(run / "base"), **common
+        )
         phases[recipe.init_from] = {"args": dataclasses.asdict(base), "metrics": train_captioner(base)}  # type: ignore[arg-type]
         init_from = base.out
-    targs = args_from_recipe(recipe, out=str(out), run_dir=str(run / "finetune" if init_from else run),
-                             init_from=init_from, **common)
+    targs = args_from_recipe(
+        recipe,
+        out=str(out),
+        run_dir=str(run / "finetune" if init_from else run),
+        init_from=init_from,
+        **common,
+    )
     metrics = train_captioner(targs)  # type: ignore[arg-type]
     return {"recipe": recipe.name, "args": dataclasses.asdict(targs), "metrics": metrics, "phases": phases}
 
@@ -81,11 +87,18 @@ def build_renderer(args: TrainAllArgs, run: Path, out: Path, captioner: Path | N
 
     *bases, recipe = recipe_chain(_recipe(args, "renderer"))
     if captioner is None:
-        logger.warning("renderer: no captioner in %s, so each phase's best/ is chosen by frame accuracy, not by the "
-                       "round trip the shipped renderers were chosen by; build the captioner stage first or copy "
-                       "one there", out.parent / "captioner")
-    common = {"seed": args.seed, "threads": args.threads, "progress": args.progress,
-              "captioner": str(captioner) if captioner is not None else None}
+        logger.warning(
+            "renderer: no captioner in %s, so each phase's best/ is chosen by frame accuracy, not by the "
+            "round trip the shipped renderers were chosen by; build the captioner stage first or copy "
+            "one there",
+            out.parent / "captioner",
+        )
+    common = {
+        "seed": args.seed,
+        "threads": args.threads,
+        "progress": args.progress,
+        "captioner": str(captioner) if captioner is not None else None,
+    }
     phases: dict[str, Any] = {}
     init_from = None
     for i, base_recipe in enumerate(bases):
@@ -93,8 +106,9 @@ def build_renderer(args: TrainAllArgs, run: Path, out: Path, captioner: Path | N
         base = args_from_recipe(base_recipe, out=str(folder), init_from=init_from, **common)
         phases[base_recipe.name] = {"args": dataclasses.asdict(base), "metrics": train_renderer(base)}  # type: ignore[arg-type]
         init_from = str(shipped(folder))
-    rargs = args_from_recipe(recipe, out=str(run / "finetune" if init_from else run), init_from=init_from,
-                             **common)
+    rargs = args_from_recipe(
+        recipe, out=str(run / "finetune" if init_from else run), init_from=init_from, **common
+    )
     metrics = train_renderer(rargs)  # type: ignore[arg-type]
     _replace_dir(shipped(Path(rargs.out)), out)
     return {"recipe": recipe.name, "args": dataclasses.asdict(rargs), "metrics": metrics, "phases": phases}
@@ -109,8 +123,11 @@ def predictor_data(path: Path, seed: int, recipe: Recipe) -> Path:
     if not path.is_file():
         length = recipe.data["length"]
         parts = [("all", recipe.data["clips"], recipe.data.get("seed_offset", 0)), *recipe.mix]
-        records = [r for scenarios, n, offset, *size in parts
-                   for r in sequences(scenarios, n, seed + offset, size[0] if size else length, "train")]
+        records = [
+            r
+            for scenarios, n, offset, *size in parts
+            for r in sequences(scenarios, n, seed + offset, size[0] if size else length, "train")
+        ]
         atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
     return path
 
@@ -126,23 +143,31 @@ def recipe_chain(recipe: Recipe) -> list[Recipe]:
     return chain
 
 
-def train_predictor_phase(recipe: Recipe, folder: Path, seed: int, init_from: str | None,
-                          **run: Any) -> tuple[TrainArgs, Any]:
+def train_predictor_phase(
+    recipe: Recipe, folder: Path, seed: int, init_from: str | None, **run: Any
+) -> tuple[TrainArgs, Any]:
     """One phase of a predictor chain in `folder`: the recipe's data (folder/train.jsonl, written once), its
     arguments and the run (folder/model/, resumed when a checkpoint is there), started from `init_from`. `run`
     adds device, threads, progress. Returns the arguments and the run's result."""
     from pipeline.training.predictor import train_predictor
 
     data = predictor_data(folder / "train.jsonl", seed, recipe)
-    targs = args_from_recipe(recipe, data=str(data), out=str(folder / "model"), init_from=init_from, seed=seed,
-                             **run)
+    targs = args_from_recipe(
+        recipe, data=str(data), out=str(folder / "model"), init_from=init_from, seed=seed, **run
+    )
     assert isinstance(targs, TrainArgs)
     return targs, train_predictor(targs)[targs.model]
 
 
 def _phase_record(recipe: Recipe, targs: TrainArgs, result: Any) -> dict[str, Any]:
-    return {"args": dataclasses.asdict(targs), "data": dict(recipe.data), "mix": list(recipe.mix),
-            "best": result.best, "epochs_run": len(result.history), "stopped_by": result.stopped_by}
+    return {
+        "args": dataclasses.asdict(targs),
+        "data": dict(recipe.data),
+        "mix": list(recipe.mix),
+        "best": result.best,
+        "epochs_run": len(result.history),
+        "stopped_by": result.stopped_by,
+    }
 
 
 def build_predictor(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
@@ -162,9 +187,11 @@ def build_predictor(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
 
 
 # ---- the weights folder --------------------------------------------------------------------------------
-DEFAULT_CLASSES = {"captioner": ["transformers", "BlipForConditionalGeneration"],
-                   "predictor": ["semworld", "FourTensorModel"],
-                   "renderer": ["diffusers", "StableDiffusionPipeline"]}
+DEFAULT_CLASSES = {
+    "captioner": ["transformers", "BlipForConditionalGeneration"],
+    "predictor": ["semworld", "FourTensorModel"],
+    "renderer": ["diffusers", "StableDiffusionPipeline"],
+}
 
 
 def stage_class(folder: Path, stage: str) -> list[str]:
@@ -194,7 +221,9 @@ def write_model_index(out: str | Path, domain: str = "shapes") -> dict[str, Any]
     # The rate of the states every stage was trained on: clips are read at it unless a caller says otherwise.
     index["state_rate"] = FPS / STRIDE
     index["domain"] = domain
-    threshold = get_domain(domain).confidence_threshold  # the shapes world's: calibrated on the shipped captioner
+    threshold = get_domain(
+        domain
+    ).confidence_threshold  # the shapes world's: calibrated on the shipped captioner
     if threshold is not None:
         index["confidence_threshold"] = threshold
     for stage in ("captioner", "predictor", "renderer"):
@@ -218,9 +247,11 @@ def train_all(args: TrainAllArgs) -> dict[str, Any]:
         try:
             _recipe(args, stage)
         except ValueError:
-            raise UserError(f"--domain {args.domain}: no recipe {recipe_name(args.domain, stage, args.quick)!r} "
-                            f"for its {stage} in models/presets.py (train all rebuilds the domains that have a "
-                            f"recipe chain; docs/domains.md says how to train each stage of another)") from None
+            raise UserError(
+                f"--domain {args.domain}: no recipe {recipe_name(args.domain, stage, args.quick)!r} "
+                f"for its {stage} in models/presets.py (train all rebuilds the domains that have a "
+                f"recipe chain; docs/domains.md says how to train each stage of another)"
+            ) from None
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {}
     bar = tqdm(todo, desc="train all", unit="stage", disable=not args.progress)
@@ -237,8 +268,9 @@ def train_all(args: TrainAllArgs) -> dict[str, Any]:
         if stage == "captioner":
             res = build_captioner(args, run, out / stage)
         elif stage == "renderer":
-            res = build_renderer(args, run, out / stage,
-                                 out / "captioner" if (out / "captioner").is_dir() else None)
+            res = build_renderer(
+                args, run, out / stage, out / "captioner" if (out / "captioner").is_dir() else None
+            )
         else:
             res = build_predictor(args, run, out / stage)
         res = {**res, "seconds": round(time.perf_counter() - t0, 1), "mb": round(folder_mb(out / stage), 2)}

@@ -17,7 +17,10 @@ from pipeline.utils import UserError
 
 MODEL_KINDS = ("four_tensor", "baseline", "attentime_lm")
 BOTH = ("four_tensor", "baseline")  # what --model both trains
-RECALL_TARGETS = ("last", "novel")  # what the memory's recall term asks for (training.predictor.recall_targets)
+RECALL_TARGETS = (
+    "last",
+    "novel",
+)  # what the memory's recall term asks for (training.predictor.recall_targets)
 
 
 # ---- the predictor (`semworld train predictor`) ----------------------------------------------------------
@@ -157,7 +160,9 @@ class TrainArgs:
         if self.attention not in ("four_tensor", "attentime"):
             raise UserError(f"--attention {self.attention!r}: expected four_tensor or attentime")
         if self.attention != "four_tensor" and self.model != "four_tensor":
-            raise UserError(f"--attention {self.attention} applies to --model four_tensor only, got {self.model}")
+            raise UserError(
+                f"--attention {self.attention} applies to --model four_tensor only, got {self.model}"
+            )
         if self.causal_slices and self.model in ("baseline", "attentime_lm"):
             raise UserError(
                 "--causal-slices applies to the 4-tensor model only (the baseline is causal already)"
@@ -165,34 +170,48 @@ class TrainArgs:
         if self.lr_schedule not in ("constant", "cosine"):
             raise UserError(f"--lr-schedule {self.lr_schedule!r}: expected constant or cosine")
         if self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise UserError(f"need --warmup-steps >= 0 and --min-lr-ratio in [0, 1], got {self.warmup_steps}, "
-                            f"{self.min_lr_ratio}")
+            raise UserError(
+                f"need --warmup-steps >= 0 and --min-lr-ratio in [0, 1], got {self.warmup_steps}, "
+                f"{self.min_lr_ratio}"
+            )
         if self.target_slices not in ("all", "last"):
             raise UserError(f"--target-slices {self.target_slices!r}: expected all or last")
         if self.rollout_steps < 0 or not 0.0 <= self.rollout_prob <= 1.0:
-            raise UserError(f"need --rollout-steps >= 0 and --rollout-prob in [0, 1], got {self.rollout_steps}, "
-                            f"{self.rollout_prob}")
+            raise UserError(
+                f"need --rollout-steps >= 0 and --rollout-prob in [0, 1], got {self.rollout_steps}, "
+                f"{self.rollout_prob}"
+            )
         if self.min_history is not None and self.min_history < 1:
             raise UserError(f"--min-history must be >= 1, got {self.min_history}")
         if self.grow_layer is not None:
             if self.init_from is None or self.model != "four_tensor" or self.attention != "four_tensor":
-                raise UserError("--grow-layer needs --init-from and the 4-tensor model with 4-tensor attention")
+                raise UserError(
+                    "--grow-layer needs --init-from and the 4-tensor model with 4-tensor attention"
+                )
             if self.grow_layer < 0:
                 raise UserError(f"--grow-layer must be >= 0, got {self.grow_layer}")
         if self.target_slices != "all" and self.model != "four_tensor":
             raise UserError("--target-slices last applies to the 4-tensor model")
         if self.rollout_steps and self.target_slices != "last":
-            raise UserError("--rollout-steps needs --target-slices last (earlier slots of a rolled-out window "
-                            "would be trained on the model's own states)")
+            raise UserError(
+                "--rollout-steps needs --target-slices last (earlier slots of a rolled-out window "
+                "would be trained on the model's own states)"
+            )
         if self.memory:
             if self.model != "four_tensor":
                 raise UserError(f"--memory applies to the 4-tensor model only, got --model {self.model}")
             if not self.memory_recall_weight >= 0:
                 raise UserError(f"--memory-recall-weight must be >= 0, got {self.memory_recall_weight}")
             if self.memory_recall_target not in RECALL_TARGETS:
-                raise UserError(f"--memory-recall-target must be one of {', '.join(RECALL_TARGETS)}, "
-                                f"got {self.memory_recall_target!r}")
-            if isinstance(self.bptt_windows, bool) or not isinstance(self.bptt_windows, int) or self.bptt_windows < 1:
+                raise UserError(
+                    f"--memory-recall-target must be one of {', '.join(RECALL_TARGETS)}, "
+                    f"got {self.memory_recall_target!r}"
+                )
+            if (
+                isinstance(self.bptt_windows, bool)
+                or not isinstance(self.bptt_windows, int)
+                or self.bptt_windows < 1
+            ):
                 raise UserError(f"--bptt-windows must be a positive integer, got {self.bptt_windows!r}")
             try:
                 self.memory_config(8)
@@ -208,12 +227,19 @@ class TrainArgs:
 
         shape = tuple(self.mem_shape)
         if len(shape) != 3:
-            raise ValueError(f"TensorMemoryConfig.mem_shape must be three positive integers (D, H, W), got {shape}")
+            raise ValueError(
+                f"TensorMemoryConfig.mem_shape must be three positive integers (D, H, W), got {shape}"
+            )
         return TensorMemoryConfig(
-            d_emb=d, mem_channels=self.mem_channels, mem_shape=(shape[0], shape[1], shape[2]),
-            chunk_size=self.chunk_size, sigma_scale=self.sigma_scale,
-            memory_every_n_layers=self.memory_every_n_layers, forget_bias=self.forget_bias,
-            min_sigma=self.min_sigma, gate_init=self.memory_gate_init,
+            d_emb=d,
+            mem_channels=self.mem_channels,
+            mem_shape=(shape[0], shape[1], shape[2]),
+            chunk_size=self.chunk_size,
+            sigma_scale=self.sigma_scale,
+            memory_every_n_layers=self.memory_every_n_layers,
+            forget_bias=self.forget_bias,
+            min_sigma=self.min_sigma,
+            gate_init=self.memory_gate_init,
         )
 
     @property
@@ -235,13 +261,32 @@ class TrainArgs:
         if self.min_history is None:  # runs from before the knob keep their fingerprint
             d.pop("min_history")
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
-        for key in ("lr_schedule", "warmup_steps", "min_lr_ratio", "target_slices", "rollout_steps", "rollout_prob"):
+        for key in (
+            "lr_schedule",
+            "warmup_steps",
+            "min_lr_ratio",
+            "target_slices",
+            "rollout_steps",
+            "rollout_prob",
+        ):
             if d[key] == defaults[key]:  # runs with the paper's rule keep the fingerprint they had
                 d.pop(key)
         if not self.memory:  # runs without memory keep the fingerprint they had before the memory knobs
-            for key in ("memory", "mem_channels", "mem_shape", "chunk_size", "sigma_scale",
-                        "memory_every_n_layers", "bptt_windows", "forget_bias", "memory_lr_scale", "min_sigma",
-                        "memory_gate_init", "memory_recall_weight", "memory_recall_target"):
+            for key in (
+                "memory",
+                "mem_channels",
+                "mem_shape",
+                "chunk_size",
+                "sigma_scale",
+                "memory_every_n_layers",
+                "bptt_windows",
+                "forget_bias",
+                "memory_lr_scale",
+                "min_sigma",
+                "memory_gate_init",
+                "memory_recall_weight",
+                "memory_recall_target",
+            ):
                 d.pop(key)
         else:
             d["mem_shape"] = list(self.mem_shape)
@@ -339,7 +384,9 @@ class TrainCaptionerArgs:
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if len(self.count_weights) < 1 or min(self.count_weights) < 0 or sum(self.count_weights) <= 0:
-            raise ValueError(f"count_weights must be non-negative with a positive sum, got {self.count_weights}")
+            raise ValueError(
+                f"count_weights must be non-negative with a positive sum, got {self.count_weights}"
+            )
 
     @property
     def total_steps(self) -> int:
@@ -558,7 +605,9 @@ class TrainPixelArgs:
                 f"{self.rollout_steps}"
             )
         if self.lr <= 0 or not 0 < self.min_lr_ratio <= 1:
-            raise UserError(f"--lr must be > 0 and --min-lr-ratio in (0, 1], got {self.lr}, {self.min_lr_ratio}")
+            raise UserError(
+                f"--lr must be > 0 and --min-lr-ratio in (0, 1], got {self.lr}, {self.min_lr_ratio}"
+            )
         if self.object_weight < 1:
             raise UserError(f"--object-weight must be >= 1, got {self.object_weight}")
         if self.minutes < 0 or self.warmup_steps < 0 or self.grad_clip <= 0:
@@ -598,7 +647,9 @@ class TrainAllArgs:
         self.stages = tuple(s.strip() for part in self.stages for s in part.split(",") if s.strip())
         unknown = [s for s in self.stages if s not in STAGES]
         if unknown or not self.stages:
-            raise UserError(f"--stages: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(STAGES)}")
+            raise UserError(
+                f"--stages: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(STAGES)}"
+            )
         if self.threads < 1 or self.seed < 0:
             raise UserError(f"--threads must be >= 1 and --seed >= 0, got {self.threads}, {self.seed}")
 

@@ -35,7 +35,6 @@ from pipeline.utils import UserError, atomic_dir, atomic_torch_save, quiet_loadi
 logger = logging.getLogger(__name__)
 
 
-
 # ---- the tokenizer ---------------------------------------------------------------------------------------
 def build_tokenizer(sentences: Iterable[str]):  # -> transformers.PreTrainedTokenizerFast
     """Our word-level state tokenizer (pipeline.tokenizer: [PAD]=0, [UNK]=1, same word ids) with [BOS] and
@@ -53,8 +52,14 @@ def build_tokenizer(sentences: Iterable[str]):  # -> transformers.PreTrainedToke
         special_tokens=[(BOS_TOKEN, vocab[BOS_TOKEN]), (EOS_TOKEN, vocab[EOS_TOKEN])],
     )
     return PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token=PAD_TOKEN, unk_token=UNK_TOKEN, bos_token=BOS_TOKEN,
-        eos_token=EOS_TOKEN, sep_token=EOS_TOKEN, cls_token=BOS_TOKEN, model_max_length=MAX_STATE_TOKENS + 2,
+        tokenizer_object=backend,
+        pad_token=PAD_TOKEN,
+        unk_token=UNK_TOKEN,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        sep_token=EOS_TOKEN,
+        cls_token=BOS_TOKEN,
+        model_max_length=MAX_STATE_TOKENS + 2,
     )
 
 
@@ -156,12 +161,16 @@ def make_examples(
             side = int(rng.integers(resize_range[0], resize_range[1] + 1))
         if jittered:
             offsets = rng.uniform(-jitter, jitter, size=(len(scene.objects), 2))
-            placed = [(o.colour, o.shape, o.row + dy, o.col + dx) for o, (dy, dx) in zip(scene.objects, offsets)]
+            placed = [
+                (o.colour, o.shape, o.row + dy, o.col + dx) for o, (dy, dx) in zip(scene.objects, offsets)
+            ]
             frame = draw_frame(placed, screen=scene.screen, lamp=scene.lamp, size=side)
         else:
             frame = render_scene(scene, size=side)
         if side != frame_size:
-            frame = np.asarray(Image.fromarray(frame).resize((frame_size, frame_size), Image.Resampling.BICUBIC))
+            frame = np.asarray(
+                Image.fromarray(frame).resize((frame_size, frame_size), Image.Resampling.BICUBIC)
+            )
         if rescale_prob > 0 and rng.random() < rescale_prob:
             frame = rescale(frame, rng, rescale_sizes)
         if noise_prob > 0 and rng.random() < noise_prob:
@@ -187,11 +196,17 @@ def lr_at(step: int, args: TrainCaptionerArgs) -> float:
 
 def encode_batch(processor, frames: list[np.ndarray], states: list[str]) -> dict[str, torch.Tensor]:
     """Model inputs of one batch: pixel_values (B, 3, S, S), input_ids / attention_mask / labels (B, L)."""
-    pixel_values = processor.image_processor(images=frames, return_tensors="pt")["pixel_values"]  # (B, 3, S, S)
+    pixel_values = processor.image_processor(images=frames, return_tensors="pt")[
+        "pixel_values"
+    ]  # (B, 3, S, S)
     text = processor.tokenizer(states, padding="longest", return_tensors="pt")  # "[BOS] words [EOS]" (B, L)
     labels = text["input_ids"].masked_fill(text["attention_mask"] == 0, -100)  # no loss on padding
-    return {"pixel_values": pixel_values, "input_ids": text["input_ids"],
-            "attention_mask": text["attention_mask"], "labels": labels}
+    return {
+        "pixel_values": pixel_values,
+        "input_ids": text["input_ids"],
+        "attention_mask": text["attention_mask"],
+        "labels": labels,
+    }
 
 
 def evaluation_set(seed: int, n: int, counts: int) -> tuple[list[np.ndarray], list[str]]:
@@ -222,7 +237,9 @@ def attention_targets(states: Sequence[str], length: int, grid: int) -> torch.Te
     return targets
 
 
-def world_split_exact_match(captioner, clips: int = 200, seed: int = 0, split: str = "test") -> dict[str, float]:
+def world_split_exact_match(
+    captioner, clips: int = 200, seed: int = 0, split: str = "test"
+) -> dict[str, float]:
     """Exact match of `captioner` on the frames at the state instants of `clips` world clips of `split`
     (every scenario, as `semworld world generate --scenario all` makes them), overall and by object count."""
     from world import frames_and_states
@@ -315,9 +332,13 @@ def setup_run(args: TrainCaptionerArgs) -> CaptionerRun:
 
         weights = Path(args.init_from) / "model.safetensors"
         if not weights.is_file():
-            raise UserError(f"--init-from {args.init_from}: no model.safetensors (expected a captioner folder)")
+            raise UserError(
+                f"--init-from {args.init_from}: no model.safetensors (expected a captioner folder)"
+            )
         missing, unexpected = model.load_state_dict(load_file(str(weights)), strict=False)
-        if unexpected or [k for k in missing if "predictions.decoder" not in k]:  # tied weights are not stored
+        if unexpected or [
+            k for k in missing if "predictions.decoder" not in k
+        ]:  # tied weights are not stored
             raise UserError(f"--init-from {args.init_from}: not a captioner of shape {args.model}")
         model.tie_weights()
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embeddings" not in n]
@@ -423,7 +444,10 @@ def save_and_test(run: CaptionerRun) -> dict[str, float]:
     logger.info("saved the best captioner (epoch %s, exact match %.4f) to %s", best.get("epoch"),
                 best["exact_match"], args.out)  # fmt: skip
     if args.test_clips:
-        test = world_split_exact_match(Captioner.from_pretrained(args.out, device="cpu", domain=get_domain("shapes")), clips=args.test_clips)
+        test = world_split_exact_match(
+            Captioner.from_pretrained(args.out, device="cpu", domain=get_domain("shapes")),
+            clips=args.test_clips,
+        )
         run.log({"event": "test", "split": "test", "clips": args.test_clips, **test})
         logger.info("world test split (%d frames): exact match %.4f %s", test["frames"], test["exact_match"],
                     {k: round(v, 4) for k, v in test.items() if k.startswith("objects=")})  # fmt: skip

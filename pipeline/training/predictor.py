@@ -291,9 +291,11 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
     # what the schedule scales (saved in, and restored from, checkpoints)
     for group in optimizer.param_groups:
         group.setdefault("base_lr", group["lr"])
-    step_module: nn.Module = (SegmentModule(model, last_only=args.target_slices == "last",
-                                                 recall_weight=args.memory_recall_weight) if args.memory
-                              else StepModule(model, last_only=args.target_slices == "last"))
+    step_module: nn.Module = (
+        SegmentModule(model, last_only=args.target_slices == "last", recall_weight=args.memory_recall_weight)
+        if args.memory
+        else StepModule(model, last_only=args.target_slices == "last")
+    )
     if ctx.distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -309,7 +311,9 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
         ckpt_path.parent.mkdir(exist_ok=True)
         data.tokenizer.save(out)
         _write_log(out / LOG_FILE, history)  # drops lines of an epoch that ran after the last checkpoint
-    run = PredictorRun(kind, args, data, out, ctx, model, optimizer, step_module, sampler, fingerprint, history)
+    run = PredictorRun(
+        kind, args, data, out, ctx, model, optimizer, step_module, sampler, fingerprint, history
+    )
     if args.memory:
         run.train_clips, run.val_clips = train_clips, clip_windows(data.val)
     return run
@@ -335,14 +339,24 @@ def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
         unit="batch",
     )
     steps_per_epoch = -(-len(order) // per_batch)
-    rollout = None if not (args.memory and args.rollout_steps) else (
-        lambda w, lens: rollout_clip_windows(model, w, lens, args.rollout_steps, args.rollout_prob))
+    rollout = (
+        None
+        if not (args.memory and args.rollout_steps)
+        else (lambda w, lens: rollout_clip_windows(model, w, lens, args.rollout_steps, args.rollout_prob))
+    )
     for step, i in enumerate(bar):
         set_learning_rate(run.optimizer, args, epoch * steps_per_epoch + step, args.epochs * steps_per_epoch)
         if args.memory:
             group = [run.train_clips[int(k)] for k in order[i : i + per_batch]]
-            seg_loss, seg_windows = train_clip_batch(run.step_module, run.optimizer, group, args.bptt_windows,
-                                                     ctx.device, rollout, args.memory_recall_target)
+            seg_loss, seg_windows = train_clip_batch(
+                run.step_module,
+                run.optimizer,
+                group,
+                args.bptt_windows,
+                ctx.device,
+                rollout,
+                args.memory_recall_target,
+            )
             loss_sum += seg_loss
             n_seen += seg_windows
             bar.set_postfix(loss=f"{loss_sum / max(n_seen, 1):.3f}")
@@ -362,6 +376,7 @@ def fit_epoch(run: PredictorRun, epoch: int) -> dict[str, Any]:
         t = torch.tensor([loss_sum, float(n_seen)], dtype=torch.float64, device=ctx.device)
         dist.all_reduce(t)
         train_loss = float(t[0] / t[1])
+
     # Validation on rank 0 only; the others receive its numbers, so every rank takes the same decision.
     def validate() -> dict[str, float]:
         if args.memory:

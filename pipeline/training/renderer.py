@@ -31,7 +31,9 @@ logger = logging.getLogger(__name__)
 CHECKPOINT = "checkpoint.pt"
 FINAL_FOLDER = "pipeline"  # the diffusers checkpoint at the end of the run
 UNET_WARMUP = 200  # steps of linear learning-rate warmup in stage 2
-BEST_FOLDER = "best"  # the one its periodic evaluation scored best (the shipped weights are one: checkpoints swing)
+BEST_FOLDER = (
+    "best"  # the one its periodic evaluation scored best (the shipped weights are one: checkpoints swing)
+)
 LOG = "log.jsonl"
 STAGES = ("vae", "unet", "done")
 
@@ -84,7 +86,9 @@ def eval_states(seed: int, n: int) -> list[str]:
     return states[:n]
 
 
-VARIED_SEED = 2026  # the varied set's seed in reports (bench/renderer_quality.py); training chooses by another
+VARIED_SEED = (
+    2026  # the varied set's seed in reports (bench/renderer_quality.py); training chooses by another
+)
 
 
 def varied_states(per_count: int, seed: int = VARIED_SEED) -> list[str]:
@@ -191,9 +195,14 @@ def save_renderer(
         for module in stored.components.values():
             if isinstance(module, torch.nn.Module):
                 torch.nn.Module.to(module, dtype=dtype)
-    with atomic_dir(directory) as tmp, quiet_loading(diffusers=True):  # no "Writing model shards" bar per save
+    with (
+        atomic_dir(directory) as tmp,
+        quiet_loading(diffusers=True),
+    ):  # no "Writing model shards" bar per save
         stored.save_pretrained(tmp, safe_serialization=True)
-        RenderSettings(steps=args.sample_steps, guidance=args.guidance, output_size=args.output_size).save(tmp)
+        RenderSettings(steps=args.sample_steps, guidance=args.guidance, output_size=args.output_size).save(
+            tmp
+        )
         if metrics is not None:
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 
@@ -247,7 +256,11 @@ class RendererRun:
 
     def stage_two_parameters(self) -> list[torch.nn.Parameter]:
         """What stage 2 trains (UNet, text encoder, VAE decoder), the whole VAE included: the EMA's order."""
-        return [*self.pipe.unet.parameters(), *self.pipe.text_encoder.parameters(), *self.pipe.vae.parameters()]
+        return [
+            *self.pipe.unet.parameters(),
+            *self.pipe.text_encoder.parameters(),
+            *self.pipe.vae.parameters(),
+        ]
 
     def start_ema(self, state: dict[str, Any] | None = None) -> None:
         """The exponential moving average of stage 2's weights (from the current ones, or a saved state)."""
@@ -380,8 +393,21 @@ def setup_run(args: TrainRendererArgs) -> RendererRun:
 
 # What makes a run the run it is: resuming with other values would continue one recipe's checkpoint as another's
 # (e.g. `train all` after a recipe was renamed). Budgets, evaluation, threads and sampling may change on a resume.
-RESUME_KEYS = ("seed", "count_weights", "pool", "init_from", "vae_lr", "unet_lr", "ema_decay", "prediction_type",
-               "image_size", "vae_channels", "vae_latent_channels", "object_weight", "pixel_weight")
+RESUME_KEYS = (
+    "seed",
+    "count_weights",
+    "pool",
+    "init_from",
+    "vae_lr",
+    "unet_lr",
+    "ema_decay",
+    "prediction_type",
+    "image_size",
+    "vae_channels",
+    "vae_latent_channels",
+    "object_weight",
+    "pixel_weight",
+)
 
 
 def _check_same_run(saved: dict[str, Any] | None, args: TrainRendererArgs, path: Path) -> None:
@@ -393,8 +419,10 @@ def _check_same_run(saved: dict[str, Any] | None, args: TrainRendererArgs, path:
     diff = [k for k in RESUME_KEYS if k in before and before[k] != now[k]]
     if diff:
         changes = ", ".join(f"{k} {before[k]} -> {now[k]}" for k in diff)
-        raise UserError(f"{path.parent} holds a checkpoint of a different renderer run ({changes}); "
-                        f"use another --out or delete {path}")
+        raise UserError(
+            f"{path.parent} holds a checkpoint of a different renderer run ({changes}); "
+            f"use another --out or delete {path}"
+        )
 
 
 def _init_from(run: RendererRun, folder: Path) -> None:
@@ -406,7 +434,11 @@ def _init_from(run: RendererRun, folder: Path) -> None:
         raise ValueError(f"init_from: {folder} is not a saved renderer (no model_index.json)")
     with quiet_loading(diffusers=True):
         saved = StableDiffusionPipeline.from_pretrained(
-            folder, local_files_only=True, dtype=torch.float32, safety_checker=None, requires_safety_checker=False
+            folder,
+            local_files_only=True,
+            dtype=torch.float32,
+            safety_checker=None,
+            requires_safety_checker=False,
         )
     for name in ("vae", "unet", "text_encoder"):
         try:
@@ -430,8 +462,9 @@ def fit_vae(run: RendererRun, train_pool: Sequence[str], held_out: Sequence[str]
     vae.train()
     for group in run.vae_opt.param_groups:
         group["lr"] = args.vae_lr
-    bar = tqdm(total=args.vae_steps, initial=run.step, desc="renderer vae", unit="step",
-               disable=not args.progress)
+    bar = tqdm(
+        total=args.vae_steps, initial=run.step, desc="renderer vae", unit="step", disable=not args.progress
+    )
     while not _stage_done(args, "vae", run.step, run.started):
         gen = torch.Generator().manual_seed(args.seed * 1_000_003 + run.step)
         vae_idx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen).tolist()
@@ -487,8 +520,9 @@ def fit_unet(
         run.start_ema()
     pipe.unet.train()
     pipe.text_encoder.train()
-    bar = tqdm(total=args.unet_steps, initial=run.step, desc="renderer unet", unit="step",
-               disable=not args.progress)
+    bar = tqdm(
+        total=args.unet_steps, initial=run.step, desc="renderer unet", unit="step", disable=not args.progress
+    )
     while not _stage_done(args, "unet", run.step, run.started):
         loss = _unet_step(run, train_pool, pool_latents, ids, empty_ids)
         run.after_step(bar, loss=loss)
@@ -524,7 +558,11 @@ def _saved_best(folder: Path) -> dict[str, Any]:
 
 
 def _unet_step(
-    run: RendererRun, train_pool: Sequence[str], pool_latents: torch.Tensor, ids: torch.Tensor, empty_ids: torch.Tensor
+    run: RendererRun,
+    train_pool: Sequence[str],
+    pool_latents: torch.Tensor,
+    ids: torch.Tensor,
+    empty_ids: torch.Tensor,
 ) -> float:
     """One optimizer step of the UNet + text encoder (and, every decoder_every steps, of the VAE decoder)."""
     args, vae, unet, step = run.args, run.pipe.vae, run.pipe.unet, run.step
@@ -557,7 +595,9 @@ def _unet_step(
     if pixel:
         # End to end: decode the UNet's clean-latent estimate and compare it with the world's frame, so the
         # UNet and decoder can carry what the frozen encoder's latents miss (a ball against a box).
-        x = frames_of([train_pool[i] for i in idx.tolist()], args.image_size, args.render_size)  # (B, 3, H, W)
+        x = frames_of(
+            [train_pool[i] for i in idx.tolist()], args.image_size, args.render_size
+        )  # (B, 3, H, W)
         recon = vae.decode(pred / vae.config.scaling_factor).sample
         loss = loss + args.pixel_weight * reconstruction_loss(recon, x, args.object_weight)
         run.vae_opt.zero_grad(set_to_none=True)
@@ -569,7 +609,9 @@ def _unet_step(
         run.vae_opt.step()
     elif decoder_turn:
         didx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen)
-        x = frames_of([train_pool[i] for i in didx.tolist()], args.image_size, args.render_size)  # (B, 3, H, W)
+        x = frames_of(
+            [train_pool[i] for i in didx.tolist()], args.image_size, args.render_size
+        )  # (B, 3, H, W)
         recon = vae.decode(pool_latents[didx] / vae.config.scaling_factor).sample
         dec_loss = reconstruction_loss(recon, x, args.object_weight)
         run.vae_opt.zero_grad(set_to_none=True)
@@ -607,8 +649,9 @@ def _encode_pool(vae, states: Sequence[str], args: TrainRendererArgs, out: Path)
 
     chunks = []
     with torch.no_grad():
-        for i in tqdm(range(0, len(states), 64), desc="renderer latents", unit="batch",
-                           disable=not args.progress):
+        for i in tqdm(
+            range(0, len(states), 64), desc="renderer latents", unit="batch", disable=not args.progress
+        ):
             z = vae.encode(
                 frames_of(states[i : i + 64], args.image_size, args.render_size)
             ).latent_dist.mode()

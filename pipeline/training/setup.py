@@ -136,11 +136,18 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
     # rollout-aware training: K more states per training window, the rolled-out context's true past (a memory
     # run rolls out from the clip's earlier windows instead, rollout_clip_windows)
     if args.min_history is not None and args.min_history > T:
-        raise UserError(f"--min-history {args.min_history}: at most the window T={T} of --preset {args.preset}")
+        raise UserError(
+            f"--min-history {args.min_history}: at most the window T={T} of --preset {args.preset}"
+        )
     if args.min_history is not None and args.rollout_steps and not args.memory:
         raise UserError("--min-history does not combine with --rollout-steps without --memory")
-    train = make_windows(split.train, tokenizer, T + (0 if args.memory else args.rollout_steps), N,
-                         min_history=args.min_history)
+    train = make_windows(
+        split.train,
+        tokenizer,
+        T + (0 if args.memory else args.rollout_steps),
+        N,
+        min_history=args.min_history,
+    )
     val = make_windows(split.val, tokenizer, T, N, min_history=args.min_history)
     full_train, full_val = len(train), len(val)
     if args.max_windows is not None and args.memory:  # whole clips, for the memory's in-order training

@@ -45,8 +45,9 @@ class SegmentModule(nn.Module):
         self.last_only = last_only
         self.recall_weight = recall_weight
 
-    def forward(self, windows: torch.Tensor, lengths: list[int], state: Any, previous: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    def forward(
+        self, windows: torch.Tensor, lengths: list[int], state: Any, previous: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """windows (B, K, T+1, N) of B clips sorted by lengths (windows left in each, descending), state (h, c)
         for the B rows or None -> summed CE, target count, and the state after the last window of each row.
         previous (B, K, N): the sentence written just before each window (window_loss's recall term)."""
@@ -62,8 +63,11 @@ class SegmentModule(nn.Module):
             prev = None if previous is None or not self.recall_weight else previous[:n, j]
             ls, cnt, st = self.model.window_loss(windows[:n, j], st, self.last_only, prev, self.recall_weight)
             loss_sum, count = loss_sum + ls, count + cnt
-            state = st if state is None or n == state.h.shape[0] else MemoryState(
-                torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
+            state = (
+                st
+                if state is None or n == state.h.shape[0]
+                else MemoryState(torch.cat([st.h, state.h[n:]]), torch.cat([st.c, state.c[n:]]))
+            )
         return loss_sum, count, state
 
 
@@ -79,7 +83,9 @@ def recall_targets(windows: torch.Tensor, mode: str = "last") -> torch.Tensor:
     if mode not in RECALL_TARGETS:
         raise ValueError(f"recall target must be one of {RECALL_TARGETS}, got {mode!r}")
     written = windows[:, :, 0]  # (B, K, N) slice 0 of window i: written when window i + 1 starts
-    running = windows[:, :, :-1].ne(0).flatten(2).any(-1)[..., None]  # (B, K, 1) not a window past the clip's end
+    running = (
+        windows[:, :, :-1].ne(0).flatten(2).any(-1)[..., None]
+    )  # (B, K, 1) not a window past the clip's end
     if mode == "last":
         previous = torch.cat([torch.zeros_like(written[:, :1]), written[:, :-1]], dim=1)
         return previous * running
@@ -97,8 +103,12 @@ def recall_targets(windows: torch.Tensor, mode: str = "last") -> torch.Tensor:
 
 
 def train_clip_batch(
-    step_module: nn.Module, optimizer: torch.optim.Optimizer, group: list[torch.Tensor], bptt_windows: int,
-    device: torch.device | str, rollout: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None,
+    step_module: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    group: list[torch.Tensor],
+    bptt_windows: int,
+    device: torch.device | str,
+    rollout: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None,
     recall_target: str = "last",
 ) -> tuple[float, int]:
     """Train a memory model on a batch of whole clips, in order, with truncated back-propagation: (h, c) is
@@ -115,8 +125,9 @@ def train_clip_batch(
     loss_total, seen = 0.0, 0
     for j in range(0, windows.shape[1], bptt_windows):
         part = [max(0, min(L - j, bptt_windows)) for L in lengths]
-        loss_sum, count, state = step_module(windows[:, j : j + bptt_windows], part, state,
-                                             previous[:, j : j + bptt_windows])
+        loss_sum, count, state = step_module(
+            windows[:, j : j + bptt_windows], part, state, previous[:, j : j + bptt_windows]
+        )
         loss = loss_sum / count.clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -166,7 +177,9 @@ def rollout_windows(model: Any, long: torch.Tensor, K: int, prob: float) -> torc
 
 
 @torch.no_grad()
-def rollout_clip_windows(model: Any, windows: torch.Tensor, lengths: list[int], K: int, prob: float) -> torch.Tensor:
+def rollout_clip_windows(
+    model: Any, windows: torch.Tensor, lengths: list[int], K: int, prob: float
+) -> torch.Tensor:
     """Scheduled sampling for a memory model, on whole clips. windows (B, W, T+1, N): window j of a row holds
     the clip's states j..j+T (rows end at lengths[b], zero padding after) -> the same windows where, in each
     (row, window) drawn with probability `prob`, the last k context states are the model's own rollout (eval
@@ -208,6 +221,7 @@ def rollout_clip_windows(model: Any, windows: torch.Tensor, lengths: list[int], 
     model.train(was_training)
     return out
 
+
 def parameter_groups(model: nn.Module, args: TrainArgs) -> list[dict[str, Any]]:
     """One AdamW group, or with --memory-lr-scale != 1 a second group for the memory (interface and taps) at
     lr * memory_lr_scale."""
@@ -215,5 +229,7 @@ def parameter_groups(model: nn.Module, args: TrainArgs) -> list[dict[str, Any]]:
     if not args.memory or args.memory_lr_scale == 1.0:
         return [{"params": [p for _, p in params]}]
     is_mem = lambda name: name.startswith(("memory.", "memory_taps."))  # noqa: E731
-    return [{"params": [p for n, p in params if not is_mem(n)]},
-            {"params": [p for n, p in params if is_mem(n)], "lr": args.lr * args.memory_lr_scale}]
+    return [
+        {"params": [p for n, p in params if not is_mem(n)]},
+        {"params": [p for n, p in params if is_mem(n)], "lr": args.lr * args.memory_lr_scale},
+    ]

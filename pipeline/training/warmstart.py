@@ -28,6 +28,7 @@ def init_tokenizer(directory: str | Path) -> StateTokenizer:
 def _shift_layers(saved: dict[str, torch.Tensor], at: int) -> dict[str, torch.Tensor]:
     """saved's weights with every layer (and memory tap) numbered `at` or more moved one down: layers.2.fc1.weight
     -> layers.3.fc1.weight for at <= 2."""
+
     def shifted(key: str) -> str:
         m = re.fullmatch(r"(layers|memory_taps)\.(\d+)(\..*)?", key)
         if m is None or int(m.group(2)) < at:
@@ -65,22 +66,28 @@ def init_weights(model: Any, directory: str | Path, grow_layer: int | None = Non
         n_saved = len({k.split(".")[1] for k in saved if k.startswith("layers.")})
         n_own = len(model.layers)
         if n_own != n_saved + 1 or not 0 <= grow_layer < n_own:
-            raise UserError(f"--grow-layer {grow_layer}: the model has {n_own} layers and {directory} has "
-                            f"{n_saved}; growing needs one more layer and an index below {n_own}")
+            raise UserError(
+                f"--grow-layer {grow_layer}: the model has {n_own} layers and {directory} has "
+                f"{n_saved}; growing needs one more layer and an index below {n_own}"
+            )
         saved = _shift_layers(saved, grow_layer)
         taps = {k.split(".")[1] for k in own if k.startswith("memory_taps.")}
         saved_taps = {k.split(".")[1] for k in saved if k.startswith("memory_taps.")}
         if saved_taps and taps != saved_taps:
-            raise UserError(f"--grow-layer {grow_layer}: the memory taps would sit at layers {sorted(taps)} but "
-                            f"the saved ones move to {sorted(saved_taps)}; choose --memory-every-n-layers so "
-                            "that the new layer has none")
+            raise UserError(
+                f"--grow-layer {grow_layer}: the memory taps would sit at layers {sorted(taps)} but "
+                f"the saved ones move to {sorted(saved_taps)}; choose --memory-every-n-layers so "
+                "that the new layer has none"
+            )
         fresh = (*fresh, f"layers.{grow_layer}.")
     missing = sorted(k for k in own if k not in saved and not k.startswith(fresh))
     extra = sorted(k for k in saved if k not in own)
     bad = sorted(k for k in saved if k in own and saved[k].shape != own[k].shape)
     if missing or extra or bad:
-        raise UserError(f"--init-from {directory}: weights do not fit this model (missing {missing[:3]}, "
-                        f"unexpected {extra[:3]}, other shapes {bad[:3]})")
+        raise UserError(
+            f"--init-from {directory}: weights do not fit this model (missing {missing[:3]}, "
+            f"unexpected {extra[:3]}, other shapes {bad[:3]})"
+        )
     nn.Module.load_state_dict(model, {**own, **saved})
     if grow_layer is not None:
         _identity_layer(model, grow_layer)

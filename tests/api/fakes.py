@@ -118,13 +118,17 @@ def make_pipeline(
     step_delay = float(os.environ.get("FAKE_STEP_DELAY", "0")) if step_delay is None else step_delay
     world = os.environ.get("FAKE_WORLD", "") == "1" if world is None else world
     renderer = NoiseRenderer(delay, step_delay=step_delay)
-    if os.environ.get("FAKE_UNSURE", "") == "1":  # every read far below the threshold: each clip gets a warning
+    if (
+        os.environ.get("FAKE_UNSURE", "") == "1"
+    ):  # every read far below the threshold: each clip gets a warning
         captioner = UnsureWorldCaptioner() if world else UnsureCaptioner()
         return WorldModelPipeline(captioner, WorldPredictor() if world else EchoPredictor(), renderer,
                                   render_batch_size=2, domain="shapes" if world else None,
                                   confidence_threshold=-0.01)  # fmt: skip
     if world:
-        return WorldModelPipeline(WorldCaptioner(), WorldPredictor(), renderer, render_batch_size=2, domain="shapes")
+        return WorldModelPipeline(
+            WorldCaptioner(), WorldPredictor(), renderer, render_batch_size=2, domain="shapes"
+        )
     return WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), renderer, render_batch_size=2)
 
 
@@ -159,16 +163,22 @@ def build_tiny_weights(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     sentences = world_sentences()
     tokenizer = build_tokenizer(sentences)
-    config = CaptionerConfig(
-        image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2
-    )
+    config = CaptionerConfig(image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
     build_blip(config, tokenizer).save_pretrained(root / "captioner")
     build_processor(tokenizer, config.image_size).save_pretrained(root / "captioner")
 
     states = StateTokenizer.build(sentences)
     predictor = FourTensorModel(
-        FourTensorConfig(vocab_size=states.vocab_size, d_x=8, d_t=4, n_heads=2, n_layers=1, N=12, T=4,
-                         end_ids=states.end_ids)  # fmt: skip
+        FourTensorConfig(
+            vocab_size=states.vocab_size,
+            d_x=8,
+            d_t=4,
+            n_heads=2,
+            n_layers=1,
+            N=12,
+            T=4,
+            end_ids=states.end_ids,
+        )  # fmt: skip
     )
     predictor.save_pretrained(root / "predictor")
     states.save(root / "predictor")

@@ -35,7 +35,9 @@ def _zip() -> bytes:
     return buf.getvalue()
 
 
-def clip(data: bytes = CLIP, ctype: str = "video/mp4", name: str = "c.mp4", path: str = "/v1/predict", **form):
+def clip(
+    data: bytes = CLIP, ctype: str = "video/mp4", name: str = "c.mp4", path: str = "/v1/predict", **form
+):
     form.setdefault("stride", "8")
     return ("POST", path, {"files": {"file": (name, data, ctype)}, "data": form})
 
@@ -91,15 +93,36 @@ CATALOGUE: dict[str, tuple[tuple, int]] = {
     "multipart-no-boundary": (raw("/v1/predict", b"abc", "multipart/form-data"), 400),
     "urlencoded": (raw("/v1/predict", b"horizon=2", "application/x-www-form-urlencoded"), 422),
     "duplicate-horizon": (
-        ("POST", "/v1/predict", {"files": [("file", ("c.mp4", CLIP, "video/mp4")), ("horizon", (None, "2")),
-                                           ("horizon", (None, "3"))]}),
+        (
+            "POST",
+            "/v1/predict",
+            {
+                "files": [
+                    ("file", ("c.mp4", CLIP, "video/mp4")),
+                    ("horizon", (None, "2")),
+                    ("horizon", (None, "3")),
+                ]
+            },
+        ),
         422,
     ),  # fmt: skip
     # ---- parameters ----
     **{
         f"{field}={value!r}": (clip(**{field: value}), 422)
         for field, values in {
-            "horizon": ["0", "-1", "33", "abc", "true", "", " ", "2.5", "1e3", "null", "99999999999999999999"],
+            "horizon": [
+                "0",
+                "-1",
+                "33",
+                "abc",
+                "true",
+                "",
+                " ",
+                "2.5",
+                "1e3",
+                "null",
+                "99999999999999999999",
+            ],
             "stride": ["0", "-3", "1001", "", "x", "null", "1.5"],
             "state_rate": ["inf", "-inf", "nan", "0", "-1", "3e9", "241", "", "null", "1e309"],
             "seed": ["-1", str(2**32), str(2**70), "", "abc", "null", "1.5"],
@@ -151,8 +174,14 @@ CATALOGUE: dict[str, tuple[tuple, int]] = {
     "rollout-seed-huge": (rollout({"states": ok_states, "seed": 2**70}), 422),
     "rollout-seed-negative": (rollout({"states": ok_states, "seed": -1}), 422),
     "rollout-steps-0": (rollout({"states": ok_states, "steps": 0}), 422),
-    "rollout-guidance-nan": (raw("/v1/rollout", b'{"states": ["a ."], "guidance": NaN}', "application/json"), 422),
-    "rollout-guidance-inf": (raw("/v1/rollout", b'{"states": ["a ."], "guidance": 1e999}', "application/json"), 422),
+    "rollout-guidance-nan": (
+        raw("/v1/rollout", b'{"states": ["a ."], "guidance": NaN}', "application/json"),
+        422,
+    ),
+    "rollout-guidance-inf": (
+        raw("/v1/rollout", b'{"states": ["a ."], "guidance": 1e999}', "application/json"),
+        422,
+    ),
     "rollout-extra-field": (rollout({"states": ok_states, "evil": 1}), 422),
     "rollout-render-string": (rollout({"states": ok_states, "render": "yes"}), 422),
     "rollout-too-much-work": (rollout({"states": ok_states * 64, "steps": 1000, "render_context": 64}), 422),
@@ -218,7 +247,9 @@ def test_traversal_filename_is_stored_as_text_only(client, tmp_path):
     "headers", [{}, {"X-API-Key": "wrong"}, {"Authorization": "Bearer "}, {"Authorization": "Basic s3cret"}]
 )
 def test_missing_or_wrong_key_is_401_everywhere(tmp_path, headers):
-    app = create_app(Settings(data_dir=tmp_path, samples_dir=ASSETS, api_key="s3cret"), stages=make_pipeline(0.0))
+    app = create_app(
+        Settings(data_dir=tmp_path, samples_dir=ASSETS, api_key="s3cret"), stages=make_pipeline(0.0)
+    )
     with TestClient(app) as c:
         wait_ready(c)
         for method, path, kwargs in (

@@ -110,7 +110,9 @@ def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tm
     page.wait_for_function("document.querySelector('#video').readyState >= 1")
     assert page.locator("#dl-zip").get_attribute("href").startswith("blob:")
     assert page.locator("#dl-mp4").get_attribute("download").endswith("predicted.mp4")
-    icon = page.evaluate("async () => { const r = await fetch('/favicon.ico'); return [r.status, r.headers.get('content-type')]; }")
+    icon = page.evaluate(
+        "async () => { const r = await fetch('/favicon.ico'); return [r.status, r.headers.get('content-type')]; }"
+    )
     assert icon == [200, "image/svg+xml"]
 
     # A misspelt edit is refused, naming the word, and leaves the forecast as it was.
@@ -200,7 +202,9 @@ def test_the_form_reads_well_before_anything_is_typed(start_server, browser_page
     )
     assert read == ["predict [8] states", "states per second [default]", "or frame stride [none]", "seed [0]",
                     "denoising steps [default]", "API key [if required]"]  # fmt: skip
-    assert [fits for _, _, fits in page.evaluate(PLACEHOLDERS_FIT)] == [True] * 6, page.evaluate(PLACEHOLDERS_FIT)
+    assert [fits for _, _, fits in page.evaluate(PLACEHOLDERS_FIT)] == [True] * 6, page.evaluate(
+        PLACEHOLDERS_FIT
+    )
     shots = Path(os.environ.get("SEMWORLD_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     page.locator("#predict-form").screenshot(path=str(shots / "web-form.png"))

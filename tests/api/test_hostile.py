@@ -47,7 +47,10 @@ def settle(renderer: NoiseRenderer, quiet: float = 4 * STEP, timeout: float = 30
     "request_kind",
     [
         # two slow requests: 64 context frames drawn after the prediction, and 300 steps x 8 frames
-        ("rollout", {"states": [f"s{i}." for i in range(64)], "horizon": 1, "steps": 40, "render_context": 64}),
+        (
+            "rollout",
+            {"states": [f"s{i}." for i in range(64)], "horizon": 1, "steps": 40, "render_context": 64},
+        ),
         ("predict", {"horizon": "8", "steps": "300", "stride": "8"}),
     ],
     ids=["rollout-context", "predict-steps"],
@@ -60,7 +63,9 @@ def test_deadline_stops_the_model_within_one_step(make_client, request_kind):
     if kind == "rollout":
         r = client.post("/v1/rollout", json=body)
     else:
-        r = client.post("/v1/predict", files={"file": ("c.mp4", REAL_CLIP.read_bytes(), "video/mp4")}, data=body)
+        r = client.post(
+            "/v1/predict", files={"file": ("c.mp4", REAL_CLIP.read_bytes(), "video/mp4")}, data=body
+        )
     answered = time.monotonic() - t0
     assert r.status_code == 504 and "longer than 0.6 s" in r.json()["detail"], r.text
     assert answered < 0.6 + 0.5
@@ -106,7 +111,9 @@ def test_synchronous_work_is_bounded_and_sent_to_jobs(make_client, path, kwargs)
         kwargs["files"] = {"file": ("c.mp4", REAL_CLIP.read_bytes(), "video/mp4")}
     r = client.post(path, **kwargs)
     assert r.status_code == 422
-    assert "too much work for a synchronous request" in r.json()["detail"] and "/v1/jobs" in r.json()["detail"]
+    assert (
+        "too much work for a synchronous request" in r.json()["detail"] and "/v1/jobs" in r.json()["detail"]
+    )
     # The same work as a job is accepted.
     r = client.post(
         "/v1/jobs",
@@ -118,7 +125,9 @@ def test_synchronous_work_is_bounded_and_sent_to_jobs(make_client, path, kwargs)
 
 # ---- 3. the API key before any body byte -----------------------------------------------------------------------
 def test_unauthenticated_upload_is_refused_before_the_body_is_read(tmp_path):
-    app = create_app(Settings(data_dir=tmp_path, samples_dir=ASSETS, api_key="k3y"), stages=stepped_pipeline()[0])
+    app = create_app(
+        Settings(data_dir=tmp_path, samples_dir=ASSETS, api_key="k3y"), stages=stepped_pipeline()[0]
+    )
     received: list[bytes] = []
     sent: list[dict] = []
 
@@ -184,6 +193,7 @@ def test_concurrent_submissions_never_pass_the_limit(make_client):
     files = {"file": ("c.mp4", REAL_CLIP.read_bytes() + b"\0" * 3 * 2**20, "video/mp4")}
     held = client.post("/v1/jobs", files=files, data={"stride": "8", "horizon": "1"}).json()["id"]
     wait_state(client, held, "running")
+
     def post(results: list) -> None:
         results.append(client.post("/v1/jobs", files=files, data={"stride": "8", "horizon": "1"}))
 
@@ -300,7 +310,11 @@ def _image(fmt: str) -> bytes:
     ("form", "data", "detail"),
     [
         ({"state_rate": "inf", "output": "mp4"}, None, "state_rate: Input should be a finite number"),
-        ({"state_rate": "3e9", "output": "zip"}, None, "state_rate: Input should be less than or equal to 240"),
+        (
+            {"state_rate": "3e9", "output": "zip"},
+            None,
+            "state_rate: Input should be less than or equal to 240",
+        ),
         ({"state_rate": "nan"}, None, "state_rate: Input should be a finite number"),
         ({"horizon": ""}, None, "horizon: empty; leave the field out"),
         ({"seed": str(2**70)}, None, "seed: Input should be less than or equal to"),

@@ -112,7 +112,10 @@ def test_list_jobs_bad_queries_are_one_line_422s(make_client):
     for query, detail in [
         ({"limit": "0"}, "limit: Input should be greater than or equal to 1"),
         ({"limit": "101"}, "limit: Input should be less than or equal to 100"),
-        ({"state": "done"}, "state.0: Input should be 'queued', 'running', 'succeeded', 'failed' or 'canceled'"),
+        (
+            {"state": "done"},
+            "state.0: Input should be 'queued', 'running', 'succeeded', 'failed' or 'canceled'",
+        ),
         ({"after": gone}, f"after: no job '{gone}' (deleted since?); list again without after"),
         ({"after": "../etc"}, "after: ids are 32 hex digits; list again without after"),
     ]:

@@ -58,10 +58,34 @@ def test_mp4_and_zip_outputs(make_client):
         (REAL_CLIP.read_bytes()[:1500], "video/mp4", {}, 422, "file: not a readable video"),
         (b"hello", "text/plain", {}, 415, "file: expected a video, got content type 'text/plain'"),
         (REAL_CLIP.read_bytes(), "video/mp4", {"horizon": "0"}, 422, "horizon: Input should be greater than"),
-        (REAL_CLIP.read_bytes(), "video/mp4", {"horizon": "99"}, 422, "horizon: Input should be less than or equal to 32"),
-        (REAL_CLIP.read_bytes(), "video/mp4", {"stride": "0"}, 422, "stride: Input should be greater than or equal to 1"),
-        (REAL_CLIP.read_bytes(), "video/mp4", {"steps": "0"}, 422, "steps: Input should be greater than or equal to 1"),
-        (REAL_CLIP.read_bytes(), "video/mp4", {"guidance": "51"}, 422, "guidance: Input should be less than or equal to 50"),
+        (
+            REAL_CLIP.read_bytes(),
+            "video/mp4",
+            {"horizon": "99"},
+            422,
+            "horizon: Input should be less than or equal to 32",
+        ),
+        (
+            REAL_CLIP.read_bytes(),
+            "video/mp4",
+            {"stride": "0"},
+            422,
+            "stride: Input should be greater than or equal to 1",
+        ),
+        (
+            REAL_CLIP.read_bytes(),
+            "video/mp4",
+            {"steps": "0"},
+            422,
+            "steps: Input should be greater than or equal to 1",
+        ),
+        (
+            REAL_CLIP.read_bytes(),
+            "video/mp4",
+            {"guidance": "51"},
+            422,
+            "guidance: Input should be less than or equal to 50",
+        ),
         (
             REAL_CLIP.read_bytes(),
             "video/mp4",
@@ -69,7 +93,13 @@ def test_mp4_and_zip_outputs(make_client):
             422,
             "horizon: Input should be a valid integer",
         ),
-        (REAL_CLIP.read_bytes(), "video/mp4", {"stride": "2", "state_rate": "1"}, 422, "give either stride or"),
+        (
+            REAL_CLIP.read_bytes(),
+            "video/mp4",
+            {"stride": "2", "state_rate": "1"},
+            422,
+            "give either stride or",
+        ),
         (REAL_CLIP.read_bytes(), "video/mp4", {"output": "gif"}, 422, "output: Input should be"),
         (REAL_CLIP.read_bytes(), "video/mp4", {"stride": "1"}, 200, None),
     ],
@@ -80,14 +110,18 @@ def test_bad_input_is_a_short_4xx(make_client, data, ctype, form, code, detail):
     assert r.status_code == code, r.text
     if detail:
         assert r.headers["content-type"] == "application/json"
-        assert r.json()["detail"].startswith(detail) and "Traceback" not in r.text  # what it names comes first
+        assert (
+            r.json()["detail"].startswith(detail) and "Traceback" not in r.text
+        )  # what it names comes first
         assert "Error" not in r.json()["detail"]  # no exception class
 
 
 def test_too_many_frames_is_422(make_client):
     client = make_client(max_frames=4)
     r = post_clip(client, REAL_CLIP.read_bytes(), horizon="2")
-    assert r.status_code == 422 and r.json()["detail"].startswith("file: clip gives more than 4 states at stride 1")
+    assert r.status_code == 422 and r.json()["detail"].startswith(
+        "file: clip gives more than 4 states at stride 1"
+    )
 
 
 def test_missing_file_and_json_body(make_client):
@@ -216,10 +250,15 @@ def test_rollout_says_what_predict_says_about_its_states(make_client):
     r = client.post("/v1/rollout", json={"states": given, "horizon": 2, "render": False})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["predicted_states"] == ["red ball top center , lamp off .", "red ball top midright , lamp on ."]
+    assert body["predicted_states"] == [
+        "red ball top center , lamp off .",
+        "red ball top midright , lamp on .",
+    ]
     assert body["observed_confidence"] == [None, None]  # given in words: nothing was read
     assert body["observed_parses"] == [True, True] and body["predicted_parses"] == [True, True]
-    assert body["confidence_threshold"] == get_domain("shapes").confidence_threshold and body["warnings"] == []
+    assert (
+        body["confidence_threshold"] == get_domain("shapes").confidence_threshold and body["warnings"] == []
+    )
     assert body["domain"] == "shapes"
     assert body["changes"] == [
         [],
@@ -232,14 +271,18 @@ def test_rollout_says_what_predict_says_about_its_states(make_client):
     assert r.json()["predicted_states"] == ["empty room ."] and r.json()["predicted_parses"] == [False]
     assert r.json()["changes"] == [[], ["changed (not a world state)"]]
     # weights that name no domain: free text, no verdict either way, no threshold, changes word by word
-    plain = make_client(pipeline=make_pipeline(0.0)).post("/v1/rollout", json={"states": ["a."], "render": False})
+    plain = make_client(pipeline=make_pipeline(0.0)).post(
+        "/v1/rollout", json={"states": ["a."], "render": False}
+    )
     assert plain.json()["observed_parses"] == [None] and plain.json()["predicted_parses"] == [None] * 8
     assert plain.json()["domain"] == "text" and plain.json()["confidence_threshold"] is None
     assert plain.json()["changes"][1] == ["added: next 0 after"]  # "a ." -> "next 0 after a ."
     schemas = client.get("/openapi.json").json()["components"]["schemas"]
     fields = {"observed_confidence", "observed_parses", "predicted_parses", "confidence_threshold", "warnings",
               "changes"}  # fmt: skip
-    assert fields <= set(schemas["RolloutResponse"]["properties"]) & set(schemas["PredictResponse"]["properties"])
+    assert fields <= set(schemas["RolloutResponse"]["properties"]) & set(
+        schemas["PredictResponse"]["properties"]
+    )
 
 
 def test_predict_and_job_results_carry_the_timeline(make_client):

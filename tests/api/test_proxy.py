@@ -23,7 +23,10 @@ NGINX = shutil.which("nginx") or next(
     (p for p in ("/usr/sbin/nginx", "/sbin/nginx") if Path(p).is_file()), None
 )
 CONF = REPO / "docker" / "nginx.conf"
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx)")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx)"),
+]
 
 
 def _conf_value(name: str) -> str:

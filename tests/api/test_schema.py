@@ -22,7 +22,9 @@ def test_errors_limits_and_media_types_are_in_the_schema(make_client):
         for method, op in ops.items():
             for code, response in op["responses"].items():
                 if code.startswith(("4", "5")) and code != "503" or code == "422":
-                    ref = response.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref")
+                    ref = (
+                        response.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref")
+                    )
                     assert ref in (None, "#/components/schemas/ErrorResponse"), (path, method, code)
     # every 422 really is {"detail": str}
     r = client.post("/v1/rollout", json={"states": []})
@@ -32,7 +34,9 @@ def test_errors_limits_and_media_types_are_in_the_schema(make_client):
     props = form["properties"]
     assert props["horizon"]["maximum"] == HORIZON_LIMIT and props["seed"]["maximum"] == SEED_MAX
     assert props["state_rate"]["maximum"] == 240 and props["stride"]["maximum"] == 1000
-    assert all("anyOf" not in p or {"type": "null"} not in p["anyOf"] for p in props.values())  # no null in forms
+    assert all(
+        "anyOf" not in p or {"type": "null"} not in p["anyOf"] for p in props.values()
+    )  # no null in forms
     assert form["not"] == {"required": ["stride", "state_rate"]} and props["file"]["minLength"] == 1
     rollout = schemas["RolloutRequest"]
     assert rollout["properties"]["states"]["maxItems"] == STATES_LIMIT

@@ -27,7 +27,6 @@ from models.four_tensor import FourTensorConfig, FourTensorModel
 V, N, T = 23, 5, 3
 
 
-
 def attn(seed: int = 0, **kw) -> AttentimeAttention:
     torch.manual_seed(seed)
     return AttentimeAttention(12, 3, **kw).double()

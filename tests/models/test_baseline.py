@@ -14,7 +14,6 @@ from models.baseline import BaselineConfig, BaselineModel, count_parameters
 V, N, T = 23, 5, 3
 
 
-
 def tiny_config(**overrides) -> BaselineConfig:
     base = dict(vocab_size=V, d_x=4, d_t=2, n_heads=2, n_layers=2, N=N, T=T, dropout=0.0, padding_idx=0)
     base.update(overrides)

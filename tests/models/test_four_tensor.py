@@ -548,4 +548,6 @@ def test_sinusoidal_embedding_fills_sin_cos_pairs_and_leaves_the_odd_widths_last
             assert torch.allclose(pe[:, 2 * i + 1], torch.cos(angle))
         assert torch.equal(pe[:, -1], torch.zeros(4, dtype=torch.float64))
     even = sinusoidal_pe(positions, 6)
-    assert torch.allclose(even[:, -1], torch.cos(positions / 10000.0 ** (4 / 6)))  # no slot left over at even widths
+    assert torch.allclose(
+        even[:, -1], torch.cos(positions / 10000.0 ** (4 / 6))
+    )  # no slot left over at even widths

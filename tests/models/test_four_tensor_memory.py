@@ -15,8 +15,9 @@ from models.tensor_memory import MemoryState, TensorMemoryConfig
 
 def _config(memory: bool = True, **mem: object) -> FourTensorConfig:
     knobs = {"d_emb": 32, "mem_channels": 4, "mem_shape": (2, 3, 4), "chunk_size": 8, **mem}
-    return four_tensor_config("tiny", vocab_size=20, end_ids=(3,), memory=TensorMemoryConfig(**knobs) if memory
-                              else None)
+    return four_tensor_config(
+        "tiny", vocab_size=20, end_ids=(3,), memory=TensorMemoryConfig(**knobs) if memory else None
+    )
 
 
 def _model(memory: bool = True, seed: int = 0, **mem: object) -> FourTensorModel:
@@ -61,7 +62,11 @@ def test_loading_memory_weights_into_a_model_without_memory_is_refused_by_name(t
 
 @pytest.mark.parametrize(
     "mem,name",
-    [({"mem_shape": (0, 2, 2)}, "mem_shape"), ({"chunk_size": 0}, "chunk_size"), ({"sigma_scale": 0.0}, "sigma_scale")],
+    [
+        ({"mem_shape": (0, 2, 2)}, "mem_shape"),
+        ({"chunk_size": 0}, "chunk_size"),
+        ({"sigma_scale": 0.0}, "sigma_scale"),
+    ],
 )
 def test_bad_memory_knobs_are_refused_by_name(mem, name):
     with pytest.raises(ValueError, match=name):
@@ -79,7 +84,9 @@ def test_taps_gates_and_memory_every_n_layers():
     for tap in model.memory_taps.values():
         assert math.isclose(float(torch.sigmoid(tap.gate.detach())), 1 / (1 + math.exp(2)), rel_tol=1e-6)
     torch.manual_seed(0)
-    cfg = four_tensor_config("small", vocab_size=20, memory=TensorMemoryConfig(d_emb=128, memory_every_n_layers=2))
+    cfg = four_tensor_config(
+        "small", vocab_size=20, memory=TensorMemoryConfig(d_emb=128, memory_every_n_layers=2)
+    )
     assert list(FourTensorModel(cfg).memory_taps) == ["0"]
     # One interface for the whole stack: a single coord_net and a single conv, whatever the depth.
     assert sum(1 for name, _ in model.named_modules() if name.endswith("coord_net")) == 1

@@ -124,11 +124,15 @@ def test_dropout_acts_on_both_residual_branches_of_the_packed_training_path():
     loss_a = model.training_step(full)
     assert calls == [f"layer{i}" for i in range(model.config.n_layers) for _ in range(2)]
     torch.manual_seed(0)
-    assert torch.equal(model.training_step(full), loss_a)  # the masks come from torch's RNG: seeded, repeatable
+    assert torch.equal(
+        model.training_step(full), loss_a
+    )  # the masks come from torch's RNG: seeded, repeatable
     torch.manual_seed(1)
     assert not torch.equal(model.training_step(full), loss_a)  # and they are random
     model.eval()
     eval_loss = model.training_step(full)
     assert not torch.isclose(loss_a, eval_loss)
     prefix, targets = model.split_window(full)
-    assert torch.allclose(eval_loss, window_cross_entropy(model(prefix), targets, PAD))  # eval: no dropout at all
+    assert torch.allclose(
+        eval_loss, window_cross_entropy(model(prefix), targets, PAD)
+    )  # eval: no dropout at all

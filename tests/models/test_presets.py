@@ -15,7 +15,13 @@ PAPER = {"paper-h2-l2": 122.2, "paper-h4-l2": 172.5, "paper-h4-l3": 256.4}
 @pytest.mark.parametrize("name", sorted(PAPER))
 def test_paper_presets_match_table_5_within_0_1M(name):
     preset = get_preset(name)
-    assert (preset.dims.vocab_size, preset.dims.d_x, preset.dims.d_t, preset.dims.N, preset.dims.T) == (36_711, 64, 32, 16, 4)
+    assert (preset.dims.vocab_size, preset.dims.d_x, preset.dims.d_t, preset.dims.N, preset.dims.T) == (
+        36_711,
+        64,
+        32,
+        16,
+        4,
+    )
     count = count_parameters(four_tensor_config(name))  # on the meta device
     assert abs(count / 1e6 - PAPER[name]) < 0.1
     assert preset.paper_params_m["four_tensor"] == PAPER[name]

@@ -96,8 +96,10 @@ def test_factorized_parameter_count(c_in: int, c_out: int):
     n = sum(p.numel() for p in conv.parameters())
     assert n == 9 * c_in + c_in * c_out + c_out == factorized_parameter_count(c_in, c_out)
     dense = nn.Conv3d(c_in, c_out, 3, padding=1)
-    assert sum(p.numel() for p in dense.parameters()) == 27 * c_in * c_out + c_out == dense_parameter_count(
-        c_in, c_out
+    assert (
+        sum(p.numel() for p in dense.parameters())
+        == 27 * c_in * c_out + c_out
+        == dense_parameter_count(c_in, c_out)
     )
     assert n < sum(p.numel() for p in dense.parameters())
 

@@ -54,4 +54,3 @@ def roc_csv(tmp_path: Path) -> Path:
                 ]
             )
     return path
-

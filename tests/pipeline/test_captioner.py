@@ -34,9 +34,7 @@ def tiny_blip_dir(tmp_path_factory) -> Path:
 
     torch.manual_seed(0)
     tokenizer = build_tokenizer(SENTENCES)
-    config = CaptionerConfig(
-        image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2
-    )
+    config = CaptionerConfig(image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
     model = build_blip(config, tokenizer)
     assert isinstance(model, BlipForConditionalGeneration)
     path = tmp_path_factory.mktemp("blip")
@@ -56,7 +54,9 @@ def tiny_git_dir(tmp_path_factory) -> Path:
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "red", "circle", "lamp", "on", ".", ","]
     (path / "vocab.txt").write_text("\n".join(words) + "\n")
     tokenizer = BertTokenizer(vocab_file=str(path / "vocab.txt"))
-    tower = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)  # both towers
+    tower = dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
+    )  # both towers
     config = GitConfig(
         vision_config=dict(**tower, image_size=32, patch_size=8),
         vocab_size=len(words), max_position_embeddings=64, bos_token_id=2, eos_token_id=3, pad_token_id=0, **tower,
@@ -181,10 +181,15 @@ def test_legacy_layout_with_preprocessor_config(tiny_blip_dir, tmp_path):
     legacy = tmp_path / "legacy"
     shutil.copytree(tiny_blip_dir, legacy)
     processor_config = json.loads((legacy / "processor_config.json").read_text())
-    image_config = {**processor_config["image_processor"], "processor_class": "BlipProcessor",
-                    "image_processor_type": "BlipImageProcessor"}
+    image_config = {
+        **processor_config["image_processor"],
+        "processor_class": "BlipProcessor",
+        "image_processor_type": "BlipImageProcessor",
+    }
     (legacy / "preprocessor_config.json").write_text(json.dumps(image_config))
     (legacy / "processor_config.json").unlink()
     captioner = Captioner.from_pretrained(legacy, device="cpu")
     assert type(captioner.processor.image_processor).__name__ == "BlipImageProcessorPil"
-    assert captioner.caption(_frames(2)) == Captioner.from_pretrained(tiny_blip_dir, device="cpu").caption(_frames(2))
+    assert captioner.caption(_frames(2)) == Captioner.from_pretrained(tiny_blip_dir, device="cpu").caption(
+        _frames(2)
+    )

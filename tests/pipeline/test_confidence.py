@@ -30,7 +30,9 @@ class ScoredCaptioner(BrightnessCaptioner):
 
 def test_the_warning_comes_when_most_states_are_unsure_and_says_how_to_mount_real_weights():
     t = -0.01
-    assert clip_warning([-0.001, -0.5, -0.001], [True, True, True], t, SHAPES) is None  # one of three: no warning
+    assert (
+        clip_warning([-0.001, -0.5, -0.001], [True, True, True], t, SHAPES) is None
+    )  # one of three: no warning
     msg = clip_warning([-0.5, -0.001, -0.001], [None, False, True], t, SHAPES)  # low, unparsed, sure
     assert msg.startswith("2 of 3 states read from this clip are unsure (confidence below -0.01 or outside the "
                           "shapes domain's grammar)")  # fmt: skip

@@ -77,7 +77,9 @@ def test_states_json_says_whether_each_predicted_state_parses_and_the_strip_says
     steps = json.loads(write_outputs(out, tmp_path).states.read_text())["steps"]
     assert [s["parses"] for s in steps] == [True, True, False, False]
     assert steps[3]["changes"] == []  # "empty room ." twice: nothing changed
-    plain = WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), NoiseRenderer())(states=["a ."], horizon=1)
+    plain = WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), NoiseRenderer())(
+        states=["a ."], horizon=1
+    )
     assert plain.observed_parses == [None] and plain.predicted_parses == [None]
     # a step where nothing changed says so in the strip (one more text line); the first step says nothing
     frame = _square()

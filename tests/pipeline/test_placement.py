@@ -78,14 +78,25 @@ def test_every_stage_gets_its_own_device_and_dtype(tiny_weights, monkeypatch):
     monkeypatch.setattr(pipeline.captioner.Captioner, "from_pretrained", recorder("captioner"))
     monkeypatch.setattr(pipeline.predictor.Predictor, "from_pretrained", recorder("predictor"))
     monkeypatch.setattr(pipeline.renderer.Renderer, "from_pretrained", recorder("renderer"))
-    WorldModelPipeline.from_pretrained(tiny_weights, device="cpu", dtype="bfloat16", compile=True,
-                                       stage_devices={"renderer": "meta"}, stage_dtypes=["predictor=fp32"])
+    WorldModelPipeline.from_pretrained(
+        tiny_weights,
+        device="cpu",
+        dtype="bfloat16",
+        compile=True,
+        stage_devices={"renderer": "meta"},
+        stage_dtypes=["predictor=fp32"],
+    )
     assert got["captioner"].pop("domain").name == "text"
     assert got["captioner"] == {"device": torch.device("cpu"), "dtype": torch.bfloat16}
     domain = got["predictor"].pop("domain")
     assert domain.name == "text"  # tiny_weights names no domain: free text
-    assert got["predictor"] == {"device": torch.device("cpu"), "dtype": torch.float32, "compile": True,
-                                "project": True, "mirror": False}
+    assert got["predictor"] == {
+        "device": torch.device("cpu"),
+        "dtype": torch.float32,
+        "compile": True,
+        "project": True,
+        "mirror": False,
+    }
     assert got["renderer"] == {"device": torch.device("meta"), "dtype": torch.bfloat16}
 
 
@@ -134,7 +145,17 @@ def test_predict_and_serve_take_threads(monkeypatch, tiny_weights, tmp_path):
     monkeypatch.setattr("pipeline.placement.set_threads", lambda n=None: seen.append(n) or 1)
     states = tmp_path / "s.txt"
     states.write_text("red ball top left .\n")
-    argv = ["predict", "--states", str(states), "--weights", str(tiny_weights), "--horizon", "1", "--device", "cpu"]
+    argv = [
+        "predict",
+        "--states",
+        str(states),
+        "--weights",
+        str(tiny_weights),
+        "--horizon",
+        "1",
+        "--device",
+        "cpu",
+    ]
     assert cli.main([*argv, "--out", str(tmp_path / "a"), "--threads", "1"]) == 0
     assert cli.main([*argv, "--out", str(tmp_path / "b")]) == 0
     assert seen == [1, None]

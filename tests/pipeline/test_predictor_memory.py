@@ -22,8 +22,12 @@ def clips() -> list[list[str]]:
 def predictor(clips: list[list[str]]) -> Predictor:
     tok = StateTokenizer.build(s for c in clips for s in c)
     torch.manual_seed(0)
-    cfg = four_tensor_config("small", vocab_size=tok.vocab_size, end_ids=tok.end_ids,
-                             memory=TensorMemoryConfig(d_emb=128, mem_channels=4, mem_shape=(2, 2, 2)))
+    cfg = four_tensor_config(
+        "small",
+        vocab_size=tok.vocab_size,
+        end_ids=tok.end_ids,
+        memory=TensorMemoryConfig(d_emb=128, mem_channels=4, mem_shape=(2, 2, 2)),
+    )
     model = FourTensorModel(cfg)
     with torch.no_grad():  # a fresh memory is faint; make its addend count so that it moves predictions
         for tap in model.memory_taps.values():
@@ -45,8 +49,9 @@ def test_predict_streams_the_whole_history(predictor: Predictor, clips: list[lis
     # The memory does see beyond the window: a different early history changes the streamed state.
     other = clips[3][:8] + history[8:]
     ids = lambda h: predictor.tokenizer.encode_states(h, predictor.N).ids[None]  # noqa: E731
-    assert not torch.allclose(predictor.model.stream_memory(ids(history)).h,
-                              predictor.model.stream_memory(ids(other)).h)
+    assert not torch.allclose(
+        predictor.model.stream_memory(ids(history)).h, predictor.model.stream_memory(ids(other)).h
+    )
 
 
 def test_histories_of_different_lengths_in_one_batch(predictor: Predictor, clips: list[list[str]]):

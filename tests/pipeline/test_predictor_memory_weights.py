@@ -40,7 +40,9 @@ def test_hides_walker_comes_out_of_the_screen_as_it_went_in(predictor):
     # Six states behind the screen, then the walker comes out on the far side, same colour, shape and row, still
     # walking the way it went in (two clips of the world's test split, seed 0).
     out_left = ["red box top right , screen .", "red box top midright , screen ."] + ["screen ."] * 6
-    out_right = ["green triangle upper left , screen .", "green triangle upper midleft , screen ."] + ["screen ."] * 6
+    out_right = ["green triangle upper left , screen .", "green triangle upper midleft , screen ."] + [
+        "screen ."
+    ] * 6
     assert predictor.predict([out_left, out_right], 2) == [
         ["red box top midleft , screen .", "red box top left , screen ."],
         ["green triangle upper midright , screen .", "green triangle upper right , screen ."],

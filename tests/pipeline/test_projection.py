@@ -30,7 +30,9 @@ def tok() -> StateTokenizer:
     return StateTokenizer.build(world_sentences())
 
 
-def peaked_logits(tok: StateTokenizer, words: list[str], runner_up: dict[int, str] | None = None) -> torch.Tensor:
+def peaked_logits(
+    tok: StateTokenizer, words: list[str], runner_up: dict[int, str] | None = None
+) -> torch.Tensor:
     """(1, N, V) logits: slot i puts 8 on words[i] (padding after), 4 on runner_up[i], 0 elsewhere."""
     vocab = tok.backend.get_vocab()
     logits = torch.zeros(1, N, tok.vocab_size)
@@ -67,9 +69,14 @@ def test_automaton_accepts_every_valid_state_and_only_valid_states():
             prefix = options[w]
         world.parse_state(" ".join(words))  # raises if not valid
         assert len(words) <= world.MAX_TOKENS
-    for bad in ("screen ball bottom midright .", "blue box top left , red ball top right .",
-                "red ball top left , blue box top left .", "red ball top center , screen .",
-                "lamp on , screen .", "red ball top left , orange ."):
+    for bad in (
+        "screen ball bottom midright .",
+        "blue box top left , red ball top right .",
+        "red ball top left , blue box top left .",
+        "red ball top center , screen .",
+        "lamp on , screen .",
+        "red ball top left , orange .",
+    ):
         assert not accepts(automaton, world.tokenize(bad)), bad
 
 
@@ -172,5 +179,7 @@ def test_world_weights_project_by_default_and_other_weights_never(tiny_weights, 
     assert isinstance(pipe.predictor.projection, GrammarProjection)
     for s in pipe.predictor.predict(HISTORIES, 2)[0]:
         world.parse_state(s)
-    off = WorldModelPipeline.from_pretrained(world_weights, device="cpu", stages=("predictor",), project=False)
+    off = WorldModelPipeline.from_pretrained(
+        world_weights, device="cpu", stages=("predictor",), project=False
+    )
     assert off.predictor.projection is None

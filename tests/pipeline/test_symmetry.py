@@ -46,8 +46,19 @@ def test_the_permutation_swaps_the_column_words_and_undoes_itself(tok):
 def tiny_model(tok: StateTokenizer, memory: bool = False) -> FourTensorModel:
     torch.manual_seed(0)
     mem = TensorMemoryConfig(d_emb=32, mem_channels=4, mem_shape=(2, 2, 2)) if memory else None
-    model = FourTensorModel(FourTensorConfig(vocab_size=tok.vocab_size, d_x=8, d_t=4, n_heads=2, n_layers=1, N=N,
-                                             T=4, end_ids=tok.end_ids, memory=mem)).eval()
+    model = FourTensorModel(
+        FourTensorConfig(
+            vocab_size=tok.vocab_size,
+            d_x=8,
+            d_t=4,
+            n_heads=2,
+            n_layers=1,
+            N=N,
+            T=4,
+            end_ids=tok.end_ids,
+            memory=mem,
+        )
+    ).eval()
     if memory:
         with torch.no_grad():  # a fresh memory is faint; make it count so that it moves predictions
             for tap in model.memory_taps.values():
@@ -56,8 +67,11 @@ def tiny_model(tok: StateTokenizer, memory: bool = False) -> FourTensorModel:
     return model
 
 
-HISTORY = ["red ball top left , blue box bottom midright .", "red ball upper midleft , blue box bottom right .",
-           "red ball middle center , blue box bottom midright ."]
+HISTORY = [
+    "red ball top left , blue box bottom midright .",
+    "red ball upper midleft , blue box bottom right .",
+    "red ball middle center , blue box bottom midright .",
+]
 
 
 def test_a_mirrored_window_gets_the_mirrored_distribution(tok):
@@ -70,7 +84,9 @@ def test_a_mirrored_window_gets_the_mirrored_distribution(tok):
     assert torch.allclose(logp_m[..., perm], logp, atol=1e-6)
     plain = torch.log_softmax(model.next_logits(window)[0], dim=-1)
     plain_m = torch.log_softmax(model.next_logits(perm[window])[0], dim=-1)
-    assert not torch.allclose(plain_m[..., perm], plain, atol=1e-3)  # an untrained model is not symmetric itself
+    assert not torch.allclose(
+        plain_m[..., perm], plain, atol=1e-3
+    )  # an untrained model is not symmetric itself
     ids, _ = both.predict_next(window)
     assert torch.equal(ids, GrammarProjection(get_domain("shapes"), tok, N, tok.end_ids).argmax_ids(logp))
 
@@ -79,16 +95,22 @@ def test_with_memory_both_views_stream_and_roll_out_mirror_equivariant(tok):
     model = tiny_model(tok, memory=True)
     perm = mirror_for(get_domain("shapes"), tok)
     both = MirrorAveraged(model, perm)
-    history = HISTORY + ["red ball lower midright , blue box bottom center ."] * 3  # longer than T: the memory reads
+    history = (
+        HISTORY + ["red ball lower midright , blue box bottom center ."] * 3
+    )  # longer than T: the memory reads
     ids = tok.encode_states(history, N).ids[None]  # (1, L, N)
     state, state_m = both.stream_memory(ids), both.stream_memory(perm[ids])
     assert state.h.shape[0] == 2  # (2B, ...): the history and its mirror
     logp, _ = both.next_logits(ids[:, -4:], state)
     logp_m, _ = both.next_logits(perm[ids[:, -4:]], state_m)
     assert torch.allclose(logp_m[..., perm], logp, atol=1e-5)
-    plain, plain_m = (torch.log_softmax(model.next_logits(w[:, -4:], model.stream_memory(w))[0], dim=-1)
-                      for w in (ids, perm[ids]))
-    assert not torch.allclose(plain_m[..., perm], plain, atol=1e-3)  # the model alone is not: the test can tell
+    plain, plain_m = (
+        torch.log_softmax(model.next_logits(w[:, -4:], model.stream_memory(w))[0], dim=-1)
+        for w in (ids, perm[ids])
+    )
+    assert not torch.allclose(
+        plain_m[..., perm], plain, atol=1e-3
+    )  # the model alone is not: the test can tell
     predictor = Predictor(both, tok, projection=GrammarProjection(get_domain("shapes"), tok, N, tok.end_ids))
     out, out_m = predictor.predict([history, [mirrored(s) for s in history]], 4)
     assert out_m == [mirrored(s) for s in out]

@@ -80,7 +80,11 @@ def test_spell_writes_the_canonical_state_spelling():
     """Decoded predictions and captions compare as plain strings: spell(ids) is already canonical_state's output."""
     from pipeline.utils import canonical_state
 
-    states = ["Red ball top left, blue box bottom right , lamp on.", "empty .", "green diamond middle center ."]
+    states = [
+        "Red ball top left, blue box bottom right , lamp on.",
+        "empty .",
+        "green diamond middle center .",
+    ]
     tok = StateTokenizer.build(states)
     enc = tok.encode_states(states, 16)
     for state, ids in zip(states, enc.ids):

@@ -29,7 +29,9 @@ def _frame(value: int) -> np.ndarray:
 def test_the_strip_carries_the_warning_and_marks_unsure_reads():
     common = dict(observed_states=["a .", "b ."], predicted_states=["c ."], observed_frames=[_frame(0)] * 2,
                   predicted_frames=[_frame(255)], state_rate=2.0, confidence_threshold=-0.01)  # fmt: skip
-    sure = strip_of(WorldModelOutput(**common, observed_confidence=[-0.001, -0.001], observed_parses=[None, None]))
+    sure = strip_of(
+        WorldModelOutput(**common, observed_confidence=[-0.001, -0.001], observed_parses=[None, None])
+    )
     warned = strip_of(WorldModelOutput(**common, observed_confidence=[-0.5, -0.001], observed_parses=[None, None],
                                        warnings=["most of this clip is unsure"]))  # fmt: skip
     amber = np.array(UNSURE_COLOUR)

@@ -101,7 +101,10 @@ def test_from_states_skips_video(pipe):
         ({}, "give exactly one of video or states"),
         ({"states": ["x."], "stride": 2, "state_rate": 1.0}, "either stride or state_rate"),
         ({"states": ["x."], "steps": 0}, "steps: Input should be greater than or equal to 1, got 0"),
-        ({"states": ["x."], "guidance": 51.0}, "guidance: Input should be less than or equal to 50, got 51.0"),
+        (
+            {"states": ["x."], "guidance": 51.0},
+            "guidance: Input should be less than or equal to 50, got 51.0",
+        ),
         ({"states": ["x."], "horizon": True}, "horizon: Input should be a valid integer, got True"),
     ],
 )
@@ -264,7 +267,9 @@ def test_cli_predict_help_names_every_file_it_writes(fake_weights, tmp_path, cap
     from pipeline import cli
 
     index = json.loads((tmp_path / "model_index.json").read_text())
-    (tmp_path / "model_index.json").write_text(json.dumps({**index, "grammar": "world"}))  # truth frames drawn
+    (tmp_path / "model_index.json").write_text(
+        json.dumps({**index, "grammar": "world"})
+    )  # truth frames drawn
     truth = tmp_path / "truth.txt"
     truth.write_text("red ball top left .\n" * 8)
     out = tmp_path / "o"
@@ -293,10 +298,14 @@ def test_cli_predict_bad_clip_is_one_line_that_names_it(fake_weights, tmp_path, 
 def test_cli_predict_too_long_a_clip_is_named_once(fake_weights, tmp_path, capsys):
     from pipeline import cli
 
-    assert cli.main(["predict", str(ASSET), "--stride", "1", "--max-frames", "3", "--out", str(tmp_path)]) == 2
+    assert (
+        cli.main(["predict", str(ASSET), "--stride", "1", "--max-frames", "3", "--out", str(tmp_path)]) == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith(f"semworld: error: {ASSET}: clip gives more than 3 states at stride 1")
-    assert err.count(str(ASSET)) == 1 and err.rstrip().endswith("(or raise --max-frames); no model was loaded")
+    assert err.count(str(ASSET)) == 1 and err.rstrip().endswith(
+        "(or raise --max-frames); no model was loaded"
+    )
 
 
 # ---- tiny random real stages, loaded from a weights folder like the shipped one -------------------------------
@@ -319,7 +328,10 @@ def test_from_pretrained_runs_real_tiny_stages(tiny_weights, tmp_path):
         a.predicted_frames[0], b.predicted_frames[0]
     )
     # a state a user wrote is never cut silently, and is refused with advice a user can act on
-    with pytest.raises(UserError, match=r"states\[0\] has 21 words and marks; the predictor reads at most 12 per state: shorten"):
+    with pytest.raises(
+        UserError,
+        match=r"states\[0\] has 21 words and marks; the predictor reads at most 12 per state: shorten",
+    ):
         pipe(states=["red " * 20 + "."], horizon=1)
     files = write_outputs(out, tmp_path)
     assert len(read_video(files.video).frames) == 2

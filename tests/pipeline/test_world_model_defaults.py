@@ -57,7 +57,9 @@ def test_from_pretrained_defaults_to_the_weights_env_and_loads_a_stage_from_its_
     seen = []
     real = Predictor.from_pretrained.__func__
 
-    def spy(cls, directory, device=None, **kwargs):  # kwargs: the placement's dtype and compile, the projection
+    def spy(
+        cls, directory, device=None, **kwargs
+    ):  # kwargs: the placement's dtype and compile, the projection
         seen.append((Path(directory), device))
         return real(cls, directory, device, **kwargs)
 
@@ -66,7 +68,9 @@ def test_from_pretrained_defaults_to_the_weights_env_and_loads_a_stage_from_its_
     with pytest.raises(UserError, match="missing folder for the predictor"):
         WorldModelPipeline.from_pretrained(device="cpu")
     pipe = WorldModelPipeline.from_pretrained(predictor=own, device="cpu")
-    assert seen == [(own, pipe.predictor.device)] and str(seen[0][1]) == "cpu"  # the device reaches every stage
+    assert (
+        seen == [(own, pipe.predictor.device)] and str(seen[0][1]) == "cpu"
+    )  # the device reaches every stage
     assert pipe.default_state_rate == 2.0
     with pytest.raises(UserError, match="--renderer .*nowhere: no such directory"):
         WorldModelPipeline.from_pretrained(predictor=own, renderer=tmp_path / "nowhere")

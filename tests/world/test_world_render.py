@@ -70,7 +70,9 @@ def test_strip_picture(tmp_path):
 
     img = np.asarray(Image.open(tmp_path / "strip.png").convert("RGB")).astype(int)
     h, w = img.shape[:2]
-    assert abs(w / h - (1.75 * 3) / 2.45) < 0.05  # one row of three frames (the figure's 1.75 x 2.45 in cells)
+    assert (
+        abs(w / h - (1.75 * 3) / 2.45) < 0.05
+    )  # one row of three frames (the figure's 1.75 x 2.45 in cells)
     for state in ep.states:  # every state's room colour (lamp on or off) is drawn
         room = render_state(state)[0, 0].astype(int)
         assert (np.abs(img - room).sum(-1) < 12).sum() > 500, state

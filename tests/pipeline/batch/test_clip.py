@@ -38,7 +38,8 @@ def test_writing_a_clip_twice_gives_the_same_folder(world_clips, tmp_path):
     # the same frames (the PNGs beside them identical; decoded, these noise frames differed by 2 levels on average;
     # cause not found), so their decoded frames must agree within 5% of the range (unrelated noise frames: ~85).
     assert {k: v for k, v in again.items() if not k.endswith(".mp4")} == {
-        k: v for k, v in files.items() if not k.endswith(".mp4")}
+        k: v for k, v in files.items() if not k.endswith(".mp4")
+    }
     for name in (k for k in files if k.endswith(".mp4")):
         a, b = (np.stack(read_video(io.BytesIO(d)).frames).astype(float) for d in (files[name], again[name]))
         assert a.shape == b.shape and float(np.abs(a - b).mean()) < 12.75, name

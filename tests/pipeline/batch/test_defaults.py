@@ -31,7 +31,17 @@ def long_clip(tmp_path) -> Path:
 def test_batch_reads_at_the_weights_state_rate_by_default(long_clip, tmp_path, monkeypatch):
     monkeypatch.delenv("SEMWORLD_PIPELINE_FACTORY", raising=False)
     out = tmp_path / "out"
-    argv = ["batch", str(long_clip.parent), "--out", str(out), "--no-progress", "--device", "cpu", "--horizon", "2"]
+    argv = [
+        "batch",
+        str(long_clip.parent),
+        "--out",
+        str(out),
+        "--no-progress",
+        "--device",
+        "cpu",
+        "--horizon",
+        "2",
+    ]
     assert cli.main([*argv, "--stages", "caption"]) == 0  # the caption-only path too
     record = json.loads((out / "states.jsonl").read_text().splitlines()[0])
     assert len(record["states"]) == 8  # 4 s at the shipped 2 states per second
@@ -70,9 +80,27 @@ def test_batch_takes_predicts_model_options(tiny_weights, tmp_path, monkeypatch,
     (videos / "a.mp4").write_bytes(ASSET.read_bytes())
     argv = ["batch", str(videos), "--weights", str(tiny_weights), "--stride", "8", "--horizon", "1", "--device",
             "cpu", "--no-progress"]  # fmt: skip
-    assert cli.main([*argv, "--out", str(tmp_path / "o"), "--predictor", str(tiny_weights / "predictor"),
-                     "--no-project", "--dtype", "float32", "--stage-device", "renderer=cpu", "--compile"]) == 0
-    assert got["predictor"] == tiny_weights / "predictor" and got["project"] is False and got["mirror"] is False
+    assert (
+        cli.main(
+            [
+                *argv,
+                "--out",
+                str(tmp_path / "o"),
+                "--predictor",
+                str(tiny_weights / "predictor"),
+                "--no-project",
+                "--dtype",
+                "float32",
+                "--stage-device",
+                "renderer=cpu",
+                "--compile",
+            ]
+        )
+        == 0
+    )
+    assert (
+        got["predictor"] == tiny_weights / "predictor" and got["project"] is False and got["mirror"] is False
+    )
     assert got["dtype"] == "float32" and got["stage_devices"] == ("renderer=cpu",) and got["compile"] is True
     capsys.readouterr()
     assert cli.main([*argv, "--out", str(tmp_path / "o2"), "--captioner", str(tmp_path / "nowhere")]) == 2
@@ -96,7 +124,9 @@ def test_a_rerun_does_not_load_models_to_fail_an_unchanged_broken_file_again(tmp
             "--json"]  # fmt: skip
     assert cli.main(argv) == 1
     first = json.loads(capsys.readouterr().out)
-    assert first["clips"][0]["error"].startswith("decode: ") and first["clips_per_minute"] is None  # none done
+    assert (
+        first["clips"][0]["error"].startswith("decode: ") and first["clips_per_minute"] is None
+    )  # none done
     monkeypatch.setattr(batch_clip, "load_pipeline", lambda *a, **k: pytest.fail("models were loaded"))
     assert cli.main(argv) == 1
     again = json.loads(capsys.readouterr().out)["clips"][0]

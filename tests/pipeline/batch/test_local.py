@@ -188,7 +188,9 @@ def test_inputs_that_name_nothing_exit_2(fake_stages, tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"path": "a.mp4", "horizon": 0}\n')
     assert batch(str(bad), "--out", str(tmp_path / "o")) == 2
-    assert "bad.jsonl:1: horizon: Input should be greater than or equal to 1, got 0" in capsys.readouterr().err
+    assert (
+        "bad.jsonl:1: horizon: Input should be greater than or equal to 1, got 0" in capsys.readouterr().err
+    )
     bad.write_text('{"path": "a.mp4", "colour": "red"}\n')
     assert batch(str(bad), "--out", str(tmp_path / "o")) == 2
     assert "bad.jsonl:1: unknown key 'colour'" in capsys.readouterr().err

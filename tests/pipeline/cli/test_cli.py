@@ -99,7 +99,9 @@ def test_every_option_says_what_it_does_and_its_default():
 
 def test_multi_line_field_descriptions_are_whole_in_the_help():
     predictor = dict(_leaf_parsers(cli.build_parser()))[("train", "predictor")].format_help()
-    assert "then cosine decay to lr * min_lr_ratio at the last step of the epoch budget" in " ".join(predictor.split())
+    assert "then cosine decay to lr * min_lr_ratio at the last step of the epoch budget" in " ".join(
+        predictor.split()
+    )
 
 
 def test_serve_shows_its_address_and_log_level_with_defaults(monkeypatch):
@@ -123,6 +125,9 @@ def test_preset_flags_list_the_presets():
 
 def test_demo_help_says_what_it_runs_and_which_make_target_runs_it():
     top = " ".join(cli.build_parser().format_help().split())
-    assert "demo train a small 4-tensor predictor on the built-in world for about a minute, then roll it out" in top
+    assert (
+        "demo train a small 4-tensor predictor on the built-in world for about a minute, then roll it out"
+        in top
+    )
     demo = " ".join(dict(_leaf_parsers(cli.build_parser()))[("demo",)].format_help().split())
     assert "(what `make demo-train` runs)" in demo and "(`make demo` runs those" in demo

@@ -25,7 +25,10 @@ def test_train_errors_are_one_line(tmp_path, toy_jsonl, capsys):
     with pytest.raises(SystemExit) as exc:  # a usage error: argparse names the choices
         cli.main([*base, "--data", str(toy_jsonl), "--preset", "huge"])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and "argument --preset: invalid choice: 'huge' (choose from 'tiny', 'small'" in err
+    assert (
+        exc.value.code == 2
+        and "argument --preset: invalid choice: 'huge' (choose from 'tiny', 'small'" in err
+    )
     err = _error(
         capsys,
         [*base, "--data", str(toy_jsonl), "--preset", "tiny", "--model", "baseline", "--causal-slices"],
@@ -52,7 +55,15 @@ def test_eval_errors_are_one_line(tmp_path, toy_jsonl, capsys):
 def test_a_missing_weights_folder_is_one_line_and_exit_2(tmp_path, capsys):
     states = tmp_path / "states.txt"
     states.write_text("red ball top left .\n")
-    argv = ["predict", "--states", str(states), "--weights", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]
+    argv = [
+        "predict",
+        "--states",
+        str(states),
+        "--weights",
+        str(tmp_path / "nope"),
+        "--out",
+        str(tmp_path / "o"),
+    ]
     err = _error(capsys, argv)
     assert f"{tmp_path / 'nope'}: no such directory" in err and err.count("\n") <= 1
     err = _error(capsys, ["eval", "world", "--data", str(tmp_path / "nowhere"), "--weights", str(tmp_path)])

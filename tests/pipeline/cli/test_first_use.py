@@ -59,7 +59,9 @@ def test_a_device_this_machine_lacks_is_one_line_before_models_load(no_loading, 
         pytest.skip("this machine has CUDA")
     states = tmp_path / "s.txt"
     states.write_text("red ball top left .\n")
-    err = _error(capsys, ["predict", "--states", str(states), "--device", "cuda", "--out", str(tmp_path / "o")])
+    err = _error(
+        capsys, ["predict", "--states", str(states), "--device", "cuda", "--out", str(tmp_path / "o")]
+    )
     assert err == "semworld: error: --device cuda: CUDA is not available on this machine"
 
 

@@ -38,7 +38,9 @@ def test_a_run_on_the_shipped_weights_says_only_what_concerns_the_user(tmp_path)
 
 
 def test_world_generate_says_its_result_once(tmp_path, capsys):
-    assert cli.main(["-q", "world", "generate", "--clips", "1", "--out", str(tmp_path), "--workers", "1"]) == 0
+    assert (
+        cli.main(["-q", "world", "generate", "--clips", "1", "--out", str(tmp_path), "--workers", "1"]) == 0
+    )
     captured = capsys.readouterr()
     assert captured.out.count("wrote 1 clip ") == 1 and captured.err == ""
     assert cli.build_parser().parse_args(["-q", "presets"]).quiet

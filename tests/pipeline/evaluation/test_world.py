@@ -213,9 +213,12 @@ def test_train_all_quick_predictor_resumes_and_writes_the_index(tmp_path, monkey
     assert Predictor.from_pretrained(folder, device="cpu").predict([["red ball top left ."]], 1)
     monkeypatch.setattr(ta, "build_predictor", lambda *a: pytest.fail("a built stage was rebuilt"))
     assert ta.train_all(args)["predictor"]["epochs_run"] == 1
-    assert list(report["predictor"]["phases"]) == ["quick-predictor-base"]  # the fine-tune trained its base first
-    assert report["predictor"]["args"]["init_from"] == str(tmp_path / "r" / "predictor" / "quick-predictor-base"
-                                                           / "model")
+    assert list(report["predictor"]["phases"]) == [
+        "quick-predictor-base"
+    ]  # the fine-tune trained its base first
+    assert report["predictor"]["args"]["init_from"] == str(
+        tmp_path / "r" / "predictor" / "quick-predictor-base" / "model"
+    )
     with pytest.raises(UserError, match="--stages: unknown painter"):
         ta.TrainAllArgs(stages=("painter",))
 
@@ -259,22 +262,28 @@ def test_eval_world_projects_for_world_weights_unless_told_not_to(world_dir, tin
             data=ns.data, weights=ns.weights, parts=("predictor",), horizon=ns.horizon, device=ns.device,
             project=ns.project))["predictor"]  # fmt: skip
     on, off = results[False], results[True]
-    assert on["projection"] is True and on["valid_h1"] == 1.0 and on["valid_by_horizon"] == {"1": 1.0, "2": 1.0}
+    assert (
+        on["projection"] is True and on["valid_h1"] == 1.0 and on["valid_by_horizon"] == {"1": 1.0, "2": 1.0}
+    )
     assert on["projected"] > 0.5  # a random predictor's argmax states almost never parse
     assert off["projection"] is False and off == {**plain, "seconds": off["seconds"]}
     assert off["valid_h1"] < 0.5
 
 
 def test_eval_world_mirror_scores_the_mirror_averaged_predictor_and_refuses_weights_without_one(
-        world_dir, tiny_weights, tmp_path, monkeypatch, capsys):
+    world_dir, tiny_weights, tmp_path, monkeypatch, capsys
+):
     """--mirror reaches the predictor: every rollout step is the mirror average; weights whose index names no
     grammar have no known mirror: one line, no traceback."""
     from pipeline.symmetry import MirrorAveraged
 
     rows: list[int] = []
     averaged = MirrorAveraged.next_logits
-    monkeypatch.setattr(MirrorAveraged, "next_logits",
-                        lambda self, ids, *a, **kw: rows.append(ids.shape[0]) or averaged(self, ids, *a, **kw))
+    monkeypatch.setattr(
+        MirrorAveraged,
+        "next_logits",
+        lambda self, ids, *a, **kw: rows.append(ids.shape[0]) or averaged(self, ids, *a, **kw),
+    )
     weights = tmp_path / "w"
     shutil.copytree(tiny_weights, weights)
     with pytest.raises(UserError, match="mirror averaging needs"):
@@ -295,12 +304,32 @@ def test_eval_world_mirror_scores_the_mirror_averaged_predictor_and_refuses_weig
     from pipeline import cli
 
     capsys.readouterr()
-    assert cli.main(["eval", "world", "--data", str(world_dir), "--weights", str(weights), "--parts", "predictor",
-                     "--horizon", "2", "--device", "cpu", "--mirror"]) == 0
+    assert (
+        cli.main(
+            [
+                "eval",
+                "world",
+                "--data",
+                str(world_dir),
+                "--weights",
+                str(weights),
+                "--parts",
+                "predictor",
+                "--horizon",
+                "2",
+                "--device",
+                "cpu",
+                "--mirror",
+            ]
+        )
+        == 0
+    )
     assert "averaged with its left-right mirror" in " ".join(capsys.readouterr().out.split())
 
 
-def test_eval_world_rolls_out_from_min_history_states_by_default_the_window_at_most_4(world_dir, tiny_weights):
+def test_eval_world_rolls_out_from_min_history_states_by_default_the_window_at_most_4(
+    world_dir, tiny_weights
+):
     from pipeline.cli.eval import run_eval_world
 
     def rollouts(**kw: int) -> dict:
@@ -310,7 +339,11 @@ def test_eval_world_rolls_out_from_min_history_states_by_default_the_window_at_m
     T = json.loads((tiny_weights / "predictor" / "config.json").read_text())["T"]
     clips = read_world_dir(world_dir)
     default, two = rollouts(), rollouts(min_history=2)
-    assert T <= 4 and default["min_history"] == T and default["rollouts"] == sum(len(c.states) - T for c in clips)
+    assert (
+        T <= 4
+        and default["min_history"] == T
+        and default["rollouts"] == sum(len(c.states) - T for c in clips)
+    )
     assert two["min_history"] == 2 and two["rollouts"] == sum(len(c.states) - 2 for c in clips)
     with pytest.raises(UserError, match="--min-history must be >= 1"):
         rollouts(min_history=0)
@@ -356,7 +389,15 @@ def test_a_wrong_guess_after_a_random_event_counts_only_in_the_flagged_rows(worl
     assert res["by_horizon"]["1"] == 1.0 and res["by_family"]["physics"]["1"] == 1.0
     assert res["by_horizon_after_event"] == {"1": None, "2": 0.0, "3": 0.0}
     assert res["by_horizon_flagged"] == {"1": 1.0, "2": 0.0, "3": 0.0}
-    write_report({"data": "d", "clips": 2, "states": 14, "weights": "w",
-                  "predictor": {"model": "oracle", "projection": False, **res}, "copy_last": res})
+    write_report(
+        {
+            "data": "d",
+            "clips": 2,
+            "states": 14,
+            "weights": "w",
+            "predictor": {"model": "oracle", "projection": False, **res},
+            "copy_last": res,
+        }
+    )
     text = capsys.readouterr().out
     assert "after event" in text and "all flagged" in text

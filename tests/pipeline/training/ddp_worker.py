@@ -20,15 +20,7 @@ def parameter_hash(model) -> str:
     h = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         h.update(name.encode())
-        h.update(
-            tensor.detach()
-            .cpu()
-            .contiguous()
-            .view(-1)
-            .view(torch.uint8)
-            .numpy()
-            .tobytes()
-        )
+        h.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 

@@ -32,9 +32,7 @@ def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
     from pipeline.training.captioner import train_captioner
 
     # a 5 x 5 ViT grid (40 / 8), one patch per world cell, so the attention-supervised path runs too
-    model = CaptionerConfig(
-        image_size=40, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2
-    )
+    model = CaptionerConfig(image_size=40, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
     args = TrainCaptionerArgs(out=str(tmp_path / "model"), run_dir=str(tmp_path / "run"), epochs=1, steps_per_epoch=2,
                               batch_size=4, eval_frames=8, warmup_steps=1, test_clips=1, model=model)  # fmt: skip
     best = train_captioner(args)
@@ -58,24 +56,41 @@ def test_init_from_continues_from_a_saved_captioner(tmp_path, capfd):
     from pipeline.training.captioner import train_captioner
 
     model = CaptionerConfig(image_size=40, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
-    common = dict(epochs=1, steps_per_epoch=1, batch_size=2, eval_frames=4, warmup_steps=1, test_clips=0, model=model)
+    common = dict(
+        epochs=1, steps_per_epoch=1, batch_size=2, eval_frames=4, warmup_steps=1, test_clips=0, model=model
+    )
     train_captioner(TrainCaptionerArgs(out=str(tmp_path / "a"), run_dir=str(tmp_path / "ra"), **common))
     assert "Writing model shards" not in capfd.readouterr().err  # saves draw no bar of the libraries'
     before = Captioner.from_pretrained(tmp_path / "a", device="cpu").caption(_frames(2))
     # lr ~ 0: the fine-tuned model is the one it started from, so it captions the same
-    train_captioner(TrainCaptionerArgs(out=str(tmp_path / "b"), run_dir=str(tmp_path / "rb"), init_from=str(tmp_path / "a"),
-                                       lr=1e-12, jitter_prob=1.0, resize_prob=1.0, augment_from=0, **common))
+    train_captioner(
+        TrainCaptionerArgs(
+            out=str(tmp_path / "b"),
+            run_dir=str(tmp_path / "rb"),
+            init_from=str(tmp_path / "a"),
+            lr=1e-12,
+            jitter_prob=1.0,
+            resize_prob=1.0,
+            augment_from=0,
+            **common,
+        )
+    )
     assert Captioner.from_pretrained(tmp_path / "b", device="cpu").caption(_frames(2)) == before
     with pytest.raises(UserError, match="no model.safetensors"):
-        train_captioner(TrainCaptionerArgs(out=str(tmp_path / "c"), run_dir=str(tmp_path / "rc"),
-                                           init_from=str(tmp_path), **common))
+        train_captioner(
+            TrainCaptionerArgs(
+                out=str(tmp_path / "c"), run_dir=str(tmp_path / "rc"), init_from=str(tmp_path), **common
+            )
+        )
 
 
 def test_jitter_and_resize_keep_the_states():
     from pipeline.training.captioner import make_examples
 
     plain_frames, plain_states = make_examples(np.random.default_rng(3), 6, (0, 0, 0, 1))
-    frames, states = make_examples(np.random.default_rng(3), 6, (0, 0, 0, 1), jitter_prob=1.0, resize_prob=1.0)
+    frames, states = make_examples(
+        np.random.default_rng(3), 6, (0, 0, 0, 1), jitter_prob=1.0, resize_prob=1.0
+    )
     assert states[0] == plain_states[0]  # the scene is drawn first: same scene, moved and re-rasterised
     assert all(f.shape == (128, 128, 3) and f.dtype == np.uint8 for f in frames)
     assert plain_frames[0].shape == frames[0].shape and not np.array_equal(plain_frames[0], frames[0])
@@ -96,8 +111,25 @@ def test_cli_flags_map_onto_the_args_dataclass():
     from pipeline.cli.flags import dataclass_from_namespace
     from pipeline.training.args import TrainCaptionerArgs
 
-    ns = build_parser().parse_args(["train", "captioner", "--out", "w/captioner", "--epochs", "3", "--attn-weight",
-                                    "0", "--count-weights", "1", "1", "2", "4", "--hidden", "64"])
+    ns = build_parser().parse_args(
+        [
+            "train",
+            "captioner",
+            "--out",
+            "w/captioner",
+            "--epochs",
+            "3",
+            "--attn-weight",
+            "0",
+            "--count-weights",
+            "1",
+            "1",
+            "2",
+            "4",
+            "--hidden",
+            "64",
+        ]
+    )
     args = dataclass_from_namespace(TrainCaptionerArgs, ns)
     assert callable(ns.func)
     assert (args.out, args.epochs, args.attn_weight, args.model.hidden) == ("w/captioner", 3, 0.0, 64)
@@ -114,5 +146,3 @@ def test_train_args_validate():
         TrainCaptionerArgs(out="x", epochs=0)
     with pytest.raises(ValueError, match="multiple of patch_size"):
         CaptionerConfig(image_size=80, patch_size=12)
-
-

@@ -179,21 +179,35 @@ def test_the_saved_weights_are_always_those_of_the_minimum_epoch(tmp_path, toy_j
         best = min(range(len(losses)), key=lambda i: (losses[i], i))
         saved = load_file(str(out / "model.safetensors"))
         best_state = dict(seen)[best + 1]
-        assert all(torch.equal(saved[k], best_state[k]) for k in saved), f"epoch {epoch}: not the minimum's weights"
+        assert all(torch.equal(saved[k], best_state[k]) for k in saved), (
+            f"epoch {epoch}: not the minimum's weights"
+        )
 
     args = TrainArgs(data=str(toy_jsonl), preset="tiny", out=str(out), epochs=3, batch_size=8, val_fraction=0.2,
                      lr=1.0, dropout=0.0, patience=10, progress=False)  # fmt: skip
     result = train_predictor(args, on_epoch_end=after_epoch)["four_tensor"]
     losses = [h["val_selection_loss"] for h in result.history]
-    assert len(seen) == 3 and result.best_epoch < len(losses) - 1, losses  # an epoch after the minimum: not saved
+    assert len(seen) == 3 and result.best_epoch < len(losses) - 1, (
+        losses
+    )  # an epoch after the minimum: not saved
     assert json.loads((out / "training_summary.json").read_text())["best_epoch"] == result.best_epoch + 1
 
 
 @pytest.mark.parametrize(
     ("flags", "key", "saved", "evaluated"),
     [
-        (["--attention", "attentime"], "attention", "attentime", "four_tensor"),  # Attentime inside the 4-tensor model
-        (["--model", "attentime_lm"], "semworld_model", "attentime_lm", "attentime_lm"),  # the 1-D Attentime LM
+        (
+            ["--attention", "attentime"],
+            "attention",
+            "attentime",
+            "four_tensor",
+        ),  # Attentime inside the 4-tensor model
+        (
+            ["--model", "attentime_lm"],
+            "semworld_model",
+            "attentime_lm",
+            "attentime_lm",
+        ),  # the 1-D Attentime LM
     ],
 )
 def test_attentime_variants_train_through_the_cli_and_load_as_predictors(
@@ -209,9 +223,15 @@ def test_attentime_variants_train_through_the_cli_and_load_as_predictors(
 @pytest.mark.parametrize(
     ("kw", "says"),
     [
-        (dict(model="baseline", attention="attentime"), "--attention attentime applies to --model four_tensor only"),
+        (
+            dict(model="baseline", attention="attentime"),
+            "--attention attentime applies to --model four_tensor only",
+        ),
         (dict(attention="qkv"), "--attention 'qkv': expected four_tensor or attentime"),
-        (dict(model="attentime_lm", causal_slices=True), "--causal-slices applies to the 4-tensor model only"),
+        (
+            dict(model="attentime_lm", causal_slices=True),
+            "--causal-slices applies to the 4-tensor model only",
+        ),
     ],
 )
 def test_attentime_arguments_that_cannot_work_are_refused(tmp_path, kw, says):

@@ -61,8 +61,16 @@ def test_segment_equals_window_by_window_and_truncation_steps(toy_jsonl):
 
 
 def test_memory_resume_after_kill_equals_uninterrupted(tmp_path, toy_jsonl):
-    common = dict(data=str(toy_jsonl), preset="tiny", epochs=2, batch_size=4, val_fraction=0.2, progress=False,
-                  seed=3, **MEM)
+    common = dict(
+        data=str(toy_jsonl),
+        preset="tiny",
+        epochs=2,
+        batch_size=4,
+        val_fraction=0.2,
+        progress=False,
+        seed=3,
+        **MEM,
+    )
     full = train_predictor(TrainArgs(out=str(tmp_path / "full"), **common))["four_tensor"]
 
     class Killed(Exception):
@@ -87,9 +95,36 @@ def test_memory_resume_after_kill_equals_uninterrupted(tmp_path, toy_jsonl):
 
 def test_cli_train_predictor_memory_flags(tmp_path, toy_jsonl, capsys):
     out = tmp_path / "m"
-    argv = ["train", "predictor", "--data", str(toy_jsonl), "--out", str(out), "--preset", "tiny", "--epochs", "1",
-            "--batch-size", "4", "--val-fraction", "0.2", "--no-progress", "--memory", "--mem-channels", "4",
-            "--mem-shape", "2", "3", "2", "--chunk-size", "4", "--sigma-scale", "0.5", "--bptt-windows", "2"]
+    argv = [
+        "train",
+        "predictor",
+        "--data",
+        str(toy_jsonl),
+        "--out",
+        str(out),
+        "--preset",
+        "tiny",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--val-fraction",
+        "0.2",
+        "--no-progress",
+        "--memory",
+        "--mem-channels",
+        "4",
+        "--mem-shape",
+        "2",
+        "3",
+        "2",
+        "--chunk-size",
+        "4",
+        "--sigma-scale",
+        "0.5",
+        "--bptt-windows",
+        "2",
+    ]
     assert cli.main(argv) == 0
     cfg = json.loads((out / "config.json").read_text())["memory"]
     assert cfg["mem_shape"] == [2, 3, 2] and cfg["chunk_size"] == 4 and cfg["sigma_scale"] == 0.5
@@ -97,8 +132,12 @@ def test_cli_train_predictor_memory_flags(tmp_path, toy_jsonl, capsys):
     assert summary["args"]["memory"] is True and summary["args"]["bptt_windows"] == 2
     # `eval predictor` scores a memory model's clips in order, so it reproduces the recorded validation number.
     capsys.readouterr()
-    assert cli.main(["eval", "predictor", "--weights", str(out), "--data", str(toy_jsonl), "--json",
-                     "--split", "val"]) == 0
+    assert (
+        cli.main(
+            ["eval", "predictor", "--weights", str(out), "--data", str(toy_jsonl), "--json", "--split", "val"]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert result["L_S(T)"] == pytest.approx(summary["best"]["val_last_ce"], abs=1e-5)
 
@@ -119,7 +158,9 @@ def test_bad_memory_arguments_are_refused_by_name(kw, name, toy_jsonl):
 
 
 def test_init_from_a_model_without_memory(tmp_path, toy_jsonl):
-    common = dict(data=str(toy_jsonl), preset="tiny", epochs=1, batch_size=4, val_fraction=0.2, progress=False)
+    common = dict(
+        data=str(toy_jsonl), preset="tiny", epochs=1, batch_size=4, val_fraction=0.2, progress=False
+    )
     plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), **common))["four_tensor"]
     args = TrainArgs(out=str(tmp_path / "mem"), init_from=str(plain.out), **{**common, "epochs": 1}, **MEM)
     tok = StateTokenizer.from_file(plain.out)
@@ -144,7 +185,9 @@ def test_memory_segment_last_only_scores_s_t_alone(toy_jsonl):
     tok = StateTokenizer.build(s for q in seqs for s in q.states)
     clip = clip_windows(make_windows(seqs, tok, 3, 8))[0]  # (K, T+1, N)
     torch.manual_seed(0)
-    args = TrainArgs(data=str(toy_jsonl), preset="tiny", out="unused", dropout=0.0, target_slices="last", **MEM)
+    args = TrainArgs(
+        data=str(toy_jsonl), preset="tiny", out="unused", dropout=0.0, target_slices="last", **MEM
+    )
     model = build_model("four_tensor", "tiny", tok, 0.0, memory=args.memory_config(32))
     model.eval()
     lengths = [clip.shape[0]]
@@ -170,7 +213,9 @@ def _tiny_memory_model(toy_jsonl):
     tok = StateTokenizer.build(s for q in seqs for s in q.states)
     clips = clip_windows(make_windows(seqs, tok, 3, 8))
     torch.manual_seed(0)
-    args = TrainArgs(data=str(toy_jsonl), preset="tiny", out="unused", dropout=0.0, target_slices="last", **MEM)
+    args = TrainArgs(
+        data=str(toy_jsonl), preset="tiny", out="unused", dropout=0.0, target_slices="last", **MEM
+    )
     return build_model("four_tensor", "tiny", tok, 0.0, memory=args.memory_config(32)), clips
 
 
@@ -207,18 +252,30 @@ def test_memory_rollout_windows_are_the_models_own_continuation(toy_jsonl):
 
 
 def test_memory_training_with_rollouts_runs_and_differs(tmp_path, toy_jsonl):
-    common = dict(data=str(toy_jsonl), preset="tiny", epochs=1, batch_size=8, seed=0, threads=1, progress=False,
-                  target_slices="last", **MEM)
+    common = dict(
+        data=str(toy_jsonl),
+        preset="tiny",
+        epochs=1,
+        batch_size=8,
+        seed=0,
+        threads=1,
+        progress=False,
+        target_slices="last",
+        **MEM,
+    )
     plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), **common))["four_tensor"]
-    rolled = train_predictor(TrainArgs(out=str(tmp_path / "rolled"), rollout_steps=2, rollout_prob=1.0,
-                                       **common))["four_tensor"]
+    rolled = train_predictor(
+        TrainArgs(out=str(tmp_path / "rolled"), rollout_steps=2, rollout_prob=1.0, **common)
+    )["four_tensor"]
     assert rolled.history and json.loads((tmp_path / "rolled" / "config.json").read_text())["memory"]
     assert rolled.history[0]["train_loss"] != plain.history[0]["train_loss"]
 
 
 def test_memory_gate_init_and_min_sigma_reach_the_model_and_defaults_keep_the_fingerprint(toy_jsonl):
     base = TrainArgs(data=str(toy_jsonl), preset="tiny", out="unused", **MEM)
-    tuned = TrainArgs(data=str(toy_jsonl), preset="tiny", out="unused", memory_gate_init=0.0, min_sigma=0.25, **MEM)
+    tuned = TrainArgs(
+        data=str(toy_jsonl), preset="tiny", out="unused", memory_gate_init=0.0, min_sigma=0.25, **MEM
+    )
     cfg = tuned.memory_config(32)
     assert cfg.gate_init == 0.0 and cfg.min_sigma == 0.25
     seqs = read_sequences(toy_jsonl)
@@ -248,8 +305,12 @@ def test_recall_term_is_the_readout_ce_of_the_incoming_memory_and_off_by_default
         reads: list[torch.Tensor] = []
         _, want_after = model.memory_hidden_states(clip[1:2, :-1], state, reads)
         keep = previous != model.config.padding_idx
-        term = sum(torch.nn.functional.cross_entropy(r[keep] @ model.readout_matrix(), previous[keep],
-                                                     reduction="sum") for r in reads)
+        term = sum(
+            torch.nn.functional.cross_entropy(
+                r[keep] @ model.readout_matrix(), previous[keep], reduction="sum"
+            )
+            for r in reads
+        )
     assert len(reads) == len(model.memory_taps) and reads[0].shape == (1, model.config.N, model.config.d)
     assert int(count2) == int(count)  # the term adds loss, not targets
     assert float(with_recall) == pytest.approx(float(plain) + 2.0 * float(term), rel=1e-5)
@@ -266,8 +327,9 @@ def test_recall_term_trains_the_write_of_the_window_before(toy_jsonl):
     reads: list[torch.Tensor] = []
     model.memory_hidden_states(clip[1:2, :-1], state, reads)
     keep = clip[0:1, 0] != model.config.padding_idx
-    sum(torch.nn.functional.cross_entropy(r[keep] @ model.readout_matrix(), clip[0:1, 0][keep]) for r in reads
-        ).backward()
+    sum(
+        torch.nn.functional.cross_entropy(r[keep] @ model.readout_matrix(), clip[0:1, 0][keep]) for r in reads
+    ).backward()
     assert float(model.memory.write_proj.weight.grad.abs().sum()) > 0
 
 
@@ -284,7 +346,11 @@ def test_train_clip_batch_hands_each_window_the_state_before_it(toy_jsonl):
     class Probe(torch.nn.Module):  # records what each segment is handed
         def forward(self, w, part, state, previous):
             seen.append(previous)
-            return torch.zeros((), requires_grad=True), torch.ones(()), MemoryState(torch.zeros(1), torch.zeros(1))
+            return (
+                torch.zeros((), requires_grad=True),
+                torch.ones(()),
+                MemoryState(torch.zeros(1), torch.zeros(1)),
+            )
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
     train_clip_batch(Probe(), opt, group, bptt_windows=2, device="cpu")
@@ -296,19 +362,36 @@ def test_train_clip_batch_hands_each_window_the_state_before_it(toy_jsonl):
 
 
 def test_memory_recall_weight_reaches_the_trainer_is_refused_below_zero_and_keeps_old_fingerprints(
-        tmp_path, toy_jsonl):
+    tmp_path, toy_jsonl
+):
     with pytest.raises(UserError, match="memory-recall-weight"):
         TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", memory_recall_weight=-1.0, **MEM)
     base = TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", **MEM)
     assert "memory_recall_weight" not in base.fingerprint()
-    common = dict(data=str(toy_jsonl), preset="tiny", epochs=1, batch_size=4, val_fraction=0.2, progress=False,
-                  seed=3, target_slices="last", **MEM)
+    common = dict(
+        data=str(toy_jsonl),
+        preset="tiny",
+        epochs=1,
+        batch_size=4,
+        val_fraction=0.2,
+        progress=False,
+        seed=3,
+        target_slices="last",
+        **MEM,
+    )
     plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), **common))["four_tensor"]
-    recall = train_predictor(TrainArgs(out=str(tmp_path / "recall"), memory_recall_weight=1.0,
-                                       **common))["four_tensor"]
-    assert recall.history[0]["train_loss"] > plain.history[0]["train_loss"]  # the term is in the training loss
-    assert json.loads((tmp_path / "recall" / "training_summary.json").read_text())["args"][
-        "memory_recall_weight"] == 1.0
+    recall = train_predictor(TrainArgs(out=str(tmp_path / "recall"), memory_recall_weight=1.0, **common))[
+        "four_tensor"
+    ]
+    assert (
+        recall.history[0]["train_loss"] > plain.history[0]["train_loss"]
+    )  # the term is in the training loss
+    assert (
+        json.loads((tmp_path / "recall" / "training_summary.json").read_text())["args"][
+            "memory_recall_weight"
+        ]
+        == 1.0
+    )
 
 
 def _probe_windows(states: list[int], T: int = 4, pad_end: int = 0) -> torch.Tensor:
@@ -357,8 +440,12 @@ def test_memory_recall_target_reaches_the_segments_is_refused_by_name_and_keeps_
         TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", memory_recall_target="first", **MEM)
     base = TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", **MEM)
     assert "memory_recall_target" not in base.fingerprint()
-    assert TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", memory_recall_target="novel",
-                     **MEM).fingerprint()["memory_recall_target"] == "novel"
+    assert (
+        TrainArgs(
+            data=str(toy_jsonl), preset="tiny", out="x", memory_recall_target="novel", **MEM
+        ).fingerprint()["memory_recall_target"]
+        == "novel"
+    )
     _, clips = _tiny_memory_model(toy_jsonl)
     group = sorted(clips[:3], key=lambda c: -c.shape[0])
     seen: list[torch.Tensor] = []
@@ -366,7 +453,11 @@ def test_memory_recall_target_reaches_the_segments_is_refused_by_name_and_keeps_
     class Probe(torch.nn.Module):
         def forward(self, w, part, state, previous):
             seen.append(previous)
-            return torch.zeros((), requires_grad=True), torch.ones(()), MemoryState(torch.zeros(1), torch.zeros(1))
+            return (
+                torch.zeros((), requires_grad=True),
+                torch.ones(()),
+                MemoryState(torch.zeros(1), torch.zeros(1)),
+            )
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
     train_clip_batch(Probe(), opt, group, bptt_windows=2, device="cpu", recall_target="novel")
@@ -391,8 +482,11 @@ def _two_layers(model, memory_every_n_layers=None):
     from models.four_tensor import FourTensorModel
 
     c = model.config
-    mem = c.memory if memory_every_n_layers is None else dataclasses.replace(
-        c.memory, memory_every_n_layers=memory_every_n_layers)
+    mem = (
+        c.memory
+        if memory_every_n_layers is None
+        else dataclasses.replace(c.memory, memory_every_n_layers=memory_every_n_layers)
+    )
     return FourTensorModel(dataclasses.replace(c, n_layers=c.n_layers + 1, memory=mem))
 
 

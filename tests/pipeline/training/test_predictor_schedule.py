@@ -39,8 +39,11 @@ def test_cosine_schedule_warms_up_linearly_then_decays_to_the_floor():
 
 def _tiny_model(seed: int = 0) -> FourTensorModel:
     torch.manual_seed(seed)
-    return FourTensorModel(FourTensorConfig(vocab_size=12, d_x=4, d_t=2, n_heads=2, n_layers=1, N=5, T=3,
-                                            end_ids=(3,), dropout=0.3))
+    return FourTensorModel(
+        FourTensorConfig(
+            vocab_size=12, d_x=4, d_t=2, n_heads=2, n_layers=1, N=5, T=3, end_ids=(3,), dropout=0.3
+        )
+    )
 
 
 def test_training_step_last_only_is_the_cross_entropy_of_the_last_slice():
@@ -75,12 +78,16 @@ def test_rollout_windows_put_the_models_own_states_in_the_context_and_keep_the_t
     assert torch.equal(out[:, :T], ctx)
     assert torch.equal(out[:, T], long[:, -1])  # the target is the true state
     assert torch.equal(out[:, : T - k], long[:, K : K + T - k])  # the older context states are the true ones
-    assert not torch.equal(out[:, T - k : T], long[:, K + T - k : K + T])  # a random model does not guess them
+    assert not torch.equal(
+        out[:, T - k : T], long[:, K + T - k : K + T]
+    )  # a random model does not guess them
     assert model.training is False  # the caller's mode is restored (it was eval here)
 
 
 def test_schedule_last_slices_and_rollout_train_resume_and_select_on_last_ce(tmp_path, toy_jsonl):
-    flags = dict(lr_schedule="cosine", warmup_steps=3, target_slices="last", rollout_steps=2, rollout_prob=0.5)
+    flags = dict(
+        lr_schedule="cosine", warmup_steps=3, target_slices="last", rollout_steps=2, rollout_prob=0.5
+    )
     common = dict(data=str(toy_jsonl), epochs=2, **COMMON, **flags)
     full = train_predictor(TrainArgs(out=str(tmp_path / "full"), **common))["four_tensor"]
 
@@ -105,13 +112,23 @@ def test_init_from_keeps_the_tokenizer_of_the_weights(tmp_path, toy_jsonl):
     lines = [json.loads(line) for line in toy_jsonl.read_text().splitlines()]
     words = sorted({w for rec in lines for s in rec["states"] for w in s.replace(".", " ").split()})
     skewed = tmp_path / "skewed.jsonl"
-    skewed.write_text("".join(json.dumps({"states": [" ".join([words[-1]] * 3 + [w]) + " ." for w in words] * 2})
-                              + "\n" for _ in range(4)) + toy_jsonl.read_text())
-    fresh = StateTokenizer.build(s for line in skewed.read_text().splitlines() for s in json.loads(line)["states"])
+    skewed.write_text(
+        "".join(
+            json.dumps({"states": [" ".join([words[-1]] * 3 + [w]) + " ." for w in words] * 2}) + "\n"
+            for _ in range(4)
+        )
+        + toy_jsonl.read_text()
+    )
+    fresh = StateTokenizer.build(
+        s for line in skewed.read_text().splitlines() for s in json.loads(line)["states"]
+    )
     source = StateTokenizer.from_file(tmp_path / "a")
     assert fresh.backend.get_vocab() != source.backend.get_vocab()  # the trap this guards against is real
-    train_predictor(TrainArgs(out=str(tmp_path / "b"), data=str(skewed), epochs=1, init_from=str(tmp_path / "a"),
-                              **COMMON))
+    train_predictor(
+        TrainArgs(
+            out=str(tmp_path / "b"), data=str(skewed), epochs=1, init_from=str(tmp_path / "a"), **COMMON
+        )
+    )
     assert StateTokenizer.from_file(tmp_path / "b").backend.get_vocab() == source.backend.get_vocab()
 
 
@@ -141,10 +158,14 @@ def test_min_history_trains_on_front_padded_windows_and_is_refused_past_the_wind
 
     common = {**COMMON, "max_windows": None}
     train_predictor(TrainArgs(out=str(tmp_path / "full"), data=str(toy_jsonl), epochs=1, **common))
-    train_predictor(TrainArgs(out=str(tmp_path / "m1"), data=str(toy_jsonl), epochs=1, min_history=1, **common))
+    train_predictor(
+        TrainArgs(out=str(tmp_path / "m1"), data=str(toy_jsonl), epochs=1, min_history=1, **common)
+    )
     full, m1 = (json.loads((tmp_path / d / SUMMARY_FILE).read_text()) for d in ("full", "m1"))
     T = 3  # the tiny preset: each sequence gives T - 1 more windows, front-padded
     n_seq = full["data"]["train_sequences"]
     assert m1["data"]["train_windows"] == full["data"]["train_windows"] + (T - 1) * n_seq
     with pytest.raises(UserError, match="--min-history 4: at most the window T=3 of --preset tiny"):
-        train_predictor(TrainArgs(out=str(tmp_path / "m4"), data=str(toy_jsonl), epochs=1, min_history=4, **common))
+        train_predictor(
+            TrainArgs(out=str(tmp_path / "m4"), data=str(toy_jsonl), epochs=1, min_history=4, **common)
+        )

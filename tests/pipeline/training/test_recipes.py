@@ -26,7 +26,9 @@ RUN = {
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_every_recipe_builds_its_arguments_and_network(name):
     recipe = get_recipe(name)
-    run = RUN[recipe.stage] | ({"init_from": "base"} if recipe.init_from and recipe.stage == "predictor" else {})
+    run = RUN[recipe.stage] | (
+        {"init_from": "base"} if recipe.init_from and recipe.stage == "predictor" else {}
+    )
     args = args_from_recipe(recipe, **run)  # a fine-tune runs from its base's folder (--grow-layer needs one)
     for key, value in recipe.train.items():  # the recipe's departures from the defaults reach the arguments
         assert getattr(args, key) == value, key
@@ -61,7 +63,9 @@ def test_the_shipped_recipes_cover_every_stage_and_the_finetune_names_its_base()
     assert get_recipe("renderer-r2").init_from == "renderer-r1"
     assert get_recipe("renderer-r1").init_from == "renderer-base"
     assert get_recipe("quick-renderer").init_from == "quick-renderer-base"
-    assert get_recipe("renderer").model == get_recipe("renderer-base").model == RendererConfig()  # the defaults
+    assert (
+        get_recipe("renderer").model == get_recipe("renderer-base").model == RendererConfig()
+    )  # the defaults
     with pytest.raises(ValueError, match="unknown recipe 'nope'"):
         get_recipe("nope")
     with pytest.raises(ValueError, match="a renderer recipe's model is a RendererConfig"):
@@ -74,12 +78,23 @@ def test_predictor_data_writes_every_scenario_then_the_mix_in_order(tmp_path):
     from pipeline.training.all import predictor_data
     from world import sequences
 
-    recipe = Recipe("t", "predictor", "", "tiny", {}, {"clips": 8, "length": 6, "seed_offset": 2},
-                    mix=(("memory", 3, 1), ("collide", 2, 0), ("hide", 2, 3, 9)))
+    recipe = Recipe(
+        "t",
+        "predictor",
+        "",
+        "tiny",
+        {},
+        {"clips": 8, "length": 6, "seed_offset": 2},
+        mix=(("memory", 3, 1), ("collide", 2, 0), ("hide", 2, 3, 9)),
+    )
     path = predictor_data(tmp_path / "train.jsonl", 5, recipe)
     records = [json.loads(line) for line in path.read_text().splitlines()]
-    want = sequences("all", 8, 7, 6, "train") + sequences("memory", 3, 6, 6, "train") \
-        + sequences("collide", 2, 5, 6, "train") + sequences("hide", 2, 8, 9, "train")  # a part with its own length
+    want = (
+        sequences("all", 8, 7, 6, "train")
+        + sequences("memory", 3, 6, 6, "train")
+        + sequences("collide", 2, 5, 6, "train")
+        + sequences("hide", 2, 8, 9, "train")
+    )  # a part with its own length
     assert records == json.loads(json.dumps(want))
     assert [len(r["states"]) for r in records[-3:]] == [6, 9, 9]
 
@@ -99,16 +114,27 @@ def test_the_predictor_recipe_is_the_run_that_made_the_shipped_predictor():
 
     from pipeline.training.all import recipe_chain
 
-    summary = json.loads((Path(__file__).resolve().parents[3] / "weights" / "predictor"
-                          / "training_summary.json").read_text())["args"]
+    summary = json.loads(
+        (Path(__file__).resolve().parents[3] / "weights" / "predictor" / "training_summary.json").read_text()
+    )["args"]
     recipe = get_recipe("predictor")
     assert recipe.init_from == "predictor-t8j" and summary["init_from"] is not None
     assert summary["preset"] == recipe.model
     for key, value in recipe.train.items():
         assert summary[key] == value, key
-    assert [r.name for r in recipe_chain(recipe)] == ["predictor-base", "predictor-mf5", "predictor-mf6",
-                                                     "predictor-t8", "predictor-t8b", "predictor-t8c", "predictor-t8d",
-                                                     "predictor-t8e", "predictor-t8f", "predictor-t8j", "predictor"]
+    assert [r.name for r in recipe_chain(recipe)] == [
+        "predictor-base",
+        "predictor-mf5",
+        "predictor-mf6",
+        "predictor-t8",
+        "predictor-t8b",
+        "predictor-t8c",
+        "predictor-t8d",
+        "predictor-t8e",
+        "predictor-t8f",
+        "predictor-t8j",
+        "predictor",
+    ]
     base = get_recipe("predictor-base")
     assert base.train["memory"] and base.mix == (("memory", 1500, 0),)
 
@@ -130,7 +156,9 @@ def test_a_fine_tune_is_trained_from_its_whole_chain_of_recipes(monkeypatch):
     assert [r.name for r in ta.recipe_chain(b)] == ["root", "a", "b"]
 
 
-def test_a_renderer_chain_trains_every_phase_in_order_each_from_the_last_shipped_folder(monkeypatch, tmp_path, caplog):
+def test_a_renderer_chain_trains_every_phase_in_order_each_from_the_last_shipped_folder(
+    monkeypatch, tmp_path, caplog
+):
     import pipeline.training.renderer as tr
     from pipeline.training import all as ta
 
@@ -155,15 +183,22 @@ def test_a_renderer_chain_trains_every_phase_in_order_each_from_the_last_shipped
     with caplog.at_level(logging.WARNING, logger=ta.__name__):
         report = ta.build_renderer(ta.TrainAllArgs(out=str(tmp_path / "w"), progress=False), run, out, None)
     assert "chosen by frame accuracy" in caplog.text  # no captioner: the user is told what best/ means then
-    assert calls == [(str(run / "base"), None), (str(run / "r1"), str(run / "base" / "best")),
-                     (str(run / "finetune"), str(run / "r1" / "best"))]
+    assert calls == [
+        (str(run / "base"), None),
+        (str(run / "r1"), str(run / "base" / "best")),
+        (str(run / "finetune"), str(run / "r1" / "best")),
+    ]
     assert list(report["phases"]) == ["r0", "r1"] and report["recipe"] == "r2"
     assert bars == [False, False, False]  # `train all --no-progress` reaches every phase's bars
     assert (out / "made_by").read_text() == str(run / "finetune")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger=ta.__name__):
-        ta.build_renderer(ta.TrainAllArgs(out=str(tmp_path / "w"), progress=False), tmp_path / "run2",
-                          tmp_path / "w2" / "renderer", tmp_path / "w" / "captioner")
+        ta.build_renderer(
+            ta.TrainAllArgs(out=str(tmp_path / "w"), progress=False),
+            tmp_path / "run2",
+            tmp_path / "w2" / "renderer",
+            tmp_path / "w" / "captioner",
+        )
     assert caplog.text == ""
 
 
@@ -172,7 +207,9 @@ def test_a_recipe_seed_offset_moves_the_run_seed_and_defaults_to_zero():
 
     shifted = args_from_recipe(get_recipe("renderer-r3"), out="x", seed=5)
     assert get_recipe("renderer-r3").seed_offset == 1 and shifted.seed == 6
-    assert args_from_recipe(get_recipe("renderer"), out="x", seed=0).seed == 2  # phase 5: the pool of --seed 2
+    assert (
+        args_from_recipe(get_recipe("renderer"), out="x", seed=0).seed == 2
+    )  # phase 5: the pool of --seed 2
     assert args_from_recipe(get_recipe("renderer-r2"), out="x", seed=5).seed == 5
     quick = get_recipe("quick-predictor")
     assert quick.seed_offset == 0 and args_from_recipe(quick, data="d", out="x", seed=5).seed == 5
@@ -185,6 +222,9 @@ def test_train_all_hands_its_progress_switch_to_both_captioner_phases(monkeypatc
     seen: list[tuple[str, bool]] = []
     monkeypatch.setattr(tc, "train_captioner", lambda args: seen.append((args.out, args.progress)) or {})
     monkeypatch.setattr(ta, "_replace_dir", lambda *a, **k: None)
-    ta.build_captioner(ta.TrainAllArgs(out=str(tmp_path / "w"), progress=False), tmp_path / "run",
-                       tmp_path / "w" / "captioner")
+    ta.build_captioner(
+        ta.TrainAllArgs(out=str(tmp_path / "w"), progress=False),
+        tmp_path / "run",
+        tmp_path / "w" / "captioner",
+    )
     assert [p for _, p in seen] == [False, False] and len(seen) == 2

@@ -76,13 +76,13 @@ def test_training_runs_checkpoints_resumes_and_saves_a_loadable_renderer(tmp_pat
     assert json.loads((out / "pipeline" / "metrics.json").read_text())["psnr"] > 0
 
 
-
-
 def test_a_resumed_run_keeps_best_unless_it_beats_the_score_best_was_saved_with(tmp_path):
     """best/ is chosen over the whole run: a run resumed from its checkpoint compares its evaluations with the one
     best/ holds, instead of replacing it with the first evaluation after the restart."""
     out = tmp_path / "run"
-    common = dict(vae_steps=2, vae_batch=2, unet_batch=2, pool=8, eval_every=1, eval_states=2, checkpoint_every=1)
+    common = dict(
+        vae_steps=2, vae_batch=2, unet_batch=2, pool=8, eval_every=1, eval_states=2, checkpoint_every=1
+    )
     train_renderer(tiny_args(out, unet_steps=2, **common))
     metrics_path = out / "best" / "metrics.json"
     saved = json.loads(metrics_path.read_text())
