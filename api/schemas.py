@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.settings import GUIDANCE_MAX, HORIZON_LIMIT, SEED_MAX, STATES_LIMIT, STEPS_MAX
-from pipeline.outputs import changes_of, png_bytes
+from pipeline.outputs import png_bytes, state_fields
 from pipeline.world_model import WorldModelOutput
 
 THUMB_SIDE = 192  # observed frames come back scaled down to this longest side
@@ -218,15 +218,5 @@ def predict_payload(output: WorldModelOutput) -> dict[str, Any]:
 
 
 def states_fields(output: WorldModelOutput) -> dict[str, Any]:
-    """The StatesResponse fields of an output (the timeline runs over observed then predicted states)."""
-    return {
-        "observed_states": output.observed_states,
-        "predicted_states": output.predicted_states,
-        "observed_confidence": output.observed_confidence,
-        "observed_parses": output.observed_parses,
-        "predicted_parses": output.predicted_parses,
-        "confidence_threshold": output.confidence_threshold,
-        "warnings": output.warnings,
-        "changes": changes_of(output),
-        "domain": output.domain,
-    }
+    """The StatesResponse fields of an output: the same as `semworld predict --json` says (pipeline.outputs)."""
+    return state_fields(output)

@@ -57,6 +57,23 @@ def changes_of(output: WorldModelOutput) -> list[list[str]]:
     return list(output.changes) if len(output.changes) == n else [[] for _ in range(n)]
 
 
+def state_fields(output: WorldModelOutput) -> dict[str, Any]:
+    """What an output says about its states, under the names the CLI's `--json` and the service's responses
+    share: both lists, per observed state its confidence and verdict, per predicted state its verdict, the
+    threshold, the warnings, the timeline of changes and the domain."""
+    return {
+        "observed_states": output.observed_states,
+        "predicted_states": output.predicted_states,
+        "observed_confidence": output.observed_confidence,
+        "observed_parses": output.observed_parses,
+        "predicted_parses": output.predicted_parses,
+        "confidence_threshold": output.confidence_threshold,
+        "warnings": output.warnings,
+        "changes": changes_of(output),
+        "domain": output.domain,
+    }
+
+
 def states_document(output: WorldModelOutput) -> dict[str, Any]:
     """The states JSON: both lists, and one entry per step: observed or predicted, its confidence when read,
     whether it parses in the weights' domain (None: a domain without a grammar), and what changed since the step

@@ -6,12 +6,14 @@ import argparse
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pipeline.utils import UserError, default_weights_dir, read_model_index
 
 if TYPE_CHECKING:
+    from pipeline.video import SampledClip, VideoLimits
     from pipeline.world_model import WorldModelOutput
 
 logger = logging.getLogger(__name__)
@@ -277,18 +279,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=run_serve)
 
 
-def run_predict(args: argparse.Namespace) -> int:
-    from pipeline.outputs import changes_of, write_outputs
-    from pipeline.placement import resolve_placement, set_threads
+@dataclass
+class PredictInputs:
+    """What `predict` checked and read before any model loads: the states given in words or the sampled clip,
+    the weights folder and its index, the stages given folders of their own, the clip limits."""
+
+    states: list[str] | None
+    clip: SampledClip | None
+    weights: Path
+    index: dict[str, Any]
+    own: dict[str, Path | None]
+    limits: VideoLimits
+    render_context: int
+
+
+def read_inputs(args: argparse.Namespace) -> PredictInputs:
+    """Everything that needs no model, checked first: the flags, the device, the weights' folders, the states in
+    words (against the weights' domain and vocabulary), and the clip, read at the weights' state rate."""
+    from pipeline.placement import resolve_placement
     from pipeline.utils import MODEL_INDEX
     from pipeline.video import TooManyStatesError, VideoLimits
-    from pipeline.world_model import (
-        WorldModelPipeline,
-        check_written_states_for,
-        index_state_rate,
-        sample_clip,
-        stage_folders,
-    )
+    from pipeline.world_model import check_written_states_for, index_state_rate, sample_clip, stage_folders
 
     if (args.clip is None) == (args.states is None):
         raise UserError("give either a CLIP or --states FILE (not both)")
@@ -298,117 +309,110 @@ def run_predict(args: argparse.Namespace) -> int:
     states = read_states_file(args.states) if args.states is not None else None
     if states is not None and (args.stride or args.state_rate):
         logger.info("--stride/--state-rate ignored: starting from states")
-
-    # Everything that needs no model is checked before any loads: the device, the folders, the clip.
     # (the devices and dtypes: a device this machine lacks or a bad STAGE=VALUE is one line, before any load)
-    resolve_placement(args.device, args.dtype, stage_devices=args.stage_device,
-                      stage_dtypes=args.stage_dtype)  # fmt: skip
+    resolve_placement(args.device, args.dtype, stage_devices=args.stage_device, stage_dtypes=args.stage_dtype)
     weights = args.weights or default_weights_dir()
     overrides = {stage: getattr(args, stage) for stage in ("captioner", "predictor", "renderer")}
     folders, index = stage_folders(weights, overrides)
-    default_rate = index_state_rate(index, weights / MODEL_INDEX)
+    rate = index_state_rate(index, weights / MODEL_INDEX)
     if states is not None:
         check_written_states_for(states, folders, index, label=f"--states {args.states}: state")
     limits = VideoLimits(max_frames=args.max_frames)
     clip = None
     if args.clip is not None:
         try:
-            clip = sample_clip(args.clip, args.stride, args.state_rate, limits, default_rate)
+            clip = sample_clip(args.clip, args.stride, args.state_rate, limits, rate)
         except TooManyStatesError as err:
             raise UserError(f"{err} (or raise --max-frames); no model was loaded") from None
-        if args.stride is None and args.state_rate is None and default_rate is not None:
-            logger.info("reading %s at %g states per second (the weights' state_rate)", args.clip,
-                        default_rate)  # fmt: skip
-
+        if args.stride is None and args.state_rate is None and rate is not None:
+            logger.info("reading %s at %g states per second (the weights' state_rate)", args.clip, rate)
     render_context = args.render_context
     if render_context is None:
         render_context = len(states) if states is not None else 0
-    if not 0 <= render_context <= (len(states) if states is not None else args.max_frames):
-        raise UserError(f"--render-context: expected 0..{len(states) if states else args.max_frames}, got "
-                        f"{render_context}")  # fmt: skip
+    most = len(states) if states is not None else args.max_frames
+    if not 0 <= render_context <= most:
+        raise UserError(f"--render-context: expected 0..{most}, got {render_context}")
     own = {stage: folders.get(stage) if overrides[stage] is not None else None for stage in overrides}
+    return PredictInputs(states, clip, weights, index, own, limits, render_context)
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from pipeline.outputs import state_fields, write_outputs
+    from pipeline.placement import set_threads
+    from pipeline.world_model import WorldModelPipeline
+
+    got = read_inputs(args)
     logger.debug("torch threads: %d", set_threads(args.threads))
     pipe = WorldModelPipeline.from_pretrained(
-        weights, device=args.device, dtype=args.dtype,
-        stage_devices=args.stage_device, stage_dtypes=args.stage_dtype, compile=bool(args.compile), limits=limits,
-        default_state_rate=default_rate,
-        captioner=own["captioner"], predictor=own["predictor"], renderer=own["renderer"], project=args.project,
-        mirror=args.mirror,
+        got.weights, device=args.device, dtype=args.dtype, stage_devices=args.stage_device,
+        stage_dtypes=args.stage_dtype, compile=bool(args.compile), limits=got.limits, project=args.project,
+        mirror=args.mirror, captioner=got.own["captioner"], predictor=got.own["predictor"],
+        renderer=got.own["renderer"],
     )  # fmt: skip
+    from_clip = got.states is None
     output = pipe(
-        clip,
-        states=states,
+        got.clip,
+        states=got.states,
         horizon=args.horizon,
-        stride=args.stride if states is None else None,
-        state_rate=args.state_rate if states is None else None,
+        stride=args.stride if from_clip else None,
+        state_rate=args.state_rate if from_clip else None,
         seed=args.seed,
         steps=args.steps,
         guidance=args.guidance,
-        context=args.context if states is None else None,
-        render_context=render_context,
+        context=args.context if from_clip else None,
+        render_context=got.render_context,
         encode_video=True,
     )
     truth = read_truth(args.truth, args.clip) if args.truth is not None else None
-    files = write_outputs(output, args.out, truth_frames=_truth_frames(truth, output, index))
+    files = write_outputs(output, args.out, truth_frames=_truth_frames(truth, output, got.index))
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "observed_states": output.observed_states,
-                    "observed_confidence": output.observed_confidence,
-                    "observed_parses": output.observed_parses,
-                    "confidence_threshold": output.confidence_threshold,
-                    "warnings": output.warnings,
-                    "predicted_states": output.predicted_states,
-                    "predicted_parses": output.predicted_parses,
-                    "changes": changes_of(output),
-                    "domain": output.domain,
-                    "frames": [str(p) for p in files.predicted_frames],
-                    "video": str(files.video) if files.video else None,
-                    "states_file": str(files.states),
-                    "strip": str(files.strip),
-                    "context_forecast_video": str(files.story) if files.story else None,
-                    "forecast_vs_truth_video": str(files.versus) if files.versus else None,
-                    "timings": {k: round(v, 4) for k, v in output.timings.items()},
-                    **({"truth": truth} if truth is not None else {}),
-                },
-                indent=2,
-            )
-        )
+        summary = {
+            **state_fields(output),
+            "frames": [str(p) for p in files.predicted_frames],
+            "video": str(files.video) if files.video else None,
+            "states_file": str(files.states),
+            "strip": str(files.strip),
+            "context_forecast_video": str(files.story) if files.story else None,
+            "forecast_vs_truth_video": str(files.versus) if files.versus else None,
+            "timings": {k: round(v, 4) for k, v in output.timings.items()},
+            **({"truth": truth} if truth is not None else {}),
+        }
+        print(json.dumps(summary, indent=2))
         return 0
     source = f"{args.clip}" if args.clip else f"{args.states} (states in words)"
-    n = len(output.observed_states)
-    if truth is None:
-        print(
-            f"read {n} states from {source}"
-            + (
-                " (confidence: mean token log-prob, 0 is sure):"
-                if any(c is not None for c in output.observed_confidence)
-                else ":"
-            )
-        )
-        for i, s in enumerate(output.observed_states):
-            print(f"  t={i:<3d} {_sureness(output, i)}{s}")
-        outside = [ok is False for ok in output.predicted_parses] or [False] * len(output.predicted_states)
-        print(f"predicted {len(output.predicted_states)} states" + (f" (? : not a {output.domain} state):"
-                                                                     if any(outside) else ":"))  # fmt: skip
-        for j, s in enumerate(output.predicted_states):
-            print(f"  t={n + j:<3d} {'? ' if outside[j] else ''}{s}")
-    else:
-        print("(= matches the ground truth, x differs)")
-        read_hits, read_n = compare(f"read {n} states from {source}", output.observed_states, truth, 0)
-        pred_hits, pred_n = compare(
-            f"predicted {len(output.predicted_states)} states", output.predicted_states, truth, n
-        )
-        print(
-            f"read correctly: {read_hits}/{read_n}; predicted correctly: {pred_hits}/{pred_n}"
-            + ("" if pred_n == len(output.predicted_states) else " (the rest is past the end of the truth)")
-        )
+    print_states(output, source, truth)
     videos = ", ".join(str(v) for v in (files.video, files.story, files.versus) if v)
     n_frames = len(files.predicted_frames)
     print(f"wrote {n_frames} frame{'' if n_frames == 1 else 's'}, {videos}, {files.states} and {files.strip}")
     print(f"took {output.timings['total']:.2f} s")
     return 0
+
+
+def print_states(output: WorldModelOutput, source: str, truth: list[str] | None) -> None:
+    """What was read and predicted, one state a line; beside the truth when there is one."""
+    n = len(output.observed_states)
+    if truth is not None:
+        print("(= matches the ground truth, x differs)")
+        read_hits, read_n = compare(f"read {n} states from {source}", output.observed_states, truth, 0)
+        pred_hits, pred_n = compare(f"predicted {len(output.predicted_states)} states", output.predicted_states,
+                                    truth, n)  # fmt: skip
+        print(
+            f"read correctly: {read_hits}/{read_n}; predicted correctly: {pred_hits}/{pred_n}"
+            + ("" if pred_n == len(output.predicted_states) else " (the rest is past the end of the truth)")
+        )
+        return
+    scored = any(c is not None for c in output.observed_confidence)
+    print(
+        f"read {n} states from {source}"
+        + (" (confidence: mean token log-prob, 0 is sure):" if scored else ":")
+    )
+    for i, s in enumerate(output.observed_states):
+        print(f"  t={i:<3d} {_sureness(output, i)}{s}")
+    outside = [ok is False for ok in output.predicted_parses] or [False] * len(output.predicted_states)
+    mark = f" (? : not a {output.domain} state):" if any(outside) else ":"
+    print(f"predicted {len(output.predicted_states)} states{mark}")
+    for j, s in enumerate(output.predicted_states):
+        print(f"  t={n + j:<3d} {'? ' if outside[j] else ''}{s}")
 
 
 WITHOUT_KEY_ENV = "SEMWORLD_SERVE_WITHOUT_KEY"
