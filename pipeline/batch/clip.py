@@ -24,6 +24,7 @@ import torch
 from pipeline.batch.jobs import BatchSettings, ClipJob
 from pipeline.confidence import clip_warning, unsure
 from pipeline.domain import timeline
+from pipeline.loading import plugin_stage
 from pipeline.outputs import write_outputs
 from pipeline.utils import (
     MODEL_INDEX,
@@ -36,7 +37,7 @@ from pipeline.utils import (
     stage_folder,
 )
 from pipeline.video import SampledClip, TooManyStatesError, VideoLimits, read_video
-from pipeline.world_model import WorldModelOutput, WorldModelPipeline, plugin_stage
+from pipeline.world_model import WorldModelOutput, WorldModelPipeline
 
 logger = logging.getLogger(__name__)
 

@@ -119,8 +119,8 @@ def default_state_rate(weights: Path | None) -> float | None:
     import os
 
     from pipeline.batch.clip import FACTORY_ENV
+    from pipeline.loading import index_state_rate
     from pipeline.utils import MODEL_INDEX, default_weights_dir, read_model_index
-    from pipeline.world_model import index_state_rate
 
     folder = weights or default_weights_dir()
     if os.environ.get(FACTORY_ENV) or not (folder / MODEL_INDEX).is_file():

@@ -296,10 +296,11 @@ class PredictInputs:
 def read_inputs(args: argparse.Namespace) -> PredictInputs:
     """Everything that needs no model, checked first: the flags, the device, the weights' folders, the states in
     words (against the weights' domain and vocabulary), and the clip, read at the weights' state rate."""
+    from pipeline.loading import check_written_states_for, index_state_rate, stage_folders
     from pipeline.placement import resolve_placement
     from pipeline.utils import MODEL_INDEX
     from pipeline.video import TooManyStatesError, VideoLimits
-    from pipeline.world_model import check_written_states_for, index_state_rate, sample_clip, stage_folders
+    from pipeline.world_model import sample_clip
 
     if (args.clip is None) == (args.states is None):
         raise UserError("give either a CLIP or --states FILE (not both)")
