@@ -10,8 +10,9 @@ import cv2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.settings import GUIDANCE_MAX, HORIZON_LIMIT, SEED_MAX, STATES_LIMIT, STEPS_MAX
+from api.settings import HORIZON_LIMIT, SEED_MAX, STATES_LIMIT
 from pipeline.outputs import png_bytes, state_fields
+from pipeline.params import Guidance, Steps
 from pipeline.world_model import WorldModelOutput
 
 THUMB_SIDE = 192  # observed frames come back scaled down to this longest side
@@ -106,16 +107,8 @@ class RolloutRequest(BaseModel):
     )
     horizon: int = Field(8, ge=1, le=HORIZON_LIMIT, description="states to predict")
     seed: int | None = Field(0, ge=0, le=SEED_MAX, description="renderer seed; null for a random one")
-    steps: int | None = Field(
-        None, ge=1, le=STEPS_MAX, description="denoising steps (default: the renderer's)"
-    )
-    guidance: float | None = Field(
-        None,
-        ge=0,
-        le=GUIDANCE_MAX,
-        allow_inf_nan=False,
-        description="guidance scale (default: the renderer's)",
-    )
+    steps: Steps = None
+    guidance: Guidance = None
     render: bool = Field(True, description="draw the predicted states")
     render_context: int = Field(
         0,

@@ -8,7 +8,7 @@ stricter limit of its own on top (the service's `SEMWORLD_MAX_HORIZON`, a pipeli
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -18,6 +18,17 @@ STATE_RATE_MAX = 240.0  # states per second
 SEED_MAX = 2**32 - 1  # seeds are 0..SEED_MAX (exact as a JSON number in every client)
 STEPS_MAX = 1000  # renderer denoising steps
 GUIDANCE_MAX = 50.0  # renderer guidance scale
+
+
+# The renderer's knobs as types, so that every model of a request that takes them (ForecastParams, the service's
+# rollout body) declares them once: `steps: Steps = None`.
+Steps = Annotated[
+    int | None, Field(ge=1, le=STEPS_MAX, description="denoising steps (default: the renderer's)")
+]
+Guidance = Annotated[
+    float | None,
+    Field(ge=0, le=GUIDANCE_MAX, allow_inf_nan=False, description="guidance scale (default: the renderer's)"),
+]
 
 
 class ForecastParams(BaseModel):
@@ -36,16 +47,8 @@ class ForecastParams(BaseModel):
     )
     context: int | None = Field(None, ge=1, description="observe only the first N sampled states of the clip")
     seed: int = Field(0, ge=0, le=SEED_MAX, description="renderer seed")
-    steps: int | None = Field(
-        None, ge=1, le=STEPS_MAX, description="denoising steps (default: the renderer's)"
-    )
-    guidance: float | None = Field(
-        None,
-        ge=0,
-        le=GUIDANCE_MAX,
-        allow_inf_nan=False,
-        description="guidance scale (default: the renderer's)",
-    )
+    steps: Steps = None
+    guidance: Guidance = None
 
     @model_validator(mode="after")
     def _one_way_to_sample(self) -> ForecastParams:
