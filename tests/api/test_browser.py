@@ -100,7 +100,9 @@ def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tm
     assert "red ball moved from middle" in first and "lamp switched off" in first
     assert "predicted 3 states" in page.inner_text("#status")
     statuses = page.evaluate("window.statuses")
-    assert any(" running: " in t for t in statuses), statuses  # not "queued" while it runs
+    assert any(t.endswith(" running") or " running: " in t for t in statuses), (
+        statuses
+    )  # not "queued" while it runs
     # Cards wrap into rows (no horizontal scrolling); whole states show in the edit boxes.
     assert page.locator("#observed").evaluate("e => e.scrollWidth <= e.clientWidth")
     assert page.locator("#predicted textarea.state").evaluate_all(
