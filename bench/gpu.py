@@ -221,7 +221,7 @@ def pipeline_section(args: argparse.Namespace, sizes: dict[str, Any]) -> dict[st
     with tempfile.TemporaryDirectory() as tmp:
         weights = ROOT / "weights"
         if args.dry_run:
-            from tests.api.fakes import build_tiny_weights
+            from tests.fakes import build_tiny_weights
 
             weights = build_tiny_weights(Path(tmp) / "weights")
         fps_batches = "1,2" if args.dry_run else "1,8,32"

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         weights = args.weights
         if args.tiny:
-            from tests.api.fakes import build_tiny_weights
+            from tests.fakes import build_tiny_weights
 
             weights = build_tiny_weights(Path(tmp) / "weights")
         pipe = WorldModelPipeline.from_pretrained(

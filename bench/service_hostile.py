@@ -6,7 +6,7 @@ in a subprocess and prints its figures.
   python -m bench.service_hostile issue                             # two slow requests under a 5 s deadline
   python -m bench.service_hostile upload                            # /health while a 60 MiB job uploads
 
-`schemathesis` runs on the stand-in stages (tests/api/fakes.py: it tests the HTTP layer, fast); `load` and
+`schemathesis` runs on the stand-in stages (tests/fakes.py: it tests the HTTP layer, fast); `load` and
 `upload` on the shipped weights (weights/) unless --fake. Runs with nice and OMP_NUM_THREADS=1.
 """
 
@@ -51,7 +51,7 @@ class Server:
             "SEMWORLD_SAMPLES_DIR": str(REPO / "tests" / "assets"), **env,
         }  # fmt: skip
         if fake:
-            full.setdefault("SEMWORLD_PIPELINE_FACTORY", "tests.api.fakes:make_pipeline")
+            full.setdefault("SEMWORLD_PIPELINE_FACTORY", "tests.fakes:make_pipeline")
         else:
             full.setdefault("SEMWORLD_WEIGHTS_DIR", str(REPO / "weights"))
             full.setdefault("SEMWORLD_DEVICE", "cpu")

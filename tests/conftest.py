@@ -21,6 +21,6 @@ def one_thread():
 @pytest.fixture(scope="session")
 def tiny_weights(tmp_path_factory) -> Path:
     """Tiny random real stages (BLIP, 4-tensor, SD layout) saved like the shipped weights, with model_index.json."""
-    from tests.api.fakes import build_tiny_weights
+    from tests.fakes import build_tiny_weights
 
     return build_tiny_weights(tmp_path_factory.getbasetemp() / "semworld-tiny-weights")

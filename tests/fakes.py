@@ -1,11 +1,208 @@
-"""Stand-ins shared across the tests: a toy domain and stages that need no weights."""
+"""Stand-ins shared across the tests: stages that need no weights (fast, deterministic, with the real ones'
+interfaces), a toy domain, plug-in stage factories, and tiny random real stages saved like the shipped weights.
+
+`make_pipeline` is also a `SEMWORLD_PIPELINE_FACTORY` target, for servers started in a subprocess.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import threading
+import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+
+from pipeline.world_model import WorldModelPipeline
+
+
+class BrightnessCaptioner:
+    """States in words from the frame's mean brightness, so tests can check which frame gave which state; `batches`
+    records the size of every batch it was given."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def caption(self, frames: list[np.ndarray]) -> list[str]:
+        self.batches.append(len(frames))
+        return [f"a scene of brightness {int(f.mean()) // 16}." for f in frames]
+
+
+class EchoPredictor:
+    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
+        return [[f"next {i} after {seq[-1]}" for i in range(k)] for seq in states]
+
+
+class WorldCaptioner:
+    """Frames as states of the built-in world: a red ball in the middle row, its column from the brightness."""
+
+    def caption(self, frames: list[np.ndarray]) -> list[str]:
+        from world.grammar import COLUMNS
+
+        return [f"red ball middle {COLUMNS[int(f.mean()) // 8 % 5]} , lamp on ." for f in frames]
+
+
+def world_step(state: str) -> str:
+    """The next state of WorldPredictor: every object one column right (from the right edge back to the left),
+    the lamp switched, the screen taken away (so that no object stands in front of it). After "empty ." it says
+    "empty room .", which is not a world state (a predictor may write such states; they are marked, not hidden)."""
+    import dataclasses
+
+    from pipeline.utils import canonical_state
+    from world.grammar import GRID, Scene, caption, parse_state
+
+    try:
+        scene = parse_state(canonical_state(state))
+    except ValueError:
+        return state  # not a world state: it stays as it is
+    if not scene.objects and scene.lamp is None:
+        return "empty room ."
+    moved = tuple(sorted(dataclasses.replace(o, col=(o.col + 1) % GRID) for o in scene.objects))
+    return caption(Scene(moved, False, None if scene.lamp is None else not scene.lamp))
+
+
+class WorldPredictor:
+    """World states in, the next ones by `world_step` out (a stand-in for the shipped predictor)."""
+
+    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
+        out = []
+        for history in states:
+            rolled = [history[-1]]
+            for _ in range(k):
+                rolled.append(world_step(rolled[-1]))
+            out.append(rolled[1:])
+        return out
+
+
+class NoiseRenderer:
+    """Seeded noise frames; `delay` seconds per batch, and an optional gate it waits on (to hold a job).
+
+    With `step_delay`, each batch is `steps` (default `default_steps`) denoising steps of that many seconds,
+    with `step_callback` after each, like a diffusers pipeline; `steps_run` counts them and `last_step_end`
+    is the monotonic time the last one ended (how long the model stayed busy).
+    """
+
+    def __init__(
+        self,
+        delay: float = 0.0,
+        gate: threading.Event | None = None,
+        step_delay: float = 0.0,
+        default_steps: int = 4,
+    ) -> None:
+        self.delay = delay
+        self.gate = gate
+        self.step_delay = step_delay
+        self.default_steps = default_steps
+        self.calls = 0
+        self.batches: list[int] = []  # the size of every batch it was given
+        self.steps_run = 0
+        self.last_step_end = 0.0
+
+    def render(self, states, generator=None, steps=None, guidance=None, step_callback=None):
+        self.calls += 1
+        self.batches.append(len(states))
+        if self.gate is not None:
+            self.gate.wait(30)
+        if self.delay:
+            time.sleep(self.delay)
+        if self.step_delay:
+            for _ in range(steps or self.default_steps):
+                time.sleep(self.step_delay)
+                self.steps_run += 1
+                self.last_step_end = time.monotonic()
+                if step_callback is not None:
+                    step_callback()
+        g = generator or torch.Generator().manual_seed(0)
+        return [(torch.rand(24, 32, 3, generator=g) * 255).to(torch.uint8).numpy() for _ in states]
+
+
+def make_pipeline(
+    delay: float | None = None, step_delay: float | None = None, world: bool | None = None
+) -> WorldModelPipeline:
+    """The stand-in pipeline; FAKE_RENDER_DELAY (seconds per batch) and FAKE_STEP_DELAY (seconds per denoising
+    step) slow it down for servers in a subprocess; FAKE_WORLD=1 (or `world`) speaks the built-in world's
+    language (WorldCaptioner, WorldPredictor, grammar "world") instead of free sentences."""
+    delay = float(os.environ.get("FAKE_RENDER_DELAY", "0")) if delay is None else delay
+    step_delay = float(os.environ.get("FAKE_STEP_DELAY", "0")) if step_delay is None else step_delay
+    world = os.environ.get("FAKE_WORLD", "") == "1" if world is None else world
+    renderer = NoiseRenderer(delay, step_delay=step_delay)
+    if (
+        os.environ.get("FAKE_UNSURE", "") == "1"
+    ):  # every read far below the threshold: each clip gets a warning
+        captioner = UnsureWorldCaptioner() if world else UnsureCaptioner()
+        return WorldModelPipeline(captioner, WorldPredictor() if world else EchoPredictor(), renderer,
+                                  render_batch_size=2, domain="shapes" if world else None,
+                                  confidence_threshold=-0.01)  # fmt: skip
+    if world:
+        return WorldModelPipeline(
+            WorldCaptioner(), WorldPredictor(), renderer, render_batch_size=2, domain="shapes"
+        )
+    return WorldModelPipeline(BrightnessCaptioner(), EchoPredictor(), renderer, render_batch_size=2)
+
+
+class UnsureCaptioner(BrightnessCaptioner):
+    """BrightnessCaptioner's states, each scored far below any threshold (as on footage the model never saw)."""
+
+    def caption_scored(self, frames: list[np.ndarray]) -> list[tuple[str, float]]:
+        return [(s, -0.5) for s in self.caption(frames)]
+
+
+class UnsureWorldCaptioner(WorldCaptioner):
+    def caption_scored(self, frames: list[np.ndarray]) -> list[tuple[str, float]]:
+        return [(s, -0.5) for s in self.caption(frames)]
+
+
+def build_tiny_weights(root: Path) -> Path:
+    """A weights folder of tiny randomly initialised real stages: BLIP captioner, 4-tensor predictor with its
+    tokenizer, and a StableDiffusionPipeline-layout renderer, each saved with save_pretrained, plus
+    model_index.json. Their outputs are nonsense; their structure, files and loading are the real ones.
+
+    """
+    from models.captioner import CaptionerConfig, build_blip, build_processor
+    from models.four_tensor import FourTensorConfig, FourTensorModel
+    from pipeline.tokenizer import StateTokenizer
+    from pipeline.training.args import TrainRendererArgs
+    from pipeline.training.captioner import build_tokenizer, world_sentences
+    from pipeline.training.renderer import fresh_pipeline, save_renderer
+
+    if (root / "model_index.json").is_file():  # built earlier in this session: the index is written last
+        return root
+    torch.manual_seed(0)
+    root.mkdir(parents=True, exist_ok=True)
+    sentences = world_sentences()
+    tokenizer = build_tokenizer(sentences)
+    config = CaptionerConfig(image_size=32, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
+    build_blip(config, tokenizer).save_pretrained(root / "captioner")
+    build_processor(tokenizer, config.image_size).save_pretrained(root / "captioner")
+
+    states = StateTokenizer.build(sentences)
+    predictor = FourTensorModel(
+        FourTensorConfig(
+            vocab_size=states.vocab_size,
+            d_x=8,
+            d_t=4,
+            n_heads=2,
+            n_layers=1,
+            N=12,
+            T=4,
+            end_ids=states.end_ids,
+        )  # fmt: skip
+    )
+    predictor.save_pretrained(root / "predictor")
+    states.save(root / "predictor")
+
+    args = TrainRendererArgs(
+        out=str(root / "run"), image_size=32, output_size=32, vae_channels=(8, 16), unet_channels=(16, 32),
+        text_width=32, text_layers=1, max_length=16, sample_steps=2,
+    )  # fmt: skip
+    save_renderer(fresh_pipeline(args), args, root / "renderer")
+    index = {"captioner": "captioner", "predictor": "predictor", "renderer": "renderer"}
+    (root / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return root
 
 
 class ToyDomain:

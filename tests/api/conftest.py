@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from api.main import create_app
 from api.settings import Settings
-from tests.api.fakes import make_pipeline
+from tests.fakes import make_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
@@ -128,7 +128,7 @@ def start_server(tmp_path) -> Iterator[Callable[..., Server]]:
             **env,
         }
         if weights is None:
-            full_env.setdefault("SEMWORLD_PIPELINE_FACTORY", "tests.api.fakes:make_pipeline")
+            full_env.setdefault("SEMWORLD_PIPELINE_FACTORY", "tests.fakes:make_pipeline")
         else:
             full_env["SEMWORLD_WEIGHTS_DIR"] = str(weights)
         log = tmp_path / f"server-{port}.log"

@@ -12,7 +12,7 @@ from pathlib import Path
 import api.jobs
 from pipeline.utils import atomic_write_bytes
 from pipeline.world_model import WorldModelPipeline
-from tests.api.fakes import make_pipeline as make_stand_in
+from tests.fakes import make_pipeline as make_stand_in
 
 
 def _dying_write(path: str | Path, data: bytes) -> None:

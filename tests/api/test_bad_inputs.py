@@ -16,7 +16,7 @@ from PIL import Image
 from api.main import create_app
 from api.settings import Settings
 from tests.api.conftest import ASSETS, REAL_CLIP, wait_ready
-from tests.api.fakes import make_pipeline
+from tests.fakes import make_pipeline
 
 CLIP = REAL_CLIP.read_bytes()
 SYNC_LIMIT_MB = 0.1

@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.domain import get_domain, timeline
 from tests.api.conftest import REAL_CLIP
-from tests.api.fakes import world_step
+from tests.fakes import world_step
 
 pytestmark = pytest.mark.integration  # shipped weights, subprocesses or servers
 

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from api.main import create_app
 from api.settings import Settings
 from tests.api.conftest import ASSETS
-from tests.api.fakes import make_pipeline
+from tests.fakes import make_pipeline
 
 # src="...", href="..." and Swagger UI's `url: '...'` (the schema it loads).
 LINK = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']|\burl:\s*["']([^"']+)["']""")

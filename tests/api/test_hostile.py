@@ -18,7 +18,7 @@ from api.main import create_app
 from api.settings import Settings
 from pipeline.world_model import WorldModelPipeline
 from tests.api.conftest import ASSETS, REAL_CLIP, wait_job, wait_state
-from tests.api.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
+from tests.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
 
 STEP = 0.05  # seconds per denoising step of the stand-in renderer below
 

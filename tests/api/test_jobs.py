@@ -11,7 +11,7 @@ import zipfile
 from api.jobs import JobParams, JobState, JobStore
 from pipeline.world_model import WorldModelPipeline
 from tests.api.conftest import REAL_CLIP, wait_job, wait_state
-from tests.api.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
+from tests.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
 
 
 def submit(client, data=None, **form):

@@ -150,7 +150,7 @@ def test_oversize_upload_is_413_before_parsing(make_client):
 
 
 def test_timeout_is_504(make_client):
-    from tests.api.fakes import make_pipeline
+    from tests.fakes import make_pipeline
 
     client = make_client(pipeline=make_pipeline(delay=0.5), request_timeout_s=0.3)
     r = post_clip(client, REAL_CLIP.read_bytes(), horizon="4", stride="8")
@@ -218,7 +218,7 @@ def test_too_many_sync_requests_is_429(make_client):
     import threading
 
     from pipeline.world_model import WorldModelPipeline
-    from tests.api.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
+    from tests.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
 
     gate = threading.Event()
     renderer = NoiseRenderer(gate=gate)
@@ -243,7 +243,7 @@ def test_too_many_sync_requests_is_429(make_client):
 def test_rollout_says_what_predict_says_about_its_states(make_client):
     """/v1/rollout carries /v1/predict's confidence fields under the same names, and the semantic timeline."""
     from pipeline.domain import get_domain
-    from tests.api.fakes import make_pipeline
+    from tests.fakes import make_pipeline
 
     client = make_client(pipeline=make_pipeline(0.0, world=True))
     given = ["red ball top left , lamp on .", "red ball top midleft , lamp on ."]
@@ -288,7 +288,7 @@ def test_rollout_says_what_predict_says_about_its_states(make_client):
 def test_predict_and_job_results_carry_the_timeline(make_client):
     from pipeline.domain import get_domain, timeline
     from tests.api.conftest import wait_job
-    from tests.api.fakes import make_pipeline, world_step
+    from tests.fakes import make_pipeline, world_step
 
     client = make_client(pipeline=make_pipeline(0.0, world=True))
     body = post_clip(client, REAL_CLIP.read_bytes(), horizon="2", stride="4").json()
@@ -323,7 +323,7 @@ def test_rollout_refuses_words_a_non_world_predictor_does_not_know(make_client):
     state past the predictor's token slots a 422 saying how to fix it, before the predictor runs."""
     from pipeline.utils import UserError
     from pipeline.world_model import WorldModelPipeline
-    from tests.api.fakes import BrightnessCaptioner, NoiseRenderer
+    from tests.fakes import BrightnessCaptioner, NoiseRenderer
 
     predictor = _tiny_word_predictor(["the", "cat", "sat", "on", "mat", "."], n=6)
     calls: list[int] = []

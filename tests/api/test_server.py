@@ -1,6 +1,6 @@
 """The real server: `semworld serve` (uvicorn, one worker) in a subprocess on 127.0.0.1, httpx as the client.
 
-The stages are the stand-ins of tests/api/fakes.py, chosen through SEMWORLD_PIPELINE_FACTORY; one slow test
+The stages are the stand-ins of tests/fakes.py, chosen through SEMWORLD_PIPELINE_FACTORY; one slow test
 runs tiny real weights instead.
 """
 

@@ -116,7 +116,7 @@ def test_samples_and_page(make_client):
 
 def test_world_samples_are_made_when_no_folder_is_set(tmp_path):
     from tests.api.conftest import wait_ready
-    from tests.api.fakes import make_pipeline
+    from tests.fakes import make_pipeline
 
     app = create_app(Settings(data_dir=tmp_path / "shapes"), stages=make_pipeline(0.0, world=True))
     with TestClient(app) as client:

@@ -13,7 +13,7 @@ from pipeline.domain import get_domain
 from pipeline.outputs import states_document
 from pipeline.utils import UserError
 from pipeline.world_model import WorldModelPipeline
-from tests.pipeline.test_world_model import BrightnessCaptioner, EchoPredictor, NoiseRenderer
+from tests.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES, TEXT = get_domain("shapes"), get_domain("text")

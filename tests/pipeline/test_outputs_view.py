@@ -10,7 +10,7 @@ import numpy as np
 from pipeline.outputs import make_strip, side_by_side, story_frames, strip_of, write_outputs
 from pipeline.video import read_video
 from pipeline.world_model import WorldModelOutput, WorldModelPipeline
-from tests.pipeline.test_world_model import BrightnessCaptioner, EchoPredictor, NoiseRenderer
+from tests.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
 
 
 def _square(colour=(255, 0, 0), side=32) -> np.ndarray:
@@ -69,7 +69,7 @@ def test_context_then_forecast_marks_the_forecast_and_truth_sits_beside_it(tmp_p
 
 def test_states_json_says_whether_each_predicted_state_parses_and_the_strip_says_no_change(tmp_path):
     from pipeline.outputs import PREDICTED_COLOUR, _tile
-    from tests.api.fakes import WorldPredictor
+    from tests.fakes import WorldPredictor
 
     pipe = WorldModelPipeline(BrightnessCaptioner(), WorldPredictor(), NoiseRenderer(), domain="shapes")
     out = pipe(states=["red ball top left , lamp on .", "empty ."], horizon=2, render=False)

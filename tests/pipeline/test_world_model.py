@@ -7,47 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from pipeline.outputs import make_strip, states_document, write_outputs, zip_outputs
 from pipeline.utils import UserError
 from pipeline.video import VideoLimits, read_video
 from pipeline.world_model import WorldModelOutput, WorldModelPipeline
+from tests.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
 
 ASSET = Path(__file__).resolve().parents[1] / "assets" / "bigbuckbunny_160x90.mp4"
-
-
-class BrightnessCaptioner:
-    """States in words from the frame's mean brightness, so tests can check which frame gave which state."""
-
-    def __init__(self) -> None:
-        self.batches: list[int] = []
-
-    def caption(self, frames: list[np.ndarray]) -> list[str]:
-        self.batches.append(len(frames))
-        return [f"a scene of brightness {int(f.mean()) // 16}." for f in frames]
-
-
-class EchoPredictor:
-    """Predicts state i of the future as "next <i> after <last state>"."""
-
-    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
-        return [[f"next {i} after {seq[-1]}" for i in range(k)] for seq in states]
-
-
-class NoiseRenderer:
-    """A 24x32 frame of seeded noise per state: same generator state gives the same frames."""
-
-    def __init__(self) -> None:
-        self.batches: list[int] = []
-
-    default_steps = 1
-
-    def render(self, states, generator=None, steps=None, guidance=None, step_callback=None):
-        self.batches.append(len(states))
-        g = generator or torch.Generator().manual_seed(0)
-        return [(torch.rand(24, 32, 3, generator=g) * 255).to(torch.uint8).numpy() for _ in states]
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pipeline.loading import index_state_rate
 from pipeline.utils import UserError
 from pipeline.video import VideoLimits
 from pipeline.world_model import WorldModelPipeline, sample_clip
-from tests.pipeline.test_world_model import BrightnessCaptioner, EchoPredictor, NoiseRenderer
+from tests.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
 
 ASSET = Path(__file__).resolve().parents[1] / "assets" / "bigbuckbunny_160x90.mp4"  # 16 frames at 6.25 fps
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-FACTORY = "tests.api.fakes:make_pipeline"
+FACTORY = "tests.fakes:make_pipeline"
 
 
 @pytest.fixture(scope="session")

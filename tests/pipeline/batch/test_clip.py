@@ -15,7 +15,7 @@ from pipeline.batch.jobs import BatchSettings, ClipJob, assign_names, parse_stag
 from pipeline.utils import UserError
 from pipeline.video import read_video
 from pipeline.world_model import NotLoaded
-from tests.api.fakes import make_pipeline
+from tests.fakes import make_pipeline
 
 
 def job(source: Path, root: Path, **params) -> ClipJob:

@@ -31,7 +31,7 @@ def test_batch_writes_the_files_of_predict_and_a_states_corpus(
     fake_stages, clips_dir, tmp_path, capsys, monkeypatch
 ):
     from pipeline.world_model import WorldModelPipeline
-    from tests.api.fakes import make_pipeline
+    from tests.fakes import make_pipeline
 
     # `semworld predict` on the same stand-in stages, for the comparison below.
     monkeypatch.setattr(WorldModelPipeline, "from_pretrained", staticmethod(lambda *a, **k: make_pipeline()))
@@ -269,7 +269,7 @@ def test_ctrl_c_still_writes_the_corpus_and_summary_of_what_was_done(
     fake_stages, clips_dir, tmp_path, monkeypatch
 ):
     from pipeline.batch import local
-    from tests.api.fakes import NoiseRenderer, make_pipeline
+    from tests.fakes import NoiseRenderer, make_pipeline
 
     class Interrupting(NoiseRenderer):
         def render(self, states, generator=None, steps=None, guidance=None, step_callback=None):

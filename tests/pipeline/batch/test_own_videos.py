@@ -18,7 +18,7 @@ from pipeline import cli
 
 @pytest.fixture(scope="module")
 def tiny_weights(tmp_path_factory) -> Path:
-    from tests.api.fakes import build_tiny_weights
+    from tests.fakes import build_tiny_weights
 
     try:
         return build_tiny_weights(tmp_path_factory.getbasetemp() / "semworld-tiny-weights")

@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray", reason="Ray is the optional `distributed` extra
 
 @pytest.fixture(scope="module")
 def tiny_weights(tmp_path_factory) -> Path:
-    from tests.api.fakes import build_tiny_weights
+    from tests.fakes import build_tiny_weights
 
     return build_tiny_weights(tmp_path_factory.getbasetemp() / "semworld-tiny-weights")
 

@@ -61,7 +61,7 @@ def test_serve_hands_the_placement_to_the_settings(monkeypatch):
     got: dict = {}
     monkeypatch.setattr(api.main, "create_app", lambda settings: got.setdefault("settings", settings))
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: got.update(kw))
-    monkeypatch.setenv("SEMWORLD_PIPELINE_FACTORY", "tests.api.fakes:make_pipeline")
+    monkeypatch.setenv("SEMWORLD_PIPELINE_FACTORY", "tests.fakes:make_pipeline")
     assert cli.main(["serve", "--stage-dtype", "predictor=bf16", "--compile", "--dtype", "float16"]) == 0
     s = got["settings"]
     assert s.stage_dtypes == {"predictor": "bf16"} and s.compile and s.dtype == "float16"

@@ -7,7 +7,7 @@ import json
 
 from pipeline import cli
 from pipeline.world_model import WorldModelPipeline
-from tests.api.fakes import NoiseRenderer, WorldCaptioner, WorldPredictor
+from tests.fakes import NoiseRenderer, WorldCaptioner, WorldPredictor
 
 
 def _world_stand_ins(monkeypatch) -> None:
