@@ -322,50 +322,13 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
         lambda: app.state.store.counts() if getattr(app.state, "store", None) else {},
         lambda: app.state.store.disk_bytes if getattr(app.state, "store", None) else 0,
     )
-
     for router in (health.router, predict.router, rollout.router, jobs.router, samples.router, pages.router,
                    docs.router):  # fmt: skip
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.mount(docs.ASSETS_URL, docs.assets(), name="docs-assets")
-
-    def body_limit(path: str) -> int:
-        if path.startswith("/v1/predict"):
-            return settings.max_sync_upload_bytes
-        if path.startswith("/v1/jobs"):
-            return settings.max_upload_bytes
-        return 1 << 20  # JSON bodies (rollout)
-
-    app.add_middleware(UploadLimit, limits=body_limit)  # type: ignore[arg-type]
-    if settings.api_key is not None:  # outside the upload limit: 401 comes before 413, from headers alone
-        app.add_middleware(ApiKeyGate, key=settings.api_key.get_secret_value().encode())  # type: ignore[arg-type]
-    if settings.cors_origins:
-        from fastapi.middleware.cors import CORSMiddleware
-
-        app.add_middleware(
-            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"], allow_headers=["*"]
-        )
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, err: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": _short(err)}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
-
-    @app.exception_handler(HTTPException)
-    async def _http(request: Request, err: HTTPException) -> JSONResponse:
-        headers = dict(err.headers or {})
-        if err.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
-            # Starlette names the methods of one route; a path served by several (GET and DELETE of a job,
-            # GET and HEAD of /health) must list them all, as the schema does.
-            allowed = _schema_methods(app, request.url.path)
-            if allowed:
-                headers["Allow"] = ", ".join(allowed)
-        return JSONResponse({"detail": str(err.detail)}, status_code=err.status_code, headers=headers)
-
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, err: Exception) -> JSONResponse:
-        logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse({"detail": "internal server error"}, status_code=500)
-
+    _add_middleware(app, settings)
+    _add_error_handlers(app)
     Instrumentator(registry=metrics.registry, excluded_handlers=["/metrics", "/static.*"]).instrument(
         app
     ).expose(
@@ -393,6 +356,52 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def _add_middleware(app: FastAPI, settings: Settings) -> None:
+    """Body-size limits per route, the API key (before the limit: 401 comes from headers alone), and CORS."""
+
+    def body_limit(path: str) -> int:
+        if path.startswith("/v1/predict"):
+            return settings.max_sync_upload_bytes
+        if path.startswith("/v1/jobs"):
+            return settings.max_upload_bytes
+        return 1 << 20  # JSON bodies (rollout)
+
+    app.add_middleware(UploadLimit, limits=body_limit)  # type: ignore[arg-type]
+    if settings.api_key is not None:
+        app.add_middleware(ApiKeyGate, key=settings.api_key.get_secret_value().encode())  # type: ignore[arg-type]
+    if settings.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"], allow_headers=["*"]
+        )
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error a client sees is `{"detail": str}`: a short 422 for bad input, the HTTP error's own message
+    (with every allowed method on a 405), and a bare 500 (the traceback only in the log)."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, err: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _short(err)}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, err: HTTPException) -> JSONResponse:
+        headers = dict(err.headers or {})
+        if err.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
+            # Starlette names the methods of one route; a path served by several (GET and DELETE of a job,
+            # GET and HEAD of /health) must list them all, as the schema does.
+            allowed = _schema_methods(app, request.url.path)
+            if allowed:
+                headers["Allow"] = ", ".join(allowed)
+        return JSONResponse({"detail": str(err.detail)}, status_code=err.status_code, headers=headers)
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, err: Exception) -> JSONResponse:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse({"detail": "internal server error"}, status_code=500)
 
 
 app = create_app()
