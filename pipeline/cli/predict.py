@@ -193,6 +193,13 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add `predict` and `serve` to the CLI."""
+    register_predict(sub)
+    register_serve(sub)
+
+
+def register_predict(sub: argparse._SubParsersAction) -> None:
+    """Add `predict`: a clip (or states in words) in, the next states and their frames out."""
     p = sub.add_parser(
         "predict",
         help="read a clip (or states in words), forecast the next states and draw them",
@@ -240,6 +247,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     p.set_defaults(func=run_predict)
 
+
+def register_serve(sub: argparse._SubParsersAction) -> None:
+    """Add `serve`: the HTTP API and web page, its most common settings as flags."""
     s = sub.add_parser(
         "serve",
         help="run the HTTP API and web page (uvicorn, one worker: one process owns the models)",
