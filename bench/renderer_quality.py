@@ -30,7 +30,7 @@ from pipeline.captioner import Captioner
 from pipeline.domain import get_domain
 from pipeline.evaluation.metrics import evaluate_frames, psnr, scene_groups
 from pipeline.renderer import Renderer
-from pipeline.training.renderer import VARIED_SEED, eval_states, varied_states
+from pipeline.training.renderer_parts import VARIED_SEED, eval_states, varied_states
 
 
 def ssim_gaussian_valid(a: np.ndarray, b: np.ndarray) -> float:

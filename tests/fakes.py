@@ -167,7 +167,7 @@ def build_tiny_weights(root: Path) -> Path:
     from pipeline.tokenizer import StateTokenizer
     from pipeline.training.args import TrainRendererArgs
     from pipeline.training.captioner import build_tokenizer, world_sentences
-    from pipeline.training.renderer import fresh_pipeline, save_renderer
+    from pipeline.training.renderer_parts import fresh_pipeline, save_renderer
 
     if (root / "model_index.json").is_file():  # built earlier in this session: the index is written last
         return root

@@ -21,7 +21,7 @@ import torch
 
 from models.pixel import PixelModel, resize_frames
 from pipeline.training.args import TrainPixelArgs
-from pipeline.training.renderer import reconstruction_loss
+from pipeline.training.renderer_parts import reconstruction_loss
 from pipeline.training.schedule import warmup_cosine
 from pipeline.utils import atomic_dir, atomic_torch_save, atomic_write_json
 

@@ -14,7 +14,7 @@ import torch
 
 from pipeline.renderer import Renderer, RenderSettings
 from pipeline.training.args import TrainRendererArgs
-from pipeline.training.renderer import fresh_pipeline, save_renderer
+from pipeline.training.renderer_parts import fresh_pipeline, save_renderer
 from pipeline.utils import UserError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -64,7 +64,7 @@ def test_other_libraries_speak_from_warning_on_and_semworld_from_info():
 def test_building_a_renderer_to_train_notes_no_missing_torchvision():
     code = (
         "from pipeline.training.args import TrainRendererArgs\n"
-        "from pipeline.training.renderer import fresh_pipeline\n"
+        "from pipeline.training.renderer_parts import fresh_pipeline\n"
         "pipe = fresh_pipeline(TrainRendererArgs(out='unused'))\n"
         "print(type(pipe).__name__)\n"
     )

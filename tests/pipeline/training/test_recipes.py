@@ -14,7 +14,7 @@ from models.presets import RECIPES, STAGES, Recipe, four_tensor_config, get_reci
 from models.renderer import RendererConfig, build_pipeline
 from pipeline.training.args import TrainArgs, TrainCaptionerArgs, TrainRendererArgs, args_from_recipe
 from pipeline.training.captioner import build_tokenizer, world_sentences
-from pipeline.training.renderer import build_tokenizer as renderer_tokenizer
+from pipeline.training.renderer_parts import build_tokenizer as renderer_tokenizer
 
 RUN = {
     "captioner": {"out": "o", "run_dir": "r"},

@@ -9,7 +9,8 @@ import torch
 
 from pipeline.renderer import Renderer
 from pipeline.training.args import TrainRendererArgs
-from pipeline.training.renderer import train_renderer, validation_states, varied_states
+from pipeline.training.renderer import train_renderer
+from pipeline.training.renderer_parts import validation_states, varied_states
 from tests.pipeline.test_renderer import tiny_args
 
 
@@ -25,7 +26,7 @@ def test_args_are_validated():
 
 
 def test_the_loss_weighs_the_reconstructions_strokes_on_the_room_only_when_symmetric():
-    from pipeline.training.renderer import reconstruction_loss
+    from pipeline.training.renderer_parts import reconstruction_loss
 
     x = torch.full((1, 3, 4, 4), -1.0)  # a room of one colour
     x[..., 0, 3] = 1.0  # one object pixel in the truth
