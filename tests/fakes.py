@@ -165,8 +165,8 @@ def build_tiny_weights(root: Path) -> Path:
     from models.captioner import CaptionerConfig, build_blip, build_processor
     from models.four_tensor import FourTensorConfig, FourTensorModel
     from pipeline.tokenizer import StateTokenizer
-    from pipeline.training.args import TrainRendererArgs
     from pipeline.training.captioner import build_tokenizer, world_sentences
+    from pipeline.training.image_args import TrainRendererArgs
     from pipeline.training.renderer_parts import fresh_pipeline, save_renderer
 
     if (root / "model_index.json").is_file():  # built earlier in this session: the index is written last

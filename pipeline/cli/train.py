@@ -16,14 +16,8 @@ from typing import TYPE_CHECKING, Any
 from models.presets import PRESETS
 from pipeline.cli.flags import add_dataclass_flags, dataclass_from_namespace
 from pipeline.data import FORMATS
-from pipeline.training.args import (
-    MODEL_KINDS,
-    TrainAllArgs,
-    TrainArgs,
-    TrainCaptionerArgs,
-    TrainPixelArgs,
-    TrainRendererArgs,
-)
+from pipeline.training.args import MODEL_KINDS, TrainAllArgs, TrainArgs
+from pipeline.training.image_args import TrainCaptionerArgs, TrainPixelArgs, TrainRendererArgs
 
 if TYPE_CHECKING:
     from pipeline.training.predictor import TrainResult

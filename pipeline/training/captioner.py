@@ -28,7 +28,7 @@ from models.captioner import (
 )
 from pipeline.domain import get_domain
 from pipeline.evaluation.metrics import exact_match
-from pipeline.training.args import TrainCaptionerArgs
+from pipeline.training.image_args import TrainCaptionerArgs
 from pipeline.training.schedule import warmup_cosine
 from pipeline.utils import UserError, atomic_dir, atomic_torch_save, quiet_loading
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from models.pixel import PixelModel, resize_frames
-from pipeline.training.args import TrainPixelArgs
+from pipeline.training.image_args import TrainPixelArgs
 from pipeline.training.renderer_parts import reconstruction_loss
 from pipeline.training.schedule import warmup_cosine
 from pipeline.utils import atomic_dir, atomic_torch_save, atomic_write_json

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from pipeline.domain import get_domain
 from pipeline.evaluation.metrics import evaluate_frames
-from pipeline.training.args import TrainRendererArgs
+from pipeline.training.image_args import TrainRendererArgs
 from pipeline.training.renderer_parts import (
     count_parameters,
     frames_of,

@@ -15,7 +15,7 @@ import torch
 
 from models.renderer import build_pipeline
 from pipeline.renderer import RenderSettings
-from pipeline.training.args import TrainRendererArgs
+from pipeline.training.image_args import TrainRendererArgs
 from pipeline.utils import atomic_dir, quiet_loading
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pipeline.renderer import Renderer, RenderSettings
-from pipeline.training.args import TrainRendererArgs
+from pipeline.training.image_args import TrainRendererArgs
 from pipeline.training.renderer_parts import fresh_pipeline, save_renderer
 from pipeline.utils import UserError
 

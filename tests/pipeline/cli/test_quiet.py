@@ -63,7 +63,7 @@ def test_other_libraries_speak_from_warning_on_and_semworld_from_info():
 @pytest.mark.timeout(300)
 def test_building_a_renderer_to_train_notes_no_missing_torchvision():
     code = (
-        "from pipeline.training.args import TrainRendererArgs\n"
+        "from pipeline.training.image_args import TrainRendererArgs\n"
         "from pipeline.training.renderer_parts import fresh_pipeline\n"
         "pipe = fresh_pipeline(TrainRendererArgs(out='unused'))\n"
         "print(type(pipe).__name__)\n"

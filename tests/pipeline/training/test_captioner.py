@@ -28,8 +28,8 @@ def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
     import json as _json
 
     from models.captioner import CaptionerConfig
-    from pipeline.training.args import TrainCaptionerArgs
     from pipeline.training.captioner import train_captioner
+    from pipeline.training.image_args import TrainCaptionerArgs
 
     # a 5 x 5 ViT grid (40 / 8), one patch per world cell, so the attention-supervised path runs too
     model = CaptionerConfig(image_size=40, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
@@ -52,8 +52,8 @@ def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
 
 def test_init_from_continues_from_a_saved_captioner(tmp_path, capfd):
     from models.captioner import CaptionerConfig
-    from pipeline.training.args import TrainCaptionerArgs
     from pipeline.training.captioner import train_captioner
+    from pipeline.training.image_args import TrainCaptionerArgs
 
     model = CaptionerConfig(image_size=40, patch_size=8, vision_layers=1, text_layers=1, hidden=32, heads=2)
     common = dict(
@@ -109,7 +109,7 @@ def test_attention_targets_point_at_each_objects_cell():
 def test_cli_flags_map_onto_the_args_dataclass():
     from pipeline.cli import build_parser
     from pipeline.cli.flags import dataclass_from_namespace
-    from pipeline.training.args import TrainCaptionerArgs
+    from pipeline.training.image_args import TrainCaptionerArgs
 
     ns = build_parser().parse_args(
         [
@@ -140,7 +140,7 @@ def test_cli_flags_map_onto_the_args_dataclass():
 
 def test_train_args_validate():
     from models.captioner import CaptionerConfig
-    from pipeline.training.args import TrainCaptionerArgs
+    from pipeline.training.image_args import TrainCaptionerArgs
 
     with pytest.raises(ValueError, match="epochs"):
         TrainCaptionerArgs(out="x", epochs=0)

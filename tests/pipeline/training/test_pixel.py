@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from models.pixel import PixelConfig, PixelModel
-from pipeline.training.args import TrainPixelArgs
+from pipeline.training.image_args import TrainPixelArgs
 from pipeline.training.pixel import rollout_loss, sample_batch, train_pixel
 from pipeline.utils import UserError
 

@@ -12,8 +12,9 @@ from models.captioner import build_blip
 from models.four_tensor import FourTensorModel
 from models.presets import RECIPES, STAGES, Recipe, four_tensor_config, get_recipe
 from models.renderer import RendererConfig, build_pipeline
-from pipeline.training.args import TrainArgs, TrainCaptionerArgs, TrainRendererArgs, args_from_recipe
+from pipeline.training.args import TrainArgs, args_from_recipe
 from pipeline.training.captioner import build_tokenizer, world_sentences
+from pipeline.training.image_args import TrainCaptionerArgs, TrainRendererArgs
 from pipeline.training.renderer_parts import build_tokenizer as renderer_tokenizer
 
 RUN = {

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pipeline.renderer import Renderer
-from pipeline.training.args import TrainRendererArgs
+from pipeline.training.image_args import TrainRendererArgs
 from pipeline.training.renderer import train_renderer
 from pipeline.training.renderer_parts import validation_states, varied_states
 from tests.pipeline.test_renderer import tiny_args
