@@ -17,11 +17,6 @@ from pipeline.utils import MODEL_INDEX, STAGES, UserError, read_model_index, rea
 BUILTIN_LIBRARIES = ("transformers", "diffusers", "semworld")  # stage entries semworld's own adapters load
 
 
-def _not_imported(*args: Any, **kwargs: Any) -> Any:
-    """What `plugin_stage(load=False)` answers for a plug-in: a stand-in that says the module was not imported."""
-    raise RuntimeError("plugin_stage(load=False) does not import the plug-in's module")
-
-
 def _stage_folder(weights_dir: Path, index: dict[str, Any], stage: str) -> Path:
     folder = stage_folder(weights_dir, index, stage)
     if folder is None:
@@ -61,7 +56,7 @@ def stage_folders(
     folders: dict[str, Path] = {}
     for stage in (s for s in STAGES if s in stages):
         own = overrides.get(stage)
-        if own is None and plugin_stage(index, stage, load=False) is not None:
+        if own is None and is_plugin_stage(index, stage):
             folder = (
                 weights_dir / stage
             )  # a plug-in stage may keep its files in a folder of its own, or need none
@@ -76,23 +71,26 @@ def stage_folders(
     return folders, index
 
 
-def plugin_stage(index: Mapping[str, Any], stage: str, load: bool = True) -> Callable[..., Any] | None:
-    """The factory of a plug-in stage, or None for one of semworld's own (a folder name, or a [library, class]
-    pair of transformers, diffusers or semworld).
+def is_plugin_stage(index: Mapping[str, Any], stage: str) -> bool:
+    """Whether `index` names `stage` as a plug-in (`[module, factory]` of a module other than transformers,
+    diffusers or semworld) rather than one of semworld's own; nothing is imported to say so."""
+    entry = index.get(stage)
+    if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry)):
+        return False
+    return entry[0] not in BUILTIN_LIBRARIES
+
+
+def plugin_stage(index: Mapping[str, Any], stage: str) -> Callable[..., Any] | None:
+    """The factory of a plug-in stage (its module imported), or None for one of semworld's own (a folder name, or
+    a [library, class] pair of transformers, diffusers or semworld).
 
     A plug-in is named in `model_index.json` as `"captioner": ["my_package.stages", "make_captioner"]`: an
     installed module and a callable in it, called as `factory(folder, device=..., dtype=..., domain=...)` (folder:
     `weights_dir/<stage>` when it exists, else None) that returns an object with the stage's methods
-    (pipeline.interfaces). Only installed modules are imported, never code from the weights folder. With
-    `load=False` the module is not imported (a truthy placeholder says it is a plug-in)."""
-    entry = index.get(stage)
-    if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry)):
+    (pipeline.interfaces). Only installed modules are imported, never code from the weights folder."""
+    if not is_plugin_stage(index, stage):
         return None
-    module, name = entry
-    if module in BUILTIN_LIBRARIES:
-        return None
-    if not load:
-        return _not_imported
+    module, name = index[stage]
     try:
         factory = getattr(importlib.import_module(module), name, None)
     except ImportError as err:
@@ -111,7 +109,7 @@ def check_written_states_for(
     slots per state (config.json's N), unless the predictor is a plug-in stage. A UserError names the state and
     the word."""
     domain = domain_of_index(index)
-    if plugin_stage(index, "predictor") is not None:
+    if is_plugin_stage(index, "predictor"):
         check_written_states(states, domain=domain, label=label)
         return
     from pipeline.tokenizer import StateTokenizer  # tokenizers only: no model

@@ -24,7 +24,7 @@ import torch
 from pipeline.batch.jobs import BatchSettings, ClipJob
 from pipeline.confidence import clip_warning, unsure
 from pipeline.domain import timeline
-from pipeline.loading import plugin_stage
+from pipeline.loading import is_plugin_stage
 from pipeline.outputs import write_outputs
 from pipeline.utils import (
     MODEL_INDEX,
@@ -183,7 +183,7 @@ def check_weights(settings: BatchSettings) -> None:
             if not own.is_dir():
                 raise UserError(f"--{component} {own}: no such directory")
             continue
-        if plugin_stage(index, component, load=False) is not None:
+        if is_plugin_stage(index, component):
             continue  # a plug-in stage may need no folder: its factory says what it lacks
         folder = stage_folder(weights, index, component)
         if folder is None:
