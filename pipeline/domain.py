@@ -201,12 +201,6 @@ def domain_of_index(index: Mapping[str, Any], where: str | Path = "model_index.j
         raise UserError(f"{where}: {err}") from None
 
 
-def domain_name(index: Mapping[str, Any]) -> str:
-    """The canonical registry name of the domain an index names (aliases resolved), without loading it."""
-    name = index.get("domain", index.get("grammar")) or DEFAULT_DOMAIN
-    return ALIASES.get(str(name), str(name))
-
-
 def parses(domain: Domain, text: str) -> bool | None:
     """Whether `text` is a valid state of `domain` (None: the domain has no grammar)."""
     try:

@@ -134,25 +134,12 @@ class ShapesDomain:
     def draw(self, state: str, size: int) -> np.ndarray | None:
         return render_state(self.spell(state), size=size)
 
-    def generate(
-        self,
-        out: str | Path,
-        *,
-        clips: int,
-        seed: int,
-        split: str = "train",
-        length: int = 12,
-        size: int = 128,
-        workers: int = 2,
-        progress: bool = True,
-        scenario: str = "all",
-    ) -> Path:
-        """Record a data set (`semworld world generate`): MP4 clips, PNG frames at the state instants and
-        states.jsonl; returns the path of states.jsonl. `scenario`: names, a family or "all" (world/scenarios.py)."""
+    def generate(self, out: str | Path, *, scenario: str = "all", **options: Any) -> Path:
+        """Record a data set (`semworld world generate`): `world.video.generate` (its options: clips, seed, split,
+        length, size, workers, progress) over `scenario`, names, a family or "all" (world/scenarios.py)."""
         from world.video import generate
 
-        return generate(out, scenario, clips=clips, seed=seed, split=split, length=length, size=size,
-                        workers=workers, progress=progress)  # fmt: skip
+        return generate(out, scenario, **options)
 
 
 def _where(obj: grammar.WorldObject) -> str:
