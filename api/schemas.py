@@ -10,9 +10,9 @@ import cv2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.settings import HORIZON_LIMIT, SEED_MAX, STATES_LIMIT
+from api.settings import STATES_LIMIT
 from pipeline.outputs import png_bytes, state_fields
-from pipeline.params import Guidance, Steps
+from pipeline.params import HORIZON_MAX, SEED_MAX, Guidance, Steps
 from pipeline.world_model import WorldModelOutput
 
 THUMB_SIDE = 192  # observed frames come back scaled down to this longest side
@@ -105,7 +105,7 @@ class RolloutRequest(BaseModel):
     states: list[str] = Field(
         min_length=1, max_length=STATES_LIMIT, description="one state per step, oldest first"
     )
-    horizon: int = Field(8, ge=1, le=HORIZON_LIMIT, description="states to predict")
+    horizon: int = Field(8, ge=1, le=HORIZON_MAX, description="states to predict")
     seed: int | None = Field(0, ge=0, le=SEED_MAX, description="renderer seed; null for a random one")
     steps: Steps = None
     guidance: Guidance = None

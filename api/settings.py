@@ -8,15 +8,12 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from pipeline.params import GUIDANCE_MAX, HORIZON_MAX, SEED_MAX, STATE_RATE_MAX, STEPS_MAX, STRIDE_MAX
+from pipeline.params import HORIZON_MAX
 from pipeline.utils import REPO_ROOT
 
-# Hard ceilings, published in the OpenAPI schema: the call parameters' own (pipeline.params), and the states one
-# request may give or read. The settings below may lower them, never raise them.
-HORIZON_LIMIT = HORIZON_MAX  # states predicted per request
+# Hard ceilings, published in the OpenAPI schema: the call parameters' own are in pipeline.params; this one is the
+# service's. The settings below may lower them, never raise them.
 STATES_LIMIT = 64  # states given to /v1/rollout, and observed states sampled from a clip
-__all__ = ["GUIDANCE_MAX", "HORIZON_LIMIT", "SEED_MAX", "STATES_LIMIT", "STATE_RATE_MAX", "STEPS_MAX", "STRIDE_MAX",
-           "Settings"]  # fmt: skip
 
 
 class Settings(BaseSettings):
@@ -81,7 +78,7 @@ class Settings(BaseSettings):
     max_side: int = Field(default=4096, ge=16, description="largest video side in pixels")
     max_duration_s: float = Field(default=120.0, gt=0, description="longest clip in seconds")
     max_horizon: int = Field(
-        default=HORIZON_LIMIT, ge=1, le=HORIZON_LIMIT, description="most states to predict per request"
+        default=HORIZON_MAX, ge=1, le=HORIZON_MAX, description="most states to predict per request"
     )
     caption_batch_size: int = Field(default=16, ge=1)
     render_batch_size: int = Field(default=8, ge=1)

@@ -10,15 +10,8 @@ from fastapi import Form, HTTPException, Request, UploadFile, status
 
 from api.jobs import JobParams
 from api.schemas import ErrorResponse, OutputFormat
-from api.settings import (
-    GUIDANCE_MAX,
-    HORIZON_LIMIT,
-    SEED_MAX,
-    STATE_RATE_MAX,
-    STEPS_MAX,
-    STRIDE_MAX,
-    Settings,
-)
+from api.settings import Settings
+from pipeline.params import GUIDANCE_MAX, HORIZON_MAX, SEED_MAX, STATE_RATE_MAX, STEPS_MAX, STRIDE_MAX
 from pipeline.world_model import WorldModelPipeline, check_call
 
 # Declared types a clip may come with; browsers and curl send application/octet-stream or nothing when unsure.
@@ -58,7 +51,7 @@ FORM_FIELDS = ("horizon", "stride", "state_rate", "seed", "steps", "guidance", "
 
 async def predict_params(
     request: Request,
-    horizon: Annotated[int, Form(ge=1, le=HORIZON_LIMIT, description="states to predict", examples=[8])] = 8,
+    horizon: Annotated[int, Form(ge=1, le=HORIZON_MAX, description="states to predict", examples=[8])] = 8,
     stride: Annotated[
         int | None, Form(ge=1, le=STRIDE_MAX, description="take every K-th frame (default 1)")
     ] = None,

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from api.settings import HORIZON_LIMIT, SEED_MAX, STATES_LIMIT
+from api.settings import STATES_LIMIT
+from pipeline.params import HORIZON_MAX, SEED_MAX
 
 
 def test_errors_limits_and_media_types_are_in_the_schema(make_client):
@@ -32,7 +33,7 @@ def test_errors_limits_and_media_types_are_in_the_schema(make_client):
 
     form = schemas["Body_predict_v1_predict_post"]
     props = form["properties"]
-    assert props["horizon"]["maximum"] == HORIZON_LIMIT and props["seed"]["maximum"] == SEED_MAX
+    assert props["horizon"]["maximum"] == HORIZON_MAX and props["seed"]["maximum"] == SEED_MAX
     assert props["state_rate"]["maximum"] == 240 and props["stride"]["maximum"] == 1000
     assert all(
         "anyOf" not in p or {"type": "null"} not in p["anyOf"] for p in props.values()
@@ -40,7 +41,7 @@ def test_errors_limits_and_media_types_are_in_the_schema(make_client):
     assert form["not"] == {"required": ["stride", "state_rate"]} and props["file"]["minLength"] == 1
     rollout = schemas["RolloutRequest"]
     assert rollout["properties"]["states"]["maxItems"] == STATES_LIMIT
-    assert rollout["properties"]["horizon"]["maximum"] == HORIZON_LIMIT
+    assert rollout["properties"]["horizon"]["maximum"] == HORIZON_MAX
     assert rollout["additionalProperties"] is False
 
     assert "text/plain" in paths["/metrics"]["get"]["responses"]["200"]["content"]
