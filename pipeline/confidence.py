@@ -11,6 +11,7 @@ warned about, in the domain's words.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import zip_longest
 
 from pipeline.domain import Domain, parse_error
 from pipeline.utils import UserError, canonical_state
@@ -22,6 +23,15 @@ def unsure(confidence: float | None, parses: bool | None, threshold: float | Non
     return low or parses is False
 
 
+def unsure_flags(
+    confidences: Sequence[float | None], parses: Sequence[bool | None], threshold: float | None, n: int = 0
+) -> list[bool]:
+    """Per read state, whether it is unsure (`unsure`); states past the end of either list count as sure, and the
+    list is padded to `n` states (e.g. states given in words, which carry neither)."""
+    flags = [unsure(c, p, threshold) for c, p in zip_longest(confidences, parses)]
+    return flags + [False] * (n - len(flags))
+
+
 def clip_warning(
     confidences: Sequence[float | None],
     parses: Sequence[bool | None],
@@ -30,7 +40,7 @@ def clip_warning(
 ) -> str | None:
     """The one warning for a clip most of whose read states are unsure, else None."""
     n = len(confidences)
-    low = sum(unsure(c, p, threshold) for c, p in zip(confidences, parses, strict=True))
+    low = sum(unsure_flags(confidences, parses, threshold))
     if n == 0 or 2 * low <= n:
         return None
     why = [f"confidence below {threshold:g}" if threshold is not None else "",

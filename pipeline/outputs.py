@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from pipeline.confidence import unsure
+from pipeline.confidence import unsure_flags
 from pipeline.utils import atomic_write_bytes
 from pipeline.video import encode_mp4
 from pipeline.world_model import WorldModelOutput
@@ -332,8 +332,9 @@ def strip_of(output: WorldModelOutput) -> np.ndarray:
     observed: list[np.ndarray | None] = list(output.observed_frames)
     if not observed and output.context_frames:
         observed = [None] * (n - len(output.context_frames)) + list(output.context_frames)
-    unsure_reads = [unsure(c, ok, output.confidence_threshold)
-                    for c, ok in zip(output.observed_confidence, output.observed_parses, strict=False)]  # fmt: skip
+    unsure_reads = unsure_flags(
+        output.observed_confidence, output.observed_parses, output.confidence_threshold
+    )
     return make_strip(observed, output.observed_states, output.predicted_frames, output.predicted_states,
                       changes=changes_of(output), unsure=unsure_reads,
                       warning=output.warnings[0] if output.warnings else None)  # fmt: skip

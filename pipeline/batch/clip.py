@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from pipeline.batch.jobs import BatchSettings, ClipJob
-from pipeline.confidence import clip_warning, unsure
+from pipeline.confidence import clip_warning, unsure_flags
 from pipeline.domain import timeline
 from pipeline.loading import is_plugin_stage
 from pipeline.outputs import write_outputs
@@ -296,8 +296,7 @@ def states_record(work: ClipWork) -> dict[str, Any]:
     predictor --data OUT/states.jsonl` reads it). A state the captioner was unsure of (pipeline.confidence) is
     flagged `unsure` and not `predictable`, so that scoring leaves it out; the clip's warning goes with it."""
     job = work.job
-    doubtful = [unsure(c, ok, work.threshold) for c, ok in zip(work.confidence, work.parses, strict=False)]
-    doubtful += [False] * (len(work.observed) - len(doubtful))
+    doubtful = unsure_flags(work.confidence, work.parses, work.threshold, len(work.observed))
     return {
         "clip": str(job.source),
         "fps": work.source_fps,
