@@ -88,10 +88,7 @@ async def predict_params(
             raise HTTPException(
                 status.HTTP_422_UNPROCESSABLE_CONTENT, f"{name}: empty; leave the field out for its default"
             )
-    if stride is not None and state_rate is not None:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, "give either stride or state_rate, not both"
-        )
+    # (one of stride and state_rate: checked with the other call parameters, in check_params)
     return JobParams(horizon, stride, state_rate, seed, steps, guidance, output)
 
 

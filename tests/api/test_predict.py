@@ -370,3 +370,11 @@ def test_the_service_hands_its_projection_and_mirror_settings_to_the_pipeline(tm
     assert got["mirror"] is True and got["project"] is False
     _load_pipeline(app, Settings(data_dir=tmp_path, samples_dir=tmp_path, mirror=False))
     assert got["mirror"] is False
+
+
+def test_stride_and_state_rate_together_is_one_422(make_client):
+    client = make_client()
+    for route in ("/v1/predict", "/v1/jobs"):
+        r = client.post(route, files={"file": ("c.mp4", REAL_CLIP.read_bytes(), "video/mp4")},
+                        data={"stride": "2", "state_rate": "2"})  # fmt: skip
+        assert r.status_code == 422 and r.json() == {"detail": "give either stride or state_rate, not both"}
