@@ -1,6 +1,8 @@
 """Predictor data: readers for state sequences (JSONL, ROCStories CSV), a seeded split by story, and windows.
 
 A window is T+1 consecutive states encoded to N ids each, shape (T+1, N); a batch of windows is (B, T+1, N).
+A corpus whose records carry "actions" (one word per state: the action taken after it) trains a predictor that
+forecasts under actions: each state's last slot holds its action (pipeline/tokenizer.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ ROC_SENTENCES = tuple(f"sentence{i}" for i in range(1, 6))
 # Written by the trainer beside the weights; records the split that `semworld eval predictor --split val` rebuilds.
 SUMMARY_FILE = "training_summary.json"
 _EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "rocstories"}
+# Share of the training windows' action slots blanked (read as "unknown"), so that a forecast from a history
+# whose actions are partly unknown reads inputs the predictor has seen.
+ACTION_DROPOUT = 0.1
 
 
 @dataclass
@@ -225,7 +230,15 @@ def make_windows(
     starts: list[int] = []
     n_states = truncated = skipped = 0
     for i, seq in enumerate(sequences):
-        enc = tokenizer.encode_states(seq.states, N)
+        actions = seq.extra.get("actions") if tokenizer.actions else None
+        if tokenizer.actions and not isinstance(actions, list):
+            raise UserError(
+                f'sequence {seq.id}: no "actions" list, and the predictor forecasts under actions'
+            )
+        try:
+            enc = tokenizer.encode_states(seq.states, N, actions)
+        except ValueError as err:
+            raise UserError(f"sequence {seq.id}: {err}") from None
         n_states += len(seq.states)
         truncated += enc.truncated
         n_windows = len(seq.states) + pad - T
@@ -256,6 +269,27 @@ def make_windows(
             T + 1 - pad,
         )
     return ws
+
+
+def corpus_actions(sequences: Sequence[StateSequence]) -> list[str]:
+    """The action words of a corpus (sorted), [] when no record carries "actions"."""
+    words: set[str] = set()
+    for seq in sequences:
+        acts = seq.extra.get("actions")
+        if acts is None:
+            continue
+        if not isinstance(acts, list) or not all(isinstance(a, str) and a.strip() for a in acts):
+            raise UserError(f'sequence {seq.id}: "actions" must be a list of words, one per state')
+        words.update(a.strip().lower() for a in acts)
+    return sorted(words)
+
+
+def drop_actions(windows: WindowSet, p: float, seed: int) -> WindowSet:
+    """Blank (PAD) a seeded share p of the windows' action slots, the last slot of every state (in place)."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(windows.ids.shape[:2], generator=g) < p  # (W, T+1)
+    windows.ids[..., -1][mask] = PAD_ID
+    return windows
 
 
 def cap_windows(windows: WindowSet, limit: int | None, seed: int) -> WindowSet:

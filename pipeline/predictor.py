@@ -9,6 +9,11 @@ rollout and a fixed-shape step with no host round trip; the whole rollout stays 
 
 With a projection (pipeline/projection.py) each predicted state is first made a valid state of the weights'
 domain, from the model's per-slot logits (`next_logits`), and that state is what the next window reads.
+
+A predictor trained on states with actions (its tokenizer has action words) reads the action taken after each
+state in the state's last slot. A forecast under given actions writes each given action into the predicted
+state's slot before the next step reads it; a step with no action given reads the slot as empty (unknown), as
+the predictor saw a share of its training windows (pipeline/data.py, ACTION_DROPOUT).
 """
 
 from __future__ import annotations
@@ -69,6 +74,8 @@ class Predictor:
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.projection = projection
+        # The action slot (the last) of a predictor that forecasts under actions; None for states alone.
+        self.action_slot: int | None = int(model.config.N) - 1 if tokenizer.actions else None
         self.compile = bool(compile)
         self._compiled: Step | None = None
         # The fixed-shape step (no host round trip) off the CPU or when compiled; on the CPU the packed
@@ -139,16 +146,27 @@ class Predictor:
         """The model carries a tensor memory: predict streams whole histories through it."""
         return getattr(self.model, "memory", None) is not None
 
+    @property
+    def actions(self) -> tuple[str, ...]:
+        """The action words this predictor forecasts under; () when it reads states alone."""
+        return self.tokenizer.actions
+
     def encode_histories(
-        self, states: list[list[str]], truncate: bool = False, keep: int | None = None
+        self,
+        states: list[list[str]],
+        truncate: bool = False,
+        keep: int | None = None,
+        actions: list[list[str | None]] | None = None,
     ) -> torch.Tensor:
         """Histories -> the first window (B, T, N): the last T states (keep: the last `keep` states instead,
-        (B, keep, N)), front-padded with empty states."""
+        (B, keep, N)), front-padded with empty states. actions[b][i]: the action after history b's state i
+        (a predictor with actions; None or missing: unknown)."""
         if not isinstance(states, list) or not states:
             raise ValueError(
                 "states: expected a non-empty list of histories (each a non-empty list of strings)"
             )
         T, N = keep or self.T, self.N
+        width = N - (self.action_slot is not None)  # the slots a state's own words may fill
         window = torch.full((len(states), T, N), PAD_ID, dtype=torch.long)  # (B, T, N)
         for b, history in enumerate(states):
             if isinstance(history, str) or not isinstance(history, list) or not history:
@@ -156,16 +174,20 @@ class Predictor:
             if not all(isinstance(s, str) for s in history):
                 raise ValueError(f"states[{b}]: every state must be a string")
             recent = history[-T:]
-            enc = self.tokenizer.encode_states(recent, N)
+            acts = None if actions is None else list(actions[b][: len(history)])[len(history) - len(recent) :]
+            try:
+                enc = self.tokenizer.encode_states(recent, N, acts)
+            except ValueError as err:  # an action word the predictor does not know
+                raise ValueError(f"actions[{b}]: {err}") from None
             if enc.truncated:
-                long = [(i, n) for i, n in enumerate(enc.lengths) if n > N]
+                long = [(i, n) for i, n in enumerate(enc.lengths) if n > width]
                 where = ", ".join(f"state {len(history) - len(recent) + i} has {n} tokens" for i, n in long)
                 if not truncate:
                     raise ValueError(
-                        f"states[{b}]: {where}; the model reads at most N={N} tokens per state "
+                        f"states[{b}]: {where}; the model reads at most {width} tokens per state "
                         "(pass truncate=True to cut them)"
                     )
-                logger.warning("states[%d]: %s; truncated to N=%d", b, where, N)
+                logger.warning("states[%d]: %s; truncated to %d tokens", b, where, width)
             window[b, T - len(recent) :] = enc.ids  # shorter histories: empty states in front
         return window
 
@@ -207,11 +229,13 @@ class Predictor:
 
     @torch.no_grad()
     def predict_ids(
-        self, window: torch.Tensor, k: int, state: object | None = None
+        self, window: torch.Tensor, k: int, state: object | None = None, actions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, object | None]:
         """window (B, T, N) -> k >= 1 predicted states (B, k, N), and the recurrent state after the last window.
 
-        Everything stays on the device: no value is read back to the host inside the loop."""
+        actions (B, k), a predictor with actions: the action id taken after predicted state j (-1: none given,
+        the slot is read as unknown). Everything stays on the device: no value is read back to the host inside
+        the loop."""
         window = window.to(self.device)
         B, _, N = window.shape
         predicted = window.new_empty(B, k, N)  # (B, k, N)
@@ -227,8 +251,17 @@ class Predictor:
             step = lambda w, s: self._predict_next(w, s, readout)  # noqa: E731
         else:  # a model with predict_next only (the baseline, stand-ins)
             step = lambda w, s: self._predict_next(w, s)  # noqa: E731
+        slot = self.action_slot
+        if slot is not None:
+            given = (
+                torch.full((B, k), -1, dtype=torch.long, device=self.device)
+                if actions is None
+                else actions.to(self.device)
+            )  # (B, k)
         for j in range(k):
             next_ids, state = step(window, state)  # (B, N)
+            if slot is not None:  # the given action, or unknown (whatever the model wrote in the slot)
+                next_ids[:, slot] = torch.where(given[:, j] >= 0, given[:, j], PAD_ID)
             predicted[:, j] = next_ids
             # Slide: drop the oldest state, append the prediction; the model re-embeds slots 0..T-1.
             window = torch.cat([window[:, 1:], next_ids[:, None, :].to(window.dtype)], dim=1)  # (B, T, N)
@@ -255,9 +288,28 @@ class Predictor:
 
     def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
         """Roll out k future states for each history; returns B lists of k states in the canonical spelling
-        (tokens separated by single spaces, as the captioner writes them)."""
+        (tokens separated by single spaces, as the captioner writes them). A predictor with actions forecasts
+        under its own guess of the policy (`predict_under` takes the actions)."""
+        return self.predict_under(states, k, truncate=truncate)[0]
+
+    def predict_under(
+        self,
+        states: list[list[str]],
+        k: int,
+        actions: list[list[str | None]] | None = None,
+        truncate: bool = False,
+    ) -> tuple[list[list[str]], list[list[str | None]]]:
+        """Roll out k future states for each history under actions; returns the states and the actions used.
+
+        actions[b][i] is the action taken after state i of history b followed by its forecast: the history's
+        states first (unknown ones None), then one per forecast step; at most len(history) + k - 1 of them (the
+        action after the last forecast state steers nothing). A forecast step without one reads it as unknown.
+        The actions used are B lists of k - 1: the action after each forecast state but the last (None where
+        none was given). A predictor without actions takes none and returns [] for each history.
+        """
         if not isinstance(k, int) or isinstance(k, bool) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
+        forced = self._forecast_actions(states, k, actions)  # (B, k) or None
         if self.has_memory:
             # The whole history goes through the memory (O(length)); histories are aligned at their ends and the
             # front padding writes nothing, so each row gets the state its own history gives.
@@ -266,15 +318,47 @@ class Predictor:
                 if isinstance(states, list)
                 else 0
             )
-            history = self.encode_histories(states, truncate=truncate, keep=max(self.T, longest)).to(
-                self.device
-            )
+            history = self.encode_histories(
+                states, truncate=truncate, keep=max(self.T, longest), actions=actions
+            ).to(self.device)
             state = self.model.stream_memory(history)
-            ids, _ = self.predict_ids(history[:, -self.T :], k, state)
+            ids, _ = self.predict_ids(history[:, -self.T :], k, state, forced)
         else:
-            window = self.encode_histories(states, truncate=truncate)
-            ids, _ = self.predict_ids(window, k)
-        return [[self.tokenizer.spell(ids[b, j]) for j in range(k)] for b in range(ids.shape[0])]
+            window = self.encode_histories(states, truncate=truncate, actions=actions)
+            ids, _ = self.predict_ids(window, k, actions=forced)
+        rows = range(ids.shape[0])
+        spelled = [[self.tokenizer.spell(ids[b, j]) for j in range(k)] for b in rows]
+        if self.action_slot is None:
+            return spelled, [[] for _ in rows]
+        used = [[self.tokenizer.action_word(int(ids[b, j, -1])) for j in range(k - 1)] for b in rows]
+        return spelled, used
+
+    def _forecast_actions(
+        self, states: list[list[str]], k: int, actions: list[list[str | None]] | None
+    ) -> torch.Tensor | None:
+        """The forecast part of `actions` as ids (B, k), -1 where none is given; None without actions."""
+        if actions is None:
+            return None
+        if self.action_slot is None:
+            raise ValueError("actions: this predictor forecasts from states alone (its data had no actions)")
+        if not isinstance(actions, list) or len(actions) != len(states):
+            raise ValueError(f"actions: expected one list per history ({len(states)}), got {actions!r}")
+        forced = torch.full((len(states), k), -1, dtype=torch.long)
+        for b, (history, acts) in enumerate(zip(states, actions, strict=True)):
+            if not isinstance(acts, list):
+                raise ValueError(f"actions[{b}]: expected a list of action words, got {acts!r}")
+            if len(acts) > len(history) + k - 1:
+                raise ValueError(f"actions[{b}]: {len(acts)} actions for {len(history)} states and {k} forecast "
+                                 f"steps; at most {len(history) + k - 1} (one after each state but the last)")  # fmt: skip
+            ahead = acts[len(history) :]
+            try:
+                ids = self.tokenizer.action_ids(ahead)
+            except ValueError as err:
+                raise ValueError(f"actions[{b}]: {err}") from None
+            for j, (a, i) in enumerate(zip(ahead, ids, strict=True)):
+                if a is not None:
+                    forced[b, j] = i
+        return forced
 
 
 def _clone_state(state: object | None) -> object | None:

@@ -1,6 +1,10 @@
 """The word-level tokenizer of semantic states: built from a corpus, saved as tokenizer.json beside the weights.
 
 Words and every punctuation mark are separate tokens, text is lowercased, [PAD] has id 0 and [UNK] id 1.
+
+A predictor that forecasts under actions has one more kind of token: an action word, stored as "do:<word>" so
+that it can never be read out of a state's text. Such a tokenizer encodes each state into N-1 slots and puts the
+action taken after the state into the last slot (the action slot); PAD there means the action is unknown.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ PAD_TOKEN, UNK_TOKEN = "[PAD]", "[UNK]"
 PAD_ID, UNK_ID = 0, 1
 END_TOKENS = (".", "!", "?")  # a state (one sentence) ends at its first one of these
 TOKENIZER_FILE = "tokenizer.json"
+ACTION_PREFIX = "do:"  # an action word's token: "do:up"
 
 # Detokenizing: no space before closing punctuation, none after an opening bracket.
 _SPACE_BEFORE = re.compile(r" ([.,!?;:)\]}])")
@@ -61,14 +66,19 @@ class StateTokenizer:
             )
         self.backend = tokenizer
         self._id_to_token = {i: t for t, i in vocab.items()}
+        self._actions = tuple(t[len(ACTION_PREFIX) :] for i, t in sorted(self._id_to_token.items())
+                              if t.startswith(ACTION_PREFIX))  # fmt: skip
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
-    def build(cls, sentences: Iterable[str], min_frequency: int = 1) -> StateTokenizer:
+    def build(
+        cls, sentences: Iterable[str], min_frequency: int = 1, actions: Sequence[str] = ()
+    ) -> StateTokenizer:
         """Count words over `sentences` and keep those seen at least `min_frequency` times.
 
         Ids are assigned by descending frequency, ties broken alphabetically, so the result does not depend
-        on corpus order. The end marks '.', '!', '?' are always in the vocabulary.
+        on corpus order. The end marks '.', '!', '?' are always in the vocabulary. `actions`: the action words of
+        a predictor that forecasts under actions, appended as "do:<word>" tokens in the order given.
         """
         if min_frequency < 1:
             raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
@@ -80,7 +90,7 @@ class StateTokenizer:
         kept = sorted((w for w, c in counts.items() if c >= min_frequency), key=lambda w: (-counts[w], w))
         kept += [e for e in END_TOKENS if e not in kept]
         vocab = {PAD_TOKEN: PAD_ID, UNK_TOKEN: UNK_ID}
-        for word in kept:
+        for word in [*kept, *(ACTION_PREFIX + a for a in actions)]:
             if word not in vocab:
                 vocab[word] = len(vocab)
         logger.info(
@@ -132,6 +142,30 @@ class StateTokenizer:
         vocab = self.backend.get_vocab()
         return tuple(vocab[e] for e in END_TOKENS if e in vocab)
 
+    @property
+    def actions(self) -> tuple[str, ...]:
+        """The action words, in id order; () for a tokenizer of states alone."""
+        return self._actions
+
+    def action_ids(self, actions: Sequence[str | None]) -> list[int]:
+        """Action words -> ids (None: unknown, PAD_ID); a word the tokenizer lacks is a ValueError naming it."""
+        vocab = self.backend.get_vocab()
+        out = []
+        for i, a in enumerate(actions):
+            if a is None:
+                out.append(PAD_ID)
+            elif isinstance(a, str) and ACTION_PREFIX + a.strip().lower() in vocab:
+                out.append(vocab[ACTION_PREFIX + a.strip().lower()])
+            else:
+                known = ", ".join(self.actions) or "none"
+                raise ValueError(f"action {i} is {a!r}, not an action of this predictor ({known})")
+        return out
+
+    def action_word(self, token_id: int) -> str | None:
+        """The action word of an id, None when it is not an action's."""
+        token = self._id_to_token.get(int(token_id), "")
+        return token[len(ACTION_PREFIX) :] if token.startswith(ACTION_PREFIX) else None
+
     def tokens(self, sentence: str) -> list[str]:
         return self.backend.encode(sentence, add_special_tokens=False).tokens
 
@@ -140,11 +174,20 @@ class StateTokenizer:
         """All ids of one sentence, no padding, no truncation."""
         return self.backend.encode(sentence, add_special_tokens=False).ids
 
-    def encode_states(self, states: Sequence[str], N: int) -> EncodedStates:
-        """Encode each state into N ids: cut after N tokens, pad with 0. Returns ids (S, N) and counts."""
-        if N < 1:
-            raise ValueError(f"N must be >= 1, got {N}")
+    def encode_states(
+        self, states: Sequence[str], N: int, actions: Sequence[str | None] | None = None
+    ) -> EncodedStates:
+        """Encode each state into N ids: cut after N tokens, pad with 0. Returns ids (S, N) and counts.
+
+        A tokenizer with actions writes each state into the first N-1 slots and the action after it (actions[s],
+        None or missing: unknown) into the last one."""
+        if N < 1 + bool(self.actions):
+            raise ValueError(f"N must be >= {1 + bool(self.actions)}, got {N}")
+        acts = self.action_ids(list(actions or [])[: len(states)]) if self.actions else []
         ids = torch.full((len(states), N), PAD_ID, dtype=torch.long)  # (S, N)
+        if acts:
+            ids[: len(acts), -1] = torch.tensor(acts, dtype=torch.long)
+        N -= bool(self.actions)  # the state's own slots
         lengths: list[int] = []
         encodings = self.backend.encode_batch(list(states), add_special_tokens=False) if states else []
         for s, enc in enumerate(encodings):
@@ -170,9 +213,12 @@ class StateTokenizer:
             ids = ids.tolist()
         words: list[str] = []
         for i in ids:
-            if int(i) == PAD_ID:
+            token = self._id_to_token.get(int(i), UNK_TOKEN)
+            if int(i) == PAD_ID or token.startswith(
+                ACTION_PREFIX
+            ):  # the state ends; an action is not part of it
                 break
-            words.append(self._id_to_token.get(int(i), UNK_TOKEN))
+            words.append(token)
         return " ".join(words)
 
 

@@ -10,6 +10,7 @@ import json
 import logging
 from typing import Any
 
+from pipeline.cli.eval_actions import add_actions_parser
 from pipeline.evaluation.world import PARTS, EvalWorldArgs
 from pipeline.utils import default_weights_dir
 
@@ -23,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ev.set_defaults(func=lambda args: (ev.print_help(), 2)[1])
     add_world_parser(ev_sub)  # `semworld eval world`: all three shipped stages on a generated world split
     add_compare_parser(ev_sub)  # `semworld eval compare`: semworld against the pixel-space baseline
+    add_actions_parser(ev_sub)  # `semworld eval actions`: a predictor with actions in its domain's emulator
 
     p = ev_sub.add_parser(
         "predictor",

@@ -43,6 +43,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--length", type=int, default=12, help="states per clip (default 12)")
     g.add_argument("--size", type=int, default=128, help="frame side in pixels (default 128)")
     g.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    g.add_argument(
+        "--policy",
+        choices=("mix", "random", "tracking"),
+        help="a domain with actions (Atari): the "
+        "behaviour policy, random play, the game's scripted player, or a per-clip mix (the default)",
+    )
+    g.add_argument(
+        "--sticky",
+        type=float,
+        help="a domain with actions (Atari): the probability that the console "
+        "repeats its previous action each frame (default 0; 0.25 is the protocol for evaluating agents)",
+    )
+    g.add_argument(
+        "--no-video",
+        action="store_true",
+        help="a domain with actions (Atari): states.jsonl only, no MP4 clips (training corpora)",
+    )
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     g.set_defaults(func=_generate)
 
@@ -87,9 +104,23 @@ def _generate(args: argparse.Namespace) -> int:
     options = {name: getattr(args, name) for name in ("clips", "seed", "split", "length", "size", "workers")}
     if args.scenario != "all":  # a domain's own option (the shapes world's scenarios); "all" is its default
         options["scenario"] = args.scenario
+    # the recorders of domains with actions (Atari): only what the user gave, so other domains never see them
+    options.update({k: v for k, v in (("policy", args.policy), ("sticky", args.sticky)) if v is not None})
+    if args.no_video:
+        options["video"] = False
+    given = [
+        f"--{k.replace('_', '-')}"
+        for k in ("policy", "sticky", "no_video")
+        if getattr(args, k) not in (None, False)
+    ]
+    if given and not domain.actions:
+        raise UserError(
+            f"{given[0]}: the {domain.name} domain has no actions (the option is for game recorders)"
+        )
     path = domain.generate(args.out, **options, progress=not (args.no_progress or args.quiet))  # type: ignore[attr-defined]
+    what = args.scenario if args.domain in ("shapes", "world") else args.domain
     print(
-        f"wrote {args.clips} clip{'' if args.clips == 1 else 's'} of {args.scenario} to {args.out}, states in {path}"
+        f"wrote {args.clips} clip{'' if args.clips == 1 else 's'} of {what} to {args.out}, states in {path}"
     )
     return 0
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -114,12 +116,21 @@ def build_renderer(args: TrainAllArgs, run: Path, out: Path, captioner: Path | N
     return {"recipe": recipe.name, "args": dataclasses.asdict(rargs), "metrics": metrics, "phases": phases}
 
 
-def predictor_data(path: Path, seed: int, recipe: Recipe) -> Path:
-    """The recipe's world state sequences (train split) as JSONL, written once: `data["clips"]` of every
-    scenario at seed + data.get("seed_offset", 0), then each (scenarios, clips, offset[, length]) of `recipe.mix`
-    (a part without a length has data's)."""
+def predictor_data(path: Path, seed: int, recipe: Recipe, domain: str = "shapes") -> Path:
+    """The recipe's state sequences (train split) as JSONL, written once. The shapes world: `data["clips"]` of
+    every scenario at seed + data.get("seed_offset", 0), then each (scenarios, clips, offset[, length]) of
+    `recipe.mix` (a part without a length has data's). Another domain that records data sets: its `generate`,
+    `data["clips"]` clips of `data["length"]` states, states only."""
     from world import sequences
 
+    dom = get_domain(domain)
+    if not path.is_file() and dom.name != "shapes":
+        with tempfile.TemporaryDirectory(prefix="semworld-data-", dir=path.parent) as tmp:
+            written = dom.generate(  # type: ignore[attr-defined]
+                tmp, clips=recipe.data["clips"], length=recipe.data["length"], split="train", video=False,
+                seed=seed + recipe.data.get("seed_offset", 0), progress=False,
+            )  # fmt: skip
+            os.replace(written, path)
     if not path.is_file():
         length = recipe.data["length"]
         parts = [("all", recipe.data["clips"], recipe.data.get("seed_offset", 0)), *recipe.mix]
@@ -144,14 +155,15 @@ def recipe_chain(recipe: Recipe) -> list[Recipe]:
 
 
 def train_predictor_phase(
-    recipe: Recipe, folder: Path, seed: int, init_from: str | None, **run: Any
+    recipe: Recipe, folder: Path, seed: int, init_from: str | None, domain: str = "shapes", **run: Any
 ) -> tuple[TrainArgs, Any]:
-    """One phase of a predictor chain in `folder`: the recipe's data (folder/train.jsonl, written once), its
-    arguments and the run (folder/model/, resumed when a checkpoint is there), started from `init_from`. `run`
-    adds device, threads, progress. Returns the arguments and the run's result."""
+    """One phase of a predictor chain in `folder`: the recipe's data (folder/train.jsonl, written once, from
+    `domain`), its arguments and the run (folder/model/, resumed when a checkpoint is there), started from
+    `init_from`. `run` adds device, threads, progress. Returns the arguments and the run's result."""
     from pipeline.training.predictor import train_predictor
 
-    data = predictor_data(folder / "train.jsonl", seed, recipe)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = predictor_data(folder / "train.jsonl", seed, recipe, domain)
     targs = args_from_recipe(
         recipe, data=str(data), out=str(folder / "model"), init_from=init_from, seed=seed, **run
     )
@@ -174,7 +186,7 @@ def build_predictor(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
     """The predictor recipe into `out`. A fine-tune trains its chain of base recipes first, each in
     run/<recipe name>/ and started from the one before."""
     *bases, recipe = recipe_chain(_recipe(args, "predictor"))
-    common = dict(device=args.device, threads=args.threads, progress=args.progress)
+    common = dict(device=args.device, threads=args.threads, progress=args.progress, domain=args.domain)
     phases: dict[str, Any] = {}
     init_from = None
     for base in bases:  # each phase resumes from its own run folder
@@ -217,17 +229,17 @@ def write_model_index(out: str | Path, domain: str = "shapes") -> dict[str, Any]
     out = Path(out)
     from world.scenarios import FPS, STRIDE
 
+    dom = get_domain(domain)
     index: dict[str, Any] = {"_class_name": "WorldModelPipeline", "_semworld_layout": 1}
     # The rate of the states every stage was trained on: clips are read at it unless a caller says otherwise.
-    index["state_rate"] = FPS / STRIDE
-    index["domain"] = domain
-    threshold = get_domain(
-        domain
-    ).confidence_threshold  # the shapes world's: calibrated on the shipped captioner
+    index["state_rate"] = getattr(dom, "state_rate", FPS / STRIDE)
+    index["domain"] = dom.name
+    threshold = dom.confidence_threshold  # the shapes world's: calibrated on the shipped captioner
     if threshold is not None:
         index["confidence_threshold"] = threshold
     for stage in ("captioner", "predictor", "renderer"):
-        index[stage] = stage_class(out / stage, stage)
+        if dom.name == "shapes" or (out / stage).is_dir():  # another domain lists the stages it has
+            index[stage] = stage_class(out / stage, stage)
     atomic_write_json(out / MODEL_INDEX, index)
     return index
 

@@ -15,15 +15,18 @@ import torch.distributed as dist
 
 from models.presets import get_preset
 from pipeline.data import (
+    ACTION_DROPOUT,
     WindowSet,
     cap_clips,
     cap_windows,
+    corpus_actions,
+    drop_actions,
     make_windows,
     read_sequences,
     split_sequences,
     val_window_cap,
 )
-from pipeline.tokenizer import StateTokenizer
+from pipeline.tokenizer import PAD_ID, StateTokenizer
 from pipeline.training.args import TrainArgs
 from pipeline.utils import UserError, resolve_device
 
@@ -132,7 +135,11 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
     sequences = read_sequences(args.data, args.data_format)
     split = split_sequences(sequences, args.val_fraction, seed=args.seed)
     if tokenizer is None:
-        tokenizer = StateTokenizer.build((s for seq in sequences for s in seq.states), args.min_frequency)
+        tokenizer = StateTokenizer.build(
+            (s for seq in sequences for s in seq.states),
+            args.min_frequency,
+            actions=corpus_actions(sequences),
+        )
     # rollout-aware training: K more states per training window, the rolled-out context's true past (a memory
     # run rolls out from the clip's earlier windows instead, rollout_clip_windows)
     if args.min_history is not None and args.min_history > T:
@@ -149,6 +156,10 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
         min_history=args.min_history,
     )
     val = make_windows(split.val, tokenizer, T, N, min_history=args.min_history)
+    if tokenizer.actions:
+        drop_actions(train, ACTION_DROPOUT, args.seed)
+        for windows in (train, val):  # the action after the target state is no target: the policy's choice
+            windows.ids[:, -1, -1] = PAD_ID
     full_train, full_val = len(train), len(val)
     if args.max_windows is not None and args.memory:  # whole clips, for the memory's in-order training
         train = cap_clips(train, args.max_windows, args.seed)

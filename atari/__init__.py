@@ -1,0 +1,1 @@
+"""Atari games recorded with the Arcade Learning Environment, as semworld domains (pong, freeway)."""

@@ -1,0 +1,100 @@
+"""Atari games as semworld domains ("pong", "freeway"): states read from the console's RAM, written in words,
+with the player's actions ("stay", "up", "down").
+
+The inference path sees the Domain interface of pipeline/domain.py: the grammar (atari/games.py), the timeline
+field by field, the actions, and a recorder for data sets (`semworld world generate --domain pong`). The
+emulator (ale-py, the `atari` extra) is needed only to record; reading, forecasting and scoring states of a
+game need nothing but this package.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from atari.games import ACTIONS, GAMES, Game
+from atari.record import FPS, Emulator, Policy, ale_available, clip_seed, generate, record_clip, start
+
+
+class SampleClip(NamedTuple):
+    """pipeline.domain.GroundTruthClip's fields: frames (F, 210, 160, 3) uint8, fps, the states, stride 1."""
+
+    name: str
+    frames: np.ndarray
+    fps: float
+    states: list[str]
+    stride: int
+
+
+class AtariDomain:
+    """One Atari game's states and actions (see atari/games.py for the grammar of each)."""
+
+    actions: tuple[str, ...] = ACTIONS
+    mirror: Mapping[str, str] | None = None
+    state_rate: float = float(FPS)  # states per second: one per agent step of 4 frames
+    confidence_threshold: float | None = None
+    unsure_hint = (
+        "these weights know one Atari game's screens; a clip of another game or of other footage is not what "
+        "they read (see docs/atari.md)"
+    )
+
+    def __init__(self, game: str) -> None:
+        self.game: Game = GAMES[game]
+        self.name = self.game.name
+        self.description = self.game.description
+        self.vocabulary: frozenset[str] | None = self.game.vocabulary
+        self.max_tokens: int | None = self.game.max_tokens
+        self.caption_tokens: int | None = self.game.max_tokens + 2
+        self.controlled = self.game.controlled  # the parse field the actions move
+
+    def spell(self, text: str) -> str:
+        """Lowercase words separated by single spaces."""
+        return " ".join(text.lower().split())
+
+    def parse(self, text: str) -> dict[str, Any] | None:
+        return self.game.parse(self.spell(text))
+
+    def changes(self, previous: str, current: str) -> list[str]:
+        return self.game.changes(self.spell(previous), self.spell(current))
+
+    def automaton(self, max_tokens: int) -> None:
+        return None  # every slot's meaning is fixed; the states are short enough to decode without one
+
+    def sample_clips(self, seed: int = 0) -> list[SampleClip]:
+        """Two test-split clips of 48 states (3.2 s) when the emulator is installed, else none."""
+        return list(_samples(self.name, seed)) if ale_available() else []
+
+    def draw(self, state: str, size: int) -> np.ndarray | None:
+        return None
+
+    def simulator(
+        self, index: int, seed: int = 0, policy: str = "mix", sticky: float = 0.0
+    ) -> tuple[Emulator, Policy]:
+        """Test episode `index` of `seed`, warmed up and ready to record (`semworld eval actions`): the emulator
+        (state(), step(action), clone(), restore()) and its behaviour policy (called with emulator.ram())."""
+        return start(self.game, clip_seed("test", seed, index), policy, sticky)
+
+    def generate(self, out: str | Path, **options: Any) -> Path:
+        """Record a data set (`semworld world generate --domain NAME`); options as atari.record.generate."""
+        return generate(self.game, out, **options)
+
+
+@functools.cache
+def _samples(game: str, seed: int) -> tuple[SampleClip, ...]:
+    out = []
+    for i in range(2):
+        clip = record_clip(game, clip_seed("test", seed, i), 48, policy="mix")
+        out.append(SampleClip(f"{game}-{i}", np.stack(clip.frames), float(FPS), clip.states, 1))
+    return tuple(out)
+
+
+def PongDomain() -> AtariDomain:  # noqa: N802 (a factory the registry calls like a class)
+    return AtariDomain("pong")
+
+
+def FreewayDomain() -> AtariDomain:  # noqa: N802
+    return AtariDomain("freeway")

@@ -1,0 +1,209 @@
+"""Atari games as state languages: what is read from the console's RAM, and how a state is written in words.
+
+Each game reads a few bytes of the 128-byte RAM (addresses from the AtariARI annotations, Anand et al. 2019),
+quantises positions to `QUANTUM` RAM units, and writes the result as a fixed-order sentence of keywords and
+numbers:
+
+    pong     "ball 25 30 player 24 enemy 20 score 0 3 ."      (ball absent between points: "ball none ...")
+    freeway  "chicken 2 score 0 cars 1 2 3 4 7 38 39 39 39 39 ."
+
+A number is a word of its own (0..63), so the predictor's vocabulary stays small and every slot of a state has
+one meaning. A state ends with "." as every semworld state does: the predictor stops a state at its end mark. Every game has three actions, "stay", "up" and "down", the moves of the player's paddle or chicken;
+the emulator's action for each is in `ale_actions`. A scripted player (`track`) gives the behaviour policy its
+skill: Pong's follows the ball, Freeway's crosses the road.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+QUANTUM = 4  # RAM position units per state unit: one step of the ball in x, a few pixels on the screen
+NUMBERS = tuple(str(i) for i in range(64))  # every number a state may hold (positions // QUANTUM, scores)
+ACTIONS = ("stay", "up", "down")
+
+
+def _number(word: str, what: str, limit: int = len(NUMBERS)) -> int:
+    if not word.isdigit() or int(word) >= limit:
+        raise ValueError(f"{what}: expected a number 0..{limit - 1}, got {word!r}")
+    return int(word)
+
+
+def _words(text: str) -> list[str]:
+    """The words of a state before its end mark; a state without one, or with words after it, is a ValueError."""
+    w = text.split()
+    if not w or w[-1] != ".":
+        raise ValueError(f"a state ends with '.', got {w[-1] if w else 'nothing'!r} at its end")
+    if "." in w[:-1]:
+        raise ValueError(f"'.' at word {w.index('.') + 1}: a state has one end mark, at its end")
+    return w[:-1]
+
+
+def _expect(words: Sequence[str], at: int, keyword: str) -> None:
+    if at >= len(words) or words[at] != keyword:
+        got = words[at] if at < len(words) else "the end of the state"
+        raise ValueError(f"expected {keyword!r} at word {at + 1}, got {got!r}")
+
+
+@dataclass(frozen=True)
+class Game:
+    """One game's state language. Subclasses give the RAM reading, the spelling and the scripted player."""
+
+    name: ClassVar[str]
+    rom: ClassVar[str]  # ale_py.roms id
+    description: ClassVar[str]
+    keywords: ClassVar[tuple[str, ...]]
+    max_tokens: ClassVar[int]
+    ale_actions: ClassVar[Mapping[str, str]]  # action word -> ale_py.Action member name
+    controlled: ClassVar[str]  # the field of `parse` that the actions move
+
+    def read(self, ram: np.ndarray) -> dict[str, Any]:
+        """The state's fields from the 128 RAM bytes (quantised)."""
+        raise NotImplementedError
+
+    def spell(self, fields: Mapping[str, Any]) -> str:
+        raise NotImplementedError
+
+    def parse(self, text: str) -> dict[str, Any]:
+        """The fields of a state sentence; ValueError naming the first word that does not fit."""
+        raise NotImplementedError
+
+    def track(self, ram: np.ndarray) -> str:
+        """The scripted player's action for this RAM."""
+        raise NotImplementedError
+
+    @property
+    def vocabulary(self) -> frozenset[str]:
+        return frozenset(self.keywords) | frozenset(NUMBERS)
+
+    def changes(self, previous: str, current: str) -> list[str]:
+        """Field by field, "ball 25 30 -> 26 28"; a state that does not parse is only said to have changed."""
+        if previous.split() == current.split():
+            return []
+        try:
+            before, after = self.parse(previous), self.parse(current)
+        except ValueError:
+            return ["changed (not a state of the game)"]
+        return [f"{k} {_show(before[k])} -> {_show(after[k])}" for k in after if before.get(k) != after[k]]
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, Mapping):
+        return " ".join(_show(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return " ".join(_show(v) for v in value)
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Pong(Game):
+    """Pong: the ball, the player's (right) paddle, the computer's (left) paddle and the score.
+
+    RAM (AtariARI): player_y 51, enemy_y 50, ball_x 49, ball_y 54, enemy_score 13, player_score 14. The ball
+    is out of play (between a point and the next serve) while ball_y is 0.
+    """
+
+    name: ClassVar[str] = "pong"
+    rom: ClassVar[str] = "pong"
+    description: ClassVar[str] = "Atari Pong: ball, both paddles and the score, read from the console's RAM"
+    keywords: ClassVar[tuple[str, ...]] = ("ball", "none", "player", "enemy", "score", ".")
+    max_tokens: ClassVar[int] = 12
+    # In the emulator's Pong RIGHT moves the player's paddle up the screen and LEFT down.
+    ale_actions: ClassVar[Mapping[str, str]] = {"stay": "NOOP", "up": "RIGHT", "down": "LEFT"}
+    controlled: ClassVar[str] = "player"
+    aim: ClassVar[int] = 8  # RAM units from paddle_y to the point of the paddle the scripted player aims with
+
+    def read(self, ram: np.ndarray) -> dict[str, Any]:
+        ball_y = int(ram[54])
+        ball = None if ball_y == 0 else {"x": int(ram[49]) // QUANTUM, "y": ball_y // QUANTUM}
+        return {
+            "ball": ball,
+            "player": int(ram[51]) // QUANTUM,
+            "enemy": int(ram[50]) // QUANTUM,
+            "score": {"player": int(ram[14]), "enemy": int(ram[13])},
+        }
+
+    def spell(self, fields: Mapping[str, Any]) -> str:
+        ball = fields["ball"]
+        where = "none" if ball is None else f"{ball['x']} {ball['y']}"
+        score = fields["score"]
+        return (
+            f"ball {where} player {fields['player']} enemy {fields['enemy']} "
+            f"score {score['player']} {score['enemy']} ."
+        )
+
+    def parse(self, text: str) -> dict[str, Any]:
+        w = _words(text)
+        _expect(w, 0, "ball")
+        if len(w) > 1 and w[1] == "none":
+            ball, at = None, 2
+        else:
+            if len(w) < 3:
+                raise ValueError("ball: expected 'none' or two numbers")
+            ball, at = {"x": _number(w[1], "ball x"), "y": _number(w[2], "ball y")}, 3
+        _expect(w, at, "player")
+        player = _number(w[at + 1] if at + 1 < len(w) else "", "player")
+        _expect(w, at + 2, "enemy")
+        enemy = _number(w[at + 3] if at + 3 < len(w) else "", "enemy")
+        _expect(w, at + 4, "score")
+        if len(w) != at + 7:
+            raise ValueError(f"expected two score numbers to end the state, got {' '.join(w[at + 5 :])!r}")
+        score = {"player": _number(w[at + 5], "score"), "enemy": _number(w[at + 6], "score")}
+        return {"ball": ball, "player": player, "enemy": enemy, "score": score}
+
+    def track(self, ram: np.ndarray) -> str:
+        if int(ram[54]) == 0:
+            return "stay"
+        gap = int(ram[54]) - (int(ram[51]) + self.aim)
+        return "up" if gap < -3 else "down" if gap > 3 else "stay"
+
+
+@dataclass(frozen=True)
+class Freeway(Game):
+    """Freeway: the player's chicken crossing ten lanes of cars, and the score (crossings made).
+
+    RAM (AtariARI): player_y 14, score 103, the cars' x positions 108..117 (lane by lane, top to bottom). Each
+    lane's cars move at their own constant speed, so the cars are the part of the scene no action changes.
+    """
+
+    name: ClassVar[str] = "freeway"
+    rom: ClassVar[str] = "freeway"
+    description: ClassVar[str] = "Atari Freeway: the chicken, ten lanes of cars and the score, read from RAM"
+    keywords: ClassVar[tuple[str, ...]] = ("chicken", "score", "cars", ".")
+    max_tokens: ClassVar[int] = 16
+    ale_actions: ClassVar[Mapping[str, str]] = {"stay": "NOOP", "up": "UP", "down": "DOWN"}
+    controlled: ClassVar[str] = "chicken"
+    lanes: ClassVar[int] = 10
+
+    def read(self, ram: np.ndarray) -> dict[str, Any]:
+        return {
+            "chicken": int(ram[14]) // QUANTUM,
+            "score": int(ram[103]),
+            "cars": [int(ram[108 + i]) // QUANTUM for i in range(self.lanes)],
+        }
+
+    def spell(self, fields: Mapping[str, Any]) -> str:
+        cars = " ".join(str(x) for x in fields["cars"])
+        return f"chicken {fields['chicken']} score {fields['score']} cars {cars} ."
+
+    def parse(self, text: str) -> dict[str, Any]:
+        w = _words(text)
+        _expect(w, 0, "chicken")
+        chicken = _number(w[1] if len(w) > 1 else "", "chicken")
+        _expect(w, 2, "score")
+        score = _number(w[3] if len(w) > 3 else "", "score")
+        _expect(w, 4, "cars")
+        if len(w) != 5 + self.lanes:
+            raise ValueError(f"cars: expected {self.lanes} numbers, got {len(w) - 5}")
+        return {"chicken": chicken, "score": score, "cars": [_number(x, "car") for x in w[5:]]}
+
+    def track(self, ram: np.ndarray) -> str:
+        return "up"  # the crossing player: always forward (the policy's noise adds the rest)
+
+
+GAMES: dict[str, Game] = {g.name: g for g in (Pong(), Freeway())}

@@ -1,0 +1,123 @@
+"""`semworld eval actions`: a predictor with actions against its domain's simulator (the Atari emulator), under
+the logged actions and counterfactual ones; the scoring lives in pipeline.evaluation.actions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.utils import UserError
+
+
+def add_actions_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `eval actions`."""
+    p = eval_subparsers.add_parser(
+        "actions",
+        help="score a predictor with actions in its domain's emulator (Atari), under logged and held actions",
+        description="Forecast held-out test episodes of the domain's emulator from T true states and actions, "
+        "under the logged actions and under each action held throughout; every forecast state is compared with "
+        "the emulator's. Copy-last and constant-velocity references (and --baseline) read the same histories.",
+    )
+    p.add_argument("--weights", required=True, help="a weights folder (model_index.json naming its domain and "
+                   "predictor, e.g. weights/pong) or a predictor folder with --domain")  # fmt: skip
+    p.add_argument("--domain", default=None, help="the domain, when --weights is a predictor folder")
+    p.add_argument(
+        "--baseline", default=None, help="another predictor folder (the 1-D baseline) scored beside"
+    )
+    p.add_argument("--episodes", type=int, default=200, help="test episodes (default %(default)s)")
+    p.add_argument("--horizon", type=int, default=16, help="forecast steps (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="test episode seed (default %(default)s)")
+    p.add_argument("--sticky", type=float, default=0.0, help="sticky-action probability in the emulator "
+                   "(default 0; 0.25 is the agents' protocol)")  # fmt: skip
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
+    p.add_argument("--figure", default=None, help="write the horizon plot to this PNG")
+    p.add_argument("--out", default=None, help="also write the result as JSON to this file")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run_eval_actions)
+    return p
+
+
+def load_predictor_with_domain(weights: str, domain: str | None) -> tuple[Any, Any]:
+    """(Predictor, Domain) of a weights folder (its index names both) or a predictor folder and --domain."""
+    from pipeline.domain import domain_of_index, get_domain
+    from pipeline.loading import stage_folders
+    from pipeline.predictor import Predictor
+
+    if (Path(weights) / "model_index.json").is_file():
+        folders, index = stage_folders(weights, stages=("predictor",))
+        dom = get_domain(domain) if domain else domain_of_index(index, Path(weights) / "model_index.json")
+        return Predictor.from_pretrained(folders["predictor"], domain=dom), dom
+    if domain is None:
+        raise UserError(f"--weights {weights}: no model_index.json; name the domain with --domain")
+    dom = get_domain(domain)
+    return Predictor.from_pretrained(weights, domain=dom), dom
+
+
+def run_eval_actions(ns: argparse.Namespace) -> int:
+    from pipeline.evaluation.actions import evaluate_actions, plot_horizons
+    from pipeline.placement import set_threads
+    from pipeline.predictor import Predictor
+
+    if ns.episodes < 1 or ns.horizon < 1:
+        raise UserError("--episodes and --horizon must be >= 1")
+    if not 0.0 <= ns.sticky < 1.0:
+        raise UserError(f"--sticky {ns.sticky}: a probability in [0, 1)")
+    set_threads(ns.threads)
+    predictor, domain = load_predictor_with_domain(ns.weights, ns.domain)
+    if not predictor.actions:
+        raise UserError(f"--weights {ns.weights}: this predictor forecasts from states alone (no actions)")
+    if not callable(getattr(domain, "simulator", None)):
+        raise UserError(f"the {domain.name} domain has no simulator to score against")
+    baseline = Predictor.from_pretrained(ns.baseline, domain=domain) if ns.baseline else None
+    result = evaluate_actions(predictor, domain, ns.episodes, ns.horizon, ns.seed, ns.sticky, baseline)
+    if ns.figure:
+        plot_horizons(result, ns.figure)
+    if ns.out:
+        Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(ns.out).write_text(json.dumps(result, indent=1) + "\n")
+    if ns.json:
+        print(json.dumps(result))
+        return 0
+    print(format_report(result))
+    return 0
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """The tables as Markdown: exact state by horizon per method, fields at h = 1 and 8, held actions."""
+    H = result["horizon"]
+    shown = [h for h in (1, 2, 4, 8, 12, 16) if h <= H]
+    head = "| method | " + " | ".join(f"h={h}" for h in shown) + " |\n|---|" + "---|" * len(shown) + "\n"
+    lines = [f"{result['domain']}: {result['episodes']} test episodes, history {result['history']} states, "
+             f"sticky {result['sticky']}", "", "Exact next state under the logged actions:", "", head.rstrip()]  # fmt: skip
+    sem = result["logged"]["semworld"]
+    rows = [*result["logged"].items(), ("semworld, no serve before it", {"exact": sem["exact_determined"]})]
+    for name, r in rows:
+        lines.append(f"| {name} | " + " | ".join(f"{r['exact'][h - 1]:.3f}" for h in shown) + " |")
+    lines.append(
+        "| (share with a serve before it) | "
+        + " | ".join(f"{sem['undetermined_share'][h - 1]:.3f}" for h in shown)
+        + " |"
+    )
+    lines += ["", "semworld per field (h=1 / h=8) and mean position error in RAM units:", ""]
+    h8 = min(8, H) - 1
+    lines += [f"- {k}: {v[0]:.3f} / {v[h8]:.3f}" for k, v in sem["fields"].items()]
+    lines.append(f"- position error: {sem['position_error'][0]:.2f} / {sem['position_error'][h8]:.2f} "
+                 f"(copy-last {result['logged']['copy-last']['position_error'][h8]:.2f}, constant velocity "
+                 f"{result['logged']['constant velocity']['position_error'][h8]:.2f} at h={h8 + 1})")  # fmt: skip
+    lines += [
+        "",
+        "Under held actions (state exact / controlled object exact / its direction right):",
+        "",
+        head.rstrip(),
+    ]
+    for name, r in result["counterfactual"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{r['exact'][h - 1]:.3f} / {r['controlled_exact'][h - 1]:.3f} / "
+                                                 f"{r['controlled_direction'][h - 1]:.3f}" for h in shown) + " |")  # fmt: skip
+    sp = result["speed"]
+    lines += [
+        "",
+        f"emulator {sp['emulator_steps_per_s']} steps/s; predictor {sp['predicted_states_per_s']} states/s",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,75 @@
+"""The Atari state languages: spelling and parsing round trips, errors that name the word, the timeline."""
+
+import numpy as np
+import pytest
+
+from atari.games import GAMES, QUANTUM, Freeway, Pong
+from pipeline.domain import get_domain
+
+
+def pong_ram(ball=(100, 80), player=120, enemy=60, score=(3, 5)) -> np.ndarray:
+    ram = np.zeros(128, dtype=np.uint8)
+    ram[49], ram[54] = ball
+    ram[51], ram[50] = player, enemy
+    ram[14], ram[13] = score
+    return ram
+
+
+def test_pong_reads_ram_into_words():
+    pong = Pong()
+    fields = pong.read(pong_ram())
+    assert pong.spell(fields) == f"ball {100 // QUANTUM} {80 // QUANTUM} player 30 enemy 15 score 3 5 ."
+    assert pong.parse(pong.spell(fields)) == fields
+    out_of_play = pong.read(pong_ram(ball=(205, 0)))
+    assert out_of_play["ball"] is None
+    assert pong.spell(out_of_play).startswith("ball none player")
+    assert pong.parse(pong.spell(out_of_play)) == out_of_play
+
+
+def test_freeway_reads_ten_lanes():
+    fw = Freeway()
+    ram = np.zeros(128, dtype=np.uint8)
+    ram[14], ram[103] = 100, 7
+    ram[108:118] = np.arange(10) * 16
+    fields = fw.read(ram)
+    assert fields == {"chicken": 25, "score": 7, "cars": [i * 4 for i in range(10)]}
+    assert fw.parse(fw.spell(fields)) == fields
+
+
+@pytest.mark.parametrize(
+    ("game", "text", "word"),
+    [
+        ("pong", "ball 3 4 paddle 2 enemy 1 score 0 0 .", "paddle"),
+        ("pong", "ball 3 99 player 2 enemy 1 score 0 0 .", "99"),
+        ("pong", "ball 3 4 player 2 enemy 1 score 0 .", "score"),
+        ("pong", "ball 3 4 player 2 enemy 1 score 0 0", "ends with"),
+        ("freeway", "chicken 3 score 0 cars 1 2 3 .", "cars"),
+        ("freeway", "hen 3 score 0 cars 1 2 3 4 5 6 7 8 9 10 .", "hen"),
+    ],
+)
+def test_bad_states_name_what_is_wrong(game, text, word):
+    with pytest.raises(ValueError, match=word):
+        GAMES[game].parse(text)
+
+
+def test_domains_are_registered_with_actions():
+    for name in ("pong", "freeway"):
+        d = get_domain(name)
+        assert d.actions == ("stay", "up", "down")
+        assert d.max_tokens == GAMES[name].max_tokens
+        assert d.parse("ball none player 2 enemy 1 score 0 0 ." if name == "pong" else
+                       "chicken 3 score 0 cars 1 2 3 4 5 6 7 8 9 10 .") is not None  # fmt: skip
+    shapes = get_domain("shapes")
+    assert shapes.actions == ()
+
+
+def test_timeline_names_each_changed_field():
+    d = get_domain("pong")
+    assert d.changes("ball 3 4 player 2 enemy 1 score 0 0 .", "ball 4 5 player 2 enemy 1 score 0 0 .") == [
+        "ball 3 4 -> 4 5"
+    ]
+    assert d.changes("ball 3 4 player 2 enemy 1 score 0 0 .", "ball none player 2 enemy 1 score 0 1 .") == [
+        "ball 3 4 -> none",
+        "score 0 0 -> 0 1",
+    ]
+    assert d.changes("ball 3 4 player 2 enemy 1 score 0 0 .", "ball 3 4 player 2 enemy 1 score 0 0 .") == []
