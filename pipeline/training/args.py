@@ -173,6 +173,19 @@ class TrainArgs:
             raise UserError(
                 "--causal-slices applies to the 4-tensor model only (the baseline is causal already)"
             )
+        if self.grow_layer is not None:
+            if self.init_from is None or self.model != "four_tensor" or self.attention != "four_tensor":
+                raise UserError(
+                    "--grow-layer needs --init-from and the 4-tensor model with 4-tensor attention"
+                )
+            if self.grow_layer < 0:
+                raise UserError(f"--grow-layer must be >= 0, got {self.grow_layer}")
+        self._check_schedule()
+        if self.memory is not None:
+            self._check_memory()
+
+    def _check_schedule(self) -> None:
+        """Check the arguments beyond the paper: the schedule, the loss slots, rollout-aware training."""
         if self.lr_schedule not in ("constant", "cosine"):
             raise UserError(f"--lr-schedule {self.lr_schedule!r}: expected constant or cosine")
         if self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0:
@@ -189,13 +202,6 @@ class TrainArgs:
             )
         if self.min_history is not None and self.min_history < 1:
             raise UserError(f"--min-history must be >= 1, got {self.min_history}")
-        if self.grow_layer is not None:
-            if self.init_from is None or self.model != "four_tensor" or self.attention != "four_tensor":
-                raise UserError(
-                    "--grow-layer needs --init-from and the 4-tensor model with 4-tensor attention"
-                )
-            if self.grow_layer < 0:
-                raise UserError(f"--grow-layer must be >= 0, got {self.grow_layer}")
         if self.target_slices != "all" and self.model != "four_tensor":
             raise UserError("--target-slices last applies to the 4-tensor model")
         if self.rollout_steps and self.target_slices != "last":
@@ -203,8 +209,6 @@ class TrainArgs:
                 "--rollout-steps needs --target-slices last (earlier slots of a rolled-out window "
                 "would be trained on the model's own states)"
             )
-        if self.memory is not None:
-            self._check_memory()
 
     def _check_memory(self) -> None:
         """Build the memory's config from a dict of knobs (d_emb: the preset's d_x * d_t) and check the memory
