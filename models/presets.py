@@ -169,6 +169,9 @@ _QUICK_RENDERER = RendererConfig(
     image_size=32, vae_channels=(8, 16), unet_channels=(16, 32), text_width=32, text_layers=1
 )
 
+# The tensor memory of every phase of weights/predictor: the knobs of models.tensor_memory.TensorMemoryConfig that
+# differ from their defaults (its d_emb is the preset's d_x * d_t).
+_MEMORY: dict[str, Any] = {"forget_bias": 1.0}
 # The training arguments every 8-state-window phase of weights/predictor shares (phase 4 on); each phase adds
 # its epochs, rate and warmup.
 _T8_TRAIN: dict[str, Any] = {
@@ -179,9 +182,8 @@ _T8_TRAIN: dict[str, Any] = {
     "lr_schedule": "cosine",
     "min_lr_ratio": 0.05,
     "target_slices": "last",
-    "memory": True,
+    "memory": _MEMORY,
     "bptt_windows": 8,
-    "forget_bias": 1.0,
     "min_history": 4,
 }
 
@@ -237,19 +239,19 @@ RECIPES: dict[str, Recipe] = _by_name(
     Recipe("predictor-base", "predictor", "phase 1 of weights/predictor: run M, memory, from scratch",
            "small", {"model": "four_tensor", "epochs": 4, "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 200, "min_lr_ratio": 0.02, "target_slices": "last",
-                     "memory": True, "bptt_windows": 8, "forget_bias": 1.0}, {"clips": 3000, "length": 20},
+                     "memory": _MEMORY, "bptt_windows": 8}, {"clips": 3000, "length": 20},
            mix=(("memory", 1500, 0),)),
     Recipe("predictor-mf5", "predictor", "phase 2 of weights/predictor: run MF5 on 15,000 fresh clips",
            "small", {"model": "four_tensor", "epochs": 2, "batch_size": 32, "lr": 5e-4, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 100, "min_lr_ratio": 0.02, "target_slices": "last",
-                     "memory": True, "bptt_windows": 8, "forget_bias": 1.0},
+                     "memory": _MEMORY, "bptt_windows": 8},
            {"clips": 10000, "length": 20, "seed_offset": 3}, init_from="predictor-base",
            mix=(("collide,occlude", 3000, 4), ("memory", 2000, 5))),
     # Phase 3: one short epoch at a low rate on 7,000 more fresh clips weighted to bounce, appear and hide.
     Recipe("predictor-mf6", "predictor", "phase 3 of weights/predictor: run MF6 on 7,000 fresh clips",
            "small", {"model": "four_tensor", "epochs": 1, "batch_size": 32, "lr": 2e-4, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 50, "min_lr_ratio": 0.05, "target_slices": "last",
-                     "memory": True, "bptt_windows": 8, "forget_bias": 1.0},
+                     "memory": _MEMORY, "bptt_windows": 8},
            {"clips": 4000, "length": 20, "seed_offset": 6}, init_from="predictor-mf5",
            mix=(("bounce", 1500, 7), ("appear", 1000, 8), ("hide", 500, 9))),
     # Phase 4: the same network with an 8-state window (preset small-t8: no weight depends on T, so phase 3's
@@ -295,8 +297,8 @@ RECIPES: dict[str, Recipe] = _by_name(
     # three epochs at lr 1e-4 on 15,000 fresh clips, half of them 6 states long (every target a 4- or 5-state
     # history).
     Recipe("predictor", "predictor", "weights/predictor: phase 11, run L3, T8J grown to three layers",
-           "small-t8-l3", _T8_TRAIN | {"lr": 1e-4, "warmup_steps": 100, "epochs": 3, "memory_every_n_layers": 2,
-                                       "grow_layer": 1},
+           "small-t8-l3", _T8_TRAIN | {"lr": 1e-4, "warmup_steps": 100, "epochs": 3, "grow_layer": 1,
+                                       "memory": _MEMORY | {"memory_every_n_layers": 2}},
            {"clips": 3000, "length": 8, "seed_offset": 120}, init_from="predictor-t8j",
            mix=(("collide", 2000, 121, 6), ("bounce", 2000, 122, 6), ("occlude", 2000, 123, 6),
                 ("gravity", 1000, 124, 6), ("fast", 500, 125, 6), ("all", 3000, 126, 12), ("hide", 1500, 127, 12))),

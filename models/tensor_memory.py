@@ -36,20 +36,27 @@ EPS = 1e-6  # keeps sigma > 0 and the Gaussian's denominator away from zero
 
 @dataclass
 class TensorMemoryConfig:
-    """Knobs of one tensor memory; saved with the model that owns it.
+    """Knobs of one tensor memory; saved with the model that owns it (each knob but d_emb is also a flag of
+    `semworld train predictor --memory`).
 
-    d_emb: E, width of the tokens that read and write. mem_channels: C, width of a cell. mem_shape: (D, H, W),
-    the fixed grid. chunk_size: K tokens per memory step (the last chunk of a call is right-padded). sigma_scale:
-    multiplier on the writer's softplus spread. initial_sigma_bias: bias of the spread's linear at init (positive,
-    so a fresh writer spreads instead of writing a point). gate_init: every layer's gate logit at init
-    (sigmoid(-2) ~ 0.12: memory starts as a small addend). memory_every_n_layers: layers l with l % n == 0 touch
-    the memory; the others run attention and MLP only. compile: wrap the scan in torch.compile when Triton is
-    available (identical results without it). forget_bias: beyond the seed (whose pointwise bias is 0), the
-    initial bias of the forget gate f; with 0, f starts near 1/2 and a write fades by half at every step, so
-    nothing written survives long enough for its gradient to be found (docs/history.md); 1-3 is the usual
-    LSTM remedy. min_sigma: beyond the seed (whose floor is the eps alone), a floor added to the spread, in grid
-    units ([-1, 1] per axis); 0 keeps the seed's writer. A writer whose spread reaches the eps floor writes
-    almost nothing anywhere, and its gradient dies with it (docs/tensor-memory.md, the recall probe).
+    d_emb: E, width of the tokens that read and write (in the 4-tensor model d_x * d_t).
+    mem_channels: C, memory channels per cell.
+    mem_shape: the fixed memory grid (D, H, W).
+    chunk_size: K tokens per memory step; the last chunk of a call is right-padded (chunk_size = N in the 4-tensor
+        model: one step per state and layer).
+    sigma_scale: multiplier on the writer's softplus spread.
+    initial_sigma_bias: bias of the spread's linear at init (positive, so a fresh writer spreads instead of
+        writing a point).
+    gate_init: every memory layer's gate logit at init (-2: the gate starts at sigmoid(-2) = 0.12, the memory as
+        a small addend).
+    memory_every_n_layers: layers l with l % n == 0 touch the memory; the others run attention and MLP only.
+    compile: wrap the scan in torch.compile when Triton is available (identical results without it).
+    forget_bias: initial bias of the forget gate f (0: none, as in seeds/tensor-memory.txt). With 0, f starts near
+        1/2 and a write fades by half at every step, so nothing written survives long enough for its gradient to
+        be found (docs/history.md); 1-3 is the usual LSTM remedy.
+    min_sigma: a floor added to the writer's spread, in grid units ([-1, 1] per axis); 0 leaves only the eps of
+        seeds/tensor-memory.txt. A writer whose spread reaches the eps floor writes almost nothing anywhere, and
+        its gradient dies with it (docs/tensor-memory.md, the recall probe).
     """
 
     d_emb: int

@@ -2,7 +2,9 @@
 
 Every field `some_name` becomes `--some-name` with the field's type and default; a field without a default is a
 required flag; a bool becomes `--x / --no-x`; a `tuple[...]` takes one or more values; a nested dataclass field
-(a model config) adds its own fields as flags. Help text is the field's description in the class docstring.
+(a model config) adds its own fields as flags. An optional one (`x: Config | None`) is switched on by `--x / --no-x`
+and hands the owner a dict of its flags' values, or None: its fields without a default are the owner's to fill in
+(a width taken from another argument). Help text is the field's description in the class docstring.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _switched(hint: Any) -> bool:
+    """Whether a field typed `hint` is an optional nested dataclass (`Config | None`), switched on by a flag."""
+    tp = _unwrap_optional(hint)
+    return tp is not hint and dataclasses.is_dataclass(tp)
+
+
 def add_dataclass_flags(
     parser: argparse.ArgumentParser,
     cls: type,
@@ -63,6 +71,7 @@ def add_dataclass_flags(
     flags: Mapping[str, str] | None = None,
     choices: Mapping[str, tuple[str, ...]] | None = None,
     help: Mapping[str, str] | None = None,
+    _owner_fills: bool = False,
 ) -> None:
     """Add one flag per field of the dataclass `cls` (and of any nested dataclass field) to `parser`.
 
@@ -75,12 +84,17 @@ def add_dataclass_flags(
         if f.name.startswith("_") or not f.init:
             continue
         tp = _unwrap_optional(hints[f.name])
-        if dataclasses.is_dataclass(tp):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and _owner_fills:
+            continue  # the owner of the optional config fills it in
+        nested, switched = tp, _switched(hints[f.name])
+        if dataclasses.is_dataclass(tp) and not switched:
             add_dataclass_flags(parser, tp, flags=flags, choices=choices, help=help)  # type: ignore[arg-type]
             continue
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         factory: Any = f.default_factory
         default = None if required else (f.default if f.default is not dataclasses.MISSING else factory())
+        if switched:  # the switch --x / --no-x, on when the default is a config; its fields' flags follow
+            tp, default = bool, default is not None
         # argparse %-formats help text: a literal % from a docstring ("l % n == 0") must be doubled
         kwargs: dict[str, Any] = {"dest": f.name, "help": docs.get(f.name, "").replace("%", "%%")}
         if required:
@@ -98,19 +112,28 @@ def add_dataclass_flags(
         if choices and f.name in choices:
             kwargs["choices"] = choices[f.name]
         parser.add_argument((flags or {}).get(f.name, _flag(f.name)), **kwargs)
+        if switched:
+            add_dataclass_flags(parser, nested, flags=flags, choices=choices, help=help, _owner_fills=True)
 
 
-def dataclass_from_namespace(cls: type[T], ns: argparse.Namespace) -> T:
-    """The `cls` instance that flags added by `add_dataclass_flags(parser, cls)` describe."""
+def _values(cls: type, ns: argparse.Namespace) -> dict[str, Any]:
+    """{field: value} of the flags `add_dataclass_flags(parser, cls)` added (fields without a flag left out)."""
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.name.startswith("_") or not f.init:
             continue
         tp = _unwrap_optional(hints[f.name])
-        if dataclasses.is_dataclass(tp):
+        if _switched(hints[f.name]):
+            values[f.name] = _values(tp, ns) if getattr(ns, f.name) else None
+        elif dataclasses.is_dataclass(tp):
             values[f.name] = dataclass_from_namespace(tp, ns)  # type: ignore[arg-type]
         elif hasattr(ns, f.name):
             value = getattr(ns, f.name)
             values[f.name] = tuple(value) if isinstance(value, list) else value
-    return cls(**values)
+    return values
+
+
+def dataclass_from_namespace(cls: type[T], ns: argparse.Namespace) -> T:
+    """The `cls` instance that flags added by `add_dataclass_flags(parser, cls)` describe."""
+    return cls(**_values(cls, ns))

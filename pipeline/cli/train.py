@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from models.presets import PRESETS
 from pipeline.cli.flags import add_dataclass_flags, dataclass_from_namespace
 from pipeline.data import FORMATS
-from pipeline.training.args import MODEL_KINDS, TrainAllArgs, TrainArgs
+from pipeline.training.args import MEMORY_FLAG_NAMES, MODEL_KINDS, TrainAllArgs, TrainArgs
 from pipeline.training.image_args import TrainCaptionerArgs, TrainPixelArgs, TrainRendererArgs
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 COMMANDS: tuple[tuple[str, type, str, str, dict[str, Any]], ...] = (
     ("predictor", TrainArgs, "train the state predictor (4-tensor, baseline, or both)",
      "Train a predictor on state sequences; rerun the same command to resume after a kill.",
-     {"flags": {"data_format": "--format"},
+     {"flags": {"data_format": "--format", **{k: "--" + v.replace("_", "-") for k, v in MEMORY_FLAG_NAMES.items()}},
       "choices": {"model": (*MODEL_KINDS, "both"), "data_format": FORMATS, "preset": tuple(PRESETS)}}),
     ("captioner", TrainCaptionerArgs, "train the embedded BLIP captioner on world frames",
      "Train the embedded captioner (tiny BLIP) on random world frames; resumable.", {}),

@@ -5,13 +5,16 @@ of models.presets into the arguments that make it (the image trainers' arguments
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from models.captioner import CaptionerConfig
-from models.presets import STAGES, Recipe
+from models.presets import STAGES, Recipe, get_preset
 from models.renderer import RendererConfig
+from models.tensor_memory import TensorMemoryConfig
 from pipeline.training.image_args import TrainCaptionerArgs, TrainRendererArgs
 from pipeline.utils import UserError
 
@@ -21,6 +24,23 @@ RECALL_TARGETS = (
     "last",
     "novel",
 )  # what the memory's recall term asks for (training.predictor.recall_targets)
+# The memory's knobs are flags under their TensorMemoryConfig names (--mem-channels, ...) but for these, which
+# would be unclear beside the training's own flags; the flat args of older runs (a checkpoint's fingerprint, a
+# training_summary.json) name them the same way.
+MEMORY_FLAG_NAMES = {"gate_init": "memory_gate_init", "compile": "memory_compile"}
+
+
+def preset_shape(preset: str) -> dict[str, int]:
+    """(vocab_size, d_x, d_t, n_heads, n_layers, N, T) of a named preset; unknown names -> UserError."""
+    try:
+        return get_preset(preset).shape()
+    except ValueError as err:
+        raise UserError(f"--preset: {err}") from None
+
+
+def memory_knobs(config: TensorMemoryConfig) -> dict[str, Any]:
+    """The knobs of config under their flag names, without d_emb (the preset's d_x * d_t)."""
+    return {MEMORY_FLAG_NAMES.get(k, k): v for k, v in config.to_dict().items() if k != "d_emb"}
 
 
 # ---- the predictor (`semworld train predictor`) ----------------------------------------------------------
@@ -49,16 +69,10 @@ class TrainArgs:
     device: auto (cuda if available), cpu, cuda, cuda:1, ...
     threads: torch CPU threads per process (None: torch's default; small models on a busy machine run fastest on 1).
     progress: draw a progress bar.
-    memory: 4-tensor only, beyond the paper: a tensor memory for what has left the window (docs/tensor-memory.md).
-    mem_channels: memory channels C per cell.
-    mem_shape: the memory grid D H W.
-    chunk_size: tokens per memory step (16 = N: one step per state and layer).
-    sigma_scale: multiplier on the write's softplus spread.
-    memory_every_n_layers: layers l with l % n == 0 touch the memory.
+    memory: 4-tensor only, beyond the paper: a tensor memory for what has left the window (docs/tensor-memory.md),
+        shaped by the flags that follow (the knobs of models.tensor_memory.TensorMemoryConfig; its d_emb is the
+        preset's d_x * d_t). The field holds that config or None; a dict of knobs is completed into the config.
     bptt_windows: a memory run trains batch_size // bptt_windows whole clips in order, back-propagating bptt_windows windows at a time.
-    forget_bias: initial forget-gate bias of the memory (0: none).
-    min_sigma: a floor on the memory writer's spread, in grid units (0: only a tiny epsilon).
-    memory_gate_init: every memory layer's gate logit at init (-2: the gate starts at sigmoid(-2) = 0.12).
     memory_recall_weight: the weight of a loss asking the memory to spell the last state written (0: off).
         The window's last slice reads the incoming memory and, through the readout, must spell the sentence
         written just before the window.
@@ -112,17 +126,9 @@ class TrainArgs:
     device: str = "auto"
     threads: int | None = None
     progress: bool = True
-    # tensor memory (4-tensor only)
-    memory: bool = False
-    mem_channels: int = 16
-    mem_shape: tuple[int, int, int] = (4, 4, 4)
-    chunk_size: int = 16
-    sigma_scale: float = 1.0
-    memory_every_n_layers: int = 1
+    # tensor memory (4-tensor only): the memory's config, and how a memory run trains
+    memory: TensorMemoryConfig | None = None
     bptt_windows: int = 8
-    forget_bias: float = 0.0
-    min_sigma: float = 0.0
-    memory_gate_init: float = -2.0
     memory_recall_weight: float = 0.0
     memory_recall_target: str = "last"
     memory_lr_scale: float = 1.0
@@ -167,6 +173,19 @@ class TrainArgs:
             raise UserError(
                 "--causal-slices applies to the 4-tensor model only (the baseline is causal already)"
             )
+        if self.grow_layer is not None:
+            if self.init_from is None or self.model != "four_tensor" or self.attention != "four_tensor":
+                raise UserError(
+                    "--grow-layer needs --init-from and the 4-tensor model with 4-tensor attention"
+                )
+            if self.grow_layer < 0:
+                raise UserError(f"--grow-layer must be >= 0, got {self.grow_layer}")
+        self._check_schedule()
+        if self.memory is not None:
+            self._check_memory()
+
+    def _check_schedule(self) -> None:
+        """Check the arguments beyond the paper: the schedule, the loss slots, rollout-aware training."""
         if self.lr_schedule not in ("constant", "cosine"):
             raise UserError(f"--lr-schedule {self.lr_schedule!r}: expected constant or cosine")
         if self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0:
@@ -183,13 +202,6 @@ class TrainArgs:
             )
         if self.min_history is not None and self.min_history < 1:
             raise UserError(f"--min-history must be >= 1, got {self.min_history}")
-        if self.grow_layer is not None:
-            if self.init_from is None or self.model != "four_tensor" or self.attention != "four_tensor":
-                raise UserError(
-                    "--grow-layer needs --init-from and the 4-tensor model with 4-tensor attention"
-                )
-            if self.grow_layer < 0:
-                raise UserError(f"--grow-layer must be >= 0, got {self.grow_layer}")
         if self.target_slices != "all" and self.model != "four_tensor":
             raise UserError("--target-slices last applies to the 4-tensor model")
         if self.rollout_steps and self.target_slices != "last":
@@ -197,50 +209,39 @@ class TrainArgs:
                 "--rollout-steps needs --target-slices last (earlier slots of a rolled-out window "
                 "would be trained on the model's own states)"
             )
-        if self.memory:
-            if self.model != "four_tensor":
-                raise UserError(f"--memory applies to the 4-tensor model only, got --model {self.model}")
-            if not self.memory_recall_weight >= 0:
-                raise UserError(f"--memory-recall-weight must be >= 0, got {self.memory_recall_weight}")
-            if self.memory_recall_target not in RECALL_TARGETS:
-                raise UserError(
-                    f"--memory-recall-target must be one of {', '.join(RECALL_TARGETS)}, "
-                    f"got {self.memory_recall_target!r}"
-                )
-            if (
-                isinstance(self.bptt_windows, bool)
-                or not isinstance(self.bptt_windows, int)
-                or self.bptt_windows < 1
-            ):
-                raise UserError(f"--bptt-windows must be a positive integer, got {self.bptt_windows!r}")
+
+    def _check_memory(self) -> None:
+        """Build the memory's config from a dict of knobs (d_emb: the preset's d_x * d_t) and check the memory
+        run's arguments; a bad knob is refused by its flag."""
+        shape = preset_shape(self.preset)
+        d = shape["d_x"] * shape["d_t"]
+        if isinstance(self.memory, Mapping):
             try:
-                self.memory_config(8)
-            except ValueError as err:
-                knob = str(err).split(".", 1)[-1].split(" ", 1)[0]
-                raise UserError(f"--{knob.replace('_', '-')}: {err}") from None
-
-    def memory_config(self, d: int) -> Any:
-        """The TensorMemoryConfig of these knobs for tokens of width d, or None without --memory."""
-        if not self.memory:
-            return None
-        from models.tensor_memory import TensorMemoryConfig
-
-        shape = tuple(self.mem_shape)
-        if len(shape) != 3:
-            raise ValueError(
-                f"TensorMemoryConfig.mem_shape must be three positive integers (D, H, W), got {shape}"
+                self.memory = TensorMemoryConfig.from_dict({"d_emb": d, **self.memory})
+            except ValueError as err:  # named by the knob's flag, or by --memory for an unknown knob
+                knob = re.match(r"TensorMemoryConfig\.(\w+)", str(err))
+                flag = MEMORY_FLAG_NAMES.get(knob[1], knob[1]) if knob else "memory"
+                raise UserError(f"--{flag.replace('_', '-')}: {err}") from None
+        if not isinstance(self.memory, TensorMemoryConfig) or self.memory.d_emb != d:
+            raise UserError(
+                f"--memory: expected None, a dict of TensorMemoryConfig's knobs or a TensorMemoryConfig with d_emb "
+                f"= d_x * d_t = {d} of --preset {self.preset}, got {self.memory!r}"
             )
-        return TensorMemoryConfig(
-            d_emb=d,
-            mem_channels=self.mem_channels,
-            mem_shape=(shape[0], shape[1], shape[2]),
-            chunk_size=self.chunk_size,
-            sigma_scale=self.sigma_scale,
-            memory_every_n_layers=self.memory_every_n_layers,
-            forget_bias=self.forget_bias,
-            min_sigma=self.min_sigma,
-            gate_init=self.memory_gate_init,
-        )
+        if self.model != "four_tensor":
+            raise UserError(f"--memory applies to the 4-tensor model only, got --model {self.model}")
+        if not self.memory_recall_weight >= 0:
+            raise UserError(f"--memory-recall-weight must be >= 0, got {self.memory_recall_weight}")
+        if self.memory_recall_target not in RECALL_TARGETS:
+            raise UserError(
+                f"--memory-recall-target must be one of {', '.join(RECALL_TARGETS)}, "
+                f"got {self.memory_recall_target!r}"
+            )
+        if (
+            isinstance(self.bptt_windows, bool)
+            or not isinstance(self.bptt_windows, int)
+            or self.bptt_windows < 1
+        ):
+            raise UserError(f"--bptt-windows must be a positive integer, got {self.bptt_windows!r}")
 
     @property
     def clips_per_batch(self) -> int:
@@ -271,31 +272,37 @@ class TrainArgs:
         ):
             if d[key] == defaults[key]:  # runs with the paper's rule keep the fingerprint they had
                 d.pop(key)
-        if not self.memory:  # runs without memory keep the fingerprint they had before the memory knobs
+        if self.memory is None:  # runs without memory keep the fingerprint they had before the memory knobs
             for key in (
                 "memory",
-                "mem_channels",
-                "mem_shape",
-                "chunk_size",
-                "sigma_scale",
-                "memory_every_n_layers",
                 "bptt_windows",
-                "forget_bias",
                 "memory_lr_scale",
-                "min_sigma",
-                "memory_gate_init",
                 "memory_recall_weight",
                 "memory_recall_target",
             ):
                 d.pop(key)
-        else:
-            d["mem_shape"] = list(self.mem_shape)
-            # memory runs from before the knobs keep their fingerprint
-            for key in ("min_sigma", "memory_gate_init", "memory_recall_weight", "memory_recall_target"):
+        else:  # the knobs flat, as they were before they were one config
+            defaults |= memory_knobs(TensorMemoryConfig(d_emb=self.memory.d_emb))
+            d.update(memory=True, **memory_knobs(self.memory))
+            # memory runs from before the later knobs keep their fingerprint
+            for key in ("min_sigma", "memory_gate_init", "initial_sigma_bias", "memory_compile",
+                        "memory_recall_weight", "memory_recall_target"):  # fmt: skip
                 if d[key] == defaults[key]:
                     d.pop(key)
         d["data"] = str(Path(self.data).resolve())
         return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainArgs:
+        """The arguments asdict wrote (training_summary.json's "args"), also in the flat format of older runs:
+        memory a bool, and its knobs fields of their own under their flag names."""
+        d = dict(d)
+        if isinstance(d.get("memory"), bool):
+            knob_of = {flat: knob for knob, flat in MEMORY_FLAG_NAMES.items()}
+            knobs = {f.name for f in dataclasses.fields(TensorMemoryConfig)} - {"d_emb"}
+            flat = {knob_of.get(k, k): d.pop(k) for k in list(d) if knob_of.get(k, k) in knobs}
+            d["memory"] = flat if d["memory"] else None
+        return cls(**d)
 
 
 # ---- every stage (`semworld train all`, `make weights`) -------------------------------------------------

@@ -39,7 +39,6 @@ from pipeline.training.setup import (
     epoch_seed,
     init_distributed,
     prepare_data,
-    preset_shape,
     rng_state,
     set_determinism,
     set_rng_state,
@@ -259,7 +258,6 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
     torchrun, the sharded sampler, and on rank 0 the tokenizer and the log as of the checkpoint."""
     fingerprint = {**args.fingerprint(), "model": kind, "world_size": ctx.world_size}
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    shape = preset_shape(args.preset)
     model: Any = build_model(
         kind,
         args.preset,
@@ -267,7 +265,7 @@ def setup_run(kind: str, args: TrainArgs, data: PreparedData, out: Path, ctx: Di
         args.dropout,
         args.causal_slices and kind == "four_tensor",
         args.attention if kind == "four_tensor" else "four_tensor",
-        args.memory_config(shape["d_x"] * shape["d_t"]),
+        args.memory,
     ).to(ctx.device)
     if args.init_from is not None:
         init_weights(model, args.init_from, args.grow_layer)

@@ -13,7 +13,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from models.presets import get_preset
 from pipeline.data import (
     ACTION_DROPOUT,
     WindowSet,
@@ -27,7 +26,7 @@ from pipeline.data import (
     val_window_cap,
 )
 from pipeline.tokenizer import PAD_ID, StateTokenizer
-from pipeline.training.args import TrainArgs
+from pipeline.training.args import TrainArgs, preset_shape
 from pipeline.utils import UserError, resolve_device
 
 logger = logging.getLogger(__name__)
@@ -101,14 +100,6 @@ class PreparedData:
     T: int
     N: int
     stats: dict[str, Any]
-
-
-def preset_shape(preset: str) -> dict[str, int]:
-    """(vocab_size, d_x, d_t, n_heads, n_layers, N, T) of a named preset; unknown names -> UserError."""
-    try:
-        return get_preset(preset).shape()
-    except ValueError as err:
-        raise UserError(f"--preset: {err}") from None
 
 
 FEW_WINDOWS = 500  # fewer training windows than this: say the predictor will learn little

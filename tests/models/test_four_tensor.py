@@ -18,11 +18,11 @@ from models.four_tensor import (
     build_pad_mask,
     count_parameters,
     cut_at_end,
-    fiber_norm,
     one_hot_targets,
     vocab_probabilities,
     window_cross_entropy,
 )
+from models.four_tensor_input import fiber_norm
 from models.hub import load_predictor
 
 # d_x != d_t, T != d_x and N != T, so a swapped fiber, a swapped layout or a missing permute changes the numbers.
@@ -536,7 +536,7 @@ def test_meta_count_equals_real_count():
 
 def test_sinusoidal_embedding_fills_sin_cos_pairs_and_leaves_the_odd_widths_last_slot_zero():
     """Slot 2i holds sin(pos / 10000^(2i/dim)) and 2i+1 the cos; with an odd width the leftover last slot is 0."""
-    from models.four_tensor import sinusoidal_pe
+    from models.four_tensor_input import sinusoidal_pe
 
     positions = torch.tensor([0.0, 1.0, 2.5, 7.0], dtype=torch.float64)
     for dim in (5, 7):

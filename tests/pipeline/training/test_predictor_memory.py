@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from models.tensor_memory import TensorMemoryConfig
 from pipeline import cli
 from pipeline.data import cap_clips, clip_windows, make_windows, read_sequences
 from pipeline.tokenizer import StateTokenizer
@@ -13,7 +14,7 @@ from pipeline.training.predictor import CHECKPOINT_DIR, build_model, train_predi
 from pipeline.training.steps import SegmentModule, train_clip_batch
 from pipeline.utils import UserError
 
-MEM = dict(memory=True, mem_channels=4, mem_shape=(2, 2, 2), chunk_size=8, bptt_windows=2)
+MEM = dict(memory={"mem_channels": 4, "mem_shape": (2, 2, 2), "chunk_size": 8}, bptt_windows=2)
 
 
 def test_clip_windows_are_whole_sequences_in_order(toy_jsonl):
@@ -35,7 +36,7 @@ def test_segment_equals_window_by_window_and_truncation_steps(toy_jsonl):
     clips = clip_windows(make_windows(seqs, tok, 3, 8))
     torch.manual_seed(0)
     args = TrainArgs(data=str(toy_jsonl), preset="tiny", out="unused", dropout=0.0, **MEM)
-    model = build_model("four_tensor", "tiny", tok, 0.0, memory=args.memory_config(32))
+    model = build_model("four_tensor", "tiny", tok, 0.0, memory=args.memory)
     group = sorted(clips[:3], key=lambda c: -c.shape[0])
     K = max(c.shape[0] for c in group)
     windows = torch.zeros(3, K, 4, 8, dtype=torch.long)
@@ -90,7 +91,7 @@ def test_memory_resume_after_kill_equals_uninterrupted(tmp_path, toy_jsonl):
     assert all(torch.equal(a[k], b[k]) for k in a) and any(k.startswith("memory.") for k in a)
     # A memory run is a different run from one without memory: resuming across that is refused by name.
     with pytest.raises(UserError, match="memory"):
-        train_predictor(TrainArgs(out=str(tmp_path / "cut"), **{**common, "memory": False}))
+        train_predictor(TrainArgs(out=str(tmp_path / "cut"), **{**common, "memory": None}))
 
 
 def test_cli_train_predictor_memory_flags(tmp_path, toy_jsonl, capsys):
@@ -129,7 +130,7 @@ def test_cli_train_predictor_memory_flags(tmp_path, toy_jsonl, capsys):
     cfg = json.loads((out / "config.json").read_text())["memory"]
     assert cfg["mem_shape"] == [2, 3, 2] and cfg["chunk_size"] == 4 and cfg["sigma_scale"] == 0.5
     summary = json.loads((out / "training_summary.json").read_text())
-    assert summary["args"]["memory"] is True and summary["args"]["bptt_windows"] == 2
+    assert summary["args"]["memory"] == cfg and summary["args"]["bptt_windows"] == 2
     # `eval predictor` scores a memory model's clips in order, so it reproduces the recorded validation number.
     capsys.readouterr()
     assert (
@@ -142,12 +143,28 @@ def test_cli_train_predictor_memory_flags(tmp_path, toy_jsonl, capsys):
     assert result["L_S(T)"] == pytest.approx(summary["best"]["val_last_ce"], abs=1e-5)
 
 
+def test_memory_flags_make_the_config_only_with_memory():
+    from pipeline.cli.flags import dataclass_from_namespace
+
+    def parse(*extra):
+        argv = ["train", "predictor", "--data", "d.jsonl", "--out", "o", "--preset", "tiny", *extra]
+        return dataclass_from_namespace(TrainArgs, cli.build_parser().parse_args(argv))
+
+    assert parse("--mem-channels", "4").memory is None
+    knobs = parse("--memory", "--mem-channels", "4", "--memory-gate-init", "0", "--mem-shape", "2", "3", "2")
+    assert knobs.memory == TensorMemoryConfig(d_emb=32, mem_channels=4, gate_init=0.0, mem_shape=(2, 3, 2))
+
+
 @pytest.mark.parametrize(
     "kw,name",
     [
-        ({"chunk_size": 0}, "chunk-size"),
-        ({"sigma_scale": 0.0}, "sigma-scale"),
-        ({"mem_shape": (2, 0, 2)}, "mem-shape"),
+        ({"memory": {"chunk_size": 0}}, "chunk-size"),
+        ({"memory": {"sigma_scale": 0.0}}, "sigma-scale"),
+        ({"memory": {"mem_shape": (2, 0, 2)}}, "mem-shape"),
+        ({"memory": {"gate_init": float("nan")}}, "memory-gate-init"),
+        ({"memory": {"channels": 4}}, "--memory: TensorMemoryConfig: unknown field"),
+        ({"memory": True}, "--memory: expected None, a dict"),
+        ({"memory": TensorMemoryConfig(d_emb=8)}, "d_emb = d_x \\* d_t = 32"),
         ({"bptt_windows": 0}, "bptt-windows"),
         ({"model": "baseline"}, "--memory"),
     ],
@@ -166,7 +183,7 @@ def test_init_from_a_model_without_memory(tmp_path, toy_jsonl):
     tok = StateTokenizer.from_file(plain.out)
     from pipeline.training.warmstart import init_weights
 
-    model = build_model("four_tensor", "tiny", tok, memory=args.memory_config(32))
+    model = build_model("four_tensor", "tiny", tok, memory=args.memory)
     fresh_memory = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("memory")}
     init_weights(model, plain.out)
     saved = torch.load(plain.out / CHECKPOINT_DIR / "last.pt", weights_only=False)["model"]
@@ -188,7 +205,7 @@ def test_memory_segment_last_only_scores_s_t_alone(toy_jsonl):
     args = TrainArgs(
         data=str(toy_jsonl), preset="tiny", out="unused", dropout=0.0, target_slices="last", **MEM
     )
-    model = build_model("four_tensor", "tiny", tok, 0.0, memory=args.memory_config(32))
+    model = build_model("four_tensor", "tiny", tok, 0.0, memory=args.memory)
     model.eval()
     lengths = [clip.shape[0]]
     with torch.no_grad():
@@ -216,7 +233,7 @@ def _tiny_memory_model(toy_jsonl):
     args = TrainArgs(
         data=str(toy_jsonl), preset="tiny", out="unused", dropout=0.0, target_slices="last", **MEM
     )
-    return build_model("four_tensor", "tiny", tok, 0.0, memory=args.memory_config(32)), clips
+    return build_model("four_tensor", "tiny", tok, 0.0, memory=args.memory), clips
 
 
 def test_memory_rollout_windows_are_the_models_own_continuation(toy_jsonl):
@@ -274,9 +291,12 @@ def test_memory_training_with_rollouts_runs_and_differs(tmp_path, toy_jsonl):
 def test_memory_gate_init_and_min_sigma_reach_the_model_and_defaults_keep_the_fingerprint(toy_jsonl):
     base = TrainArgs(data=str(toy_jsonl), preset="tiny", out="unused", **MEM)
     tuned = TrainArgs(
-        data=str(toy_jsonl), preset="tiny", out="unused", memory_gate_init=0.0, min_sigma=0.25, **MEM
+        data=str(toy_jsonl),
+        preset="tiny",
+        out="unused",
+        **{**MEM, "memory": {**MEM["memory"], "gate_init": 0.0, "min_sigma": 0.25}},
     )
-    cfg = tuned.memory_config(32)
+    cfg = tuned.memory
     assert cfg.gate_init == 0.0 and cfg.min_sigma == 0.25
     seqs = read_sequences(toy_jsonl)
     tok = StateTokenizer.build(s for q in seqs for s in q.states)
@@ -515,7 +535,7 @@ def test_grow_layer_keeps_the_memory_taps_on_the_saved_layers(tmp_path, toy_json
     from pipeline.training.warmstart import init_weights
 
     tok = StateTokenizer.build(s for q in read_sequences(toy_jsonl) for s in q.states)
-    mem = TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", **MEM).memory_config(32)
+    mem = TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", **MEM).memory
     one = _saved_tiny(tmp_path, tok, mem)
     two = _two_layers(one, memory_every_n_layers=2)  # taps on layer 0 only: the saved layer stays first
     init_weights(two, tmp_path / "one", grow_layer=1)

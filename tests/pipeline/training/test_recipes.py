@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,10 @@ def test_every_recipe_builds_its_arguments_and_network(name):
     )
     args = args_from_recipe(recipe, **run)  # a fine-tune runs from its base's folder (--grow-layer needs one)
     for key, value in recipe.train.items():  # the recipe's departures from the defaults reach the arguments
-        assert getattr(args, key) == value, key
+        got = getattr(args, key)
+        if key == "memory":  # the knobs of TensorMemoryConfig the recipe sets
+            got = {knob: getattr(got, knob) for knob in value}
+        assert got == value, key
     torch.manual_seed(0)
     if recipe.stage == "captioner":
         assert isinstance(args, TrainCaptionerArgs) and args.model == recipe.model
@@ -117,12 +121,13 @@ def test_the_predictor_recipe_is_the_run_that_made_the_shipped_predictor():
 
     summary = json.loads(
         (Path(__file__).resolve().parents[3] / "weights" / "predictor" / "training_summary.json").read_text()
-    )["args"]
+    )["args"]  # in the flat format (memory a bool beside its knobs), which from_dict reads too
+    shipped = TrainArgs.from_dict(summary)
     recipe = get_recipe("predictor")
-    assert recipe.init_from == "predictor-t8j" and summary["init_from"] is not None
-    assert summary["preset"] == recipe.model
-    for key, value in recipe.train.items():
-        assert summary[key] == value, key
+    assert recipe.init_from == "predictor-t8j" and shipped.init_from is not None
+    run = {k: v for k, v in asdict(shipped).items() if k not in recipe.train and k != "preset"}
+    assert args_from_recipe(recipe, **run) == shipped  # every field, each memory knob included
+    assert TrainArgs.from_dict(asdict(shipped)) == shipped  # and the format asdict writes now
     assert [r.name for r in recipe_chain(recipe)] == [
         "predictor-base",
         "predictor-mf5",
