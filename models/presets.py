@@ -187,6 +187,18 @@ _T8_TRAIN: dict[str, Any] = {
     "min_history": 4,
 }
 
+# The Atari predictors' arguments: 4 epochs of 40,000 windows at 1e-3, cosine, the loss on S(T).
+_ATARI_TRAIN: dict[str, Any] = {
+    "model": "four_tensor",
+    "epochs": 4,
+    "max_windows": 40000,
+    "batch_size": 32,
+    "lr": 1e-3,
+    "lr_schedule": "cosine",
+    "warmup_steps": 200,
+    "min_lr_ratio": 0.05,
+    "target_slices": "last",
+}
 RECIPES: dict[str, Recipe] = _by_name(
     # weights/captioner: 36 epochs from scratch (the defaults), then a short fine-tune on jittered and natively
     # resized frames, so that the model reads frames that are not pixel-perfect world renders.
@@ -333,6 +345,15 @@ RECIPES: dict[str, Recipe] = _by_name(
             "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05, "lr_schedule": "cosine", "warmup_steps": 2,
             "target_slices": "last", "rollout_steps": 2}, {"clips": 40, "length": 8},
            init_from="quick-predictor-base"),
+    # weights/pong/predictor and weights/freeway/predictor (docs/atari.md): the 4-tensor model under actions, no
+    # memory (each game's state holds what the 8-state window needs), on train-split clips of 256 states recorded
+    # by the domain's `generate` under the mixed behaviour policy, sticky actions off.
+    Recipe("pong-predictor", "predictor", "weights/pong/predictor: Pong states under actions",
+           "small-t8", _ATARI_TRAIN, {"clips": 340, "length": 256}),
+    Recipe("freeway-predictor", "predictor", "weights/freeway/predictor: Freeway states under actions",
+           "small-t8", _ATARI_TRAIN, {"clips": 340, "length": 256}),
+    Recipe("quick-pong-predictor", "predictor", "smoke test of an Atari predictor", "small-t8",
+           {**_ATARI_TRAIN, "max_windows": 120, "epochs": 1}, {"clips": 2, "length": 40}),
 )  # fmt: skip
 
 
