@@ -118,7 +118,8 @@ def sample_clip(
 
 @contextlib.contextmanager
 def timed(timings: dict[str, float], stage: str, notify: ProgressCallback | None = None) -> Iterator[None]:
-    """Time the block into `timings[stage]`; with `notify`, report the stage as 0 of 1 before it and 1 of 1 after."""
+    """Time the block into `timings[stage]`; with `notify`, report the stage as 0 of 1 before the block and as
+    1 of 1 after it."""
     if notify is not None:
         notify(stage, 0, 1)
     t = time.perf_counter()
