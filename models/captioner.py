@@ -76,22 +76,24 @@ def build_blip(config: CaptionerConfig, tokenizer):  # -> transformers.BlipForCo
     from transformers import BlipConfig, BlipForConditionalGeneration
 
     bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
+    # both towers have the one width, MLP and head count
+    width = dict(
+        hidden_size=config.hidden,
+        intermediate_size=config.mlp_ratio * config.hidden,
+        num_attention_heads=config.heads,
+    )
     blip_config = BlipConfig(
         vision_config=dict(
-            hidden_size=config.hidden,
-            intermediate_size=config.mlp_ratio * config.hidden,
+            **width,
             num_hidden_layers=config.vision_layers,
-            num_attention_heads=config.heads,
             image_size=config.image_size,
             patch_size=config.patch_size,
             initializer_range=0.02,  # BLIP's default (1e-10) starts the image tower at zero: it learns far slower
         ),
         text_config=dict(
+            **width,
             vocab_size=len(tokenizer),
-            hidden_size=config.hidden,
-            intermediate_size=config.mlp_ratio * config.hidden,
             num_hidden_layers=config.text_layers,
-            num_attention_heads=config.heads,
             max_position_embeddings=config.max_positions,
             encoder_hidden_size=config.hidden,
             bos_token_id=bos,
