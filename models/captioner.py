@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from models.checks import check_at_least
+
 BOS_TOKEN, EOS_TOKEN = "[BOS]", "[EOS]"
 MAX_STATE_TOKENS = 16  # N: a state has at most this many word-level tokens
 
@@ -42,9 +44,7 @@ class CaptionerConfig:
             )
         if self.hidden % self.heads or self.hidden % 4:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) and by 4")
-        for name in ("vision_layers", "text_layers", "mlp_ratio"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least(self, ("vision_layers", "text_layers", "mlp_ratio"))
         if self.max_positions < MAX_STATE_TOKENS + 2:
             raise ValueError(f"max_positions must be >= {MAX_STATE_TOKENS + 2}, got {self.max_positions}")
 
