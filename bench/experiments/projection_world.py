@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from bench.record import write_record
 from pipeline.evaluation.world import (
     DEFAULT_MIN_HISTORY,
     CopyLast,
@@ -81,10 +82,7 @@ def main() -> None:
         }
         print(json.dumps({"seed": seed, **brief}), flush=True)
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(
-            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1)
-        )
+        write_record(args.out, args, results=results)
 
 
 if __name__ == "__main__":
