@@ -10,7 +10,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,21 @@ import numpy as np
 import torch
 
 from pipeline.world_model import WorldModelPipeline
+
+
+class Stop(Exception):
+    """What a callback made by `stop_at` raises."""
+
+
+def stop_at(n: int, calls: list[int]) -> Callable[[], None]:
+    """A progress callback that counts its calls in `calls` and raises Stop at the n-th (a cancel, a deadline)."""
+
+    def callback() -> None:
+        calls.append(1)
+        if len(calls) == n:
+            raise Stop
+
+    return callback
 
 
 class BrightnessCaptioner:
