@@ -45,6 +45,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import world
+    from pipeline.domain import get_domain
     from pipeline.projection import projection_for
 
     raw = Predictor.from_pretrained(args.weights, device="cpu")  # free text: the model's argmax states
@@ -53,7 +54,9 @@ def main() -> None:
         raw.model,
         tok,
         "cpu",
-        projection=projection_for("world", tok, raw.N, tok.end_ids, args.top_k, args.beam),
+        projection=projection_for(
+            get_domain("shapes"), tok, raw.N, tok.end_ids, top_k=args.top_k, beam=args.beam
+        ),
     )
     results = []
     for seed in args.seeds:
