@@ -16,11 +16,12 @@ import re
 import types
 import typing
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, TypeVar
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pipeline.utils import UserError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 T = TypeVar("T")
 
