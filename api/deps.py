@@ -1,14 +1,16 @@
-"""FastAPI dependencies: settings, the pipeline, the engine, the job store, and the API key check."""
+"""FastAPI dependencies: settings, the pipeline, the engine, the job store, and the API key check (with the
+router every keyed resource is declared on)."""
 
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, Header, HTTPException, Request, status
+from fastapi import APIRouter, Depends, Header, HTTPException, Request, status
 
 from api.engine import Engine
 from api.jobs import JobStore, JobWorker
+from api.schemas import ErrorResponse
 from api.settings import Settings
 from pipeline.world_model import WorldModelPipeline
 
@@ -74,3 +76,16 @@ def require_api_key(
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, "missing or wrong API key", {"WWW-Authenticate": "Bearer"}
         )
+
+
+KEY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "missing or wrong API key (when the server has one)"},
+}
+
+
+def keyed_router(prefix: str, tag: str) -> APIRouter:
+    """The router of one resource: every route under `prefix` needs the API key (when the server has one) and
+    documents its 401; `tag` groups the routes in the docs."""
+    return APIRouter(
+        prefix=prefix, tags=[tag], dependencies=[Depends(require_api_key)], responses=KEY_RESPONSES
+    )

@@ -28,10 +28,6 @@ IMAGE_MAGIC = {
     b"MM\x00*": "TIFF",
 }
 
-KEY_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorResponse, "description": "missing or wrong API key (when the server has one)"},
-}
-
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": text}
     for code, text in {

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bench.record import write_record
 from pipeline.captioner import Captioner
 from pipeline.domain import get_domain
 from pipeline.evaluation.metrics import evaluate_frames, psnr, scene_groups
@@ -139,10 +140,7 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(
-            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1)
-        )
+        write_record(args.out, args, rows=rows)
 
 
 if __name__ == "__main__":

@@ -184,6 +184,21 @@ class FreeRunResult:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def _add_gold_ce(
+    sums: tuple[Tensor, Tensor, Tensor, Tensor], logits: Tensor, gold: Tensor, active: Tensor, eos_id: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One free-running step's CE added to (loss_sum, loss_count, content_sum, content_count): logits (B, V2)
+    against gold (B,) on the `active` rows (B,), every gold token and, apart, the content ones ([EOS] dropped)."""
+    loss_sum, loss_count, content_sum, content_count = sums
+    loss_sum = loss_sum + F.cross_entropy(logits[active], gold[active], reduction="sum")
+    loss_count = loss_count + active.sum()
+    is_content = active & (gold != eos_id)  # drop [EOS]: the same slots as 4-tensor S(T)
+    if bool(is_content.any()):
+        content_sum = content_sum + F.cross_entropy(logits[is_content], gold[is_content], reduction="sum")
+        content_count = content_count + is_content.sum()
+    return loss_sum, loss_count, content_sum, content_count
+
+
 class BaselineModel(nn.Module):
     """Decoder-only causal transformer over [BOS] + S(0)..S(T-1), asked for S(T) + [EOS] (paper section 7)."""
 
@@ -322,15 +337,7 @@ class BaselineModel(nn.Module):
         use_cache = use_cache and self.can_cache()
         for k in range(n_steps):
             if use_cache:
-                out = self.transformer(
-                    input_ids=step_ids,
-                    attention_mask=mask,  # (B, P+k): past and present
-                    position_ids=positions[:, -step_ids.shape[1] :],
-                    cache=cache,
-                    use_cache=True,
-                )
-                cache = out.cache
-                logits = self.readout(out.last_hidden_state[:, -1])  # (B, V2)
+                logits, cache = self._cached_step(step_ids, mask, positions, cache)  # (B, V2)
             else:
                 logits = self.forward_last(ids, mask)  # (B, V2), whole sequence recomputed
             gold_k = (
@@ -338,15 +345,9 @@ class BaselineModel(nn.Module):
             )
             active = k < packed.gold_len  # (B,)
             if bool(active.any()):
-                ce = F.cross_entropy(logits[active], gold_k[active], reduction="sum")
-                loss_sum = loss_sum + ce
-                loss_count = loss_count + active.sum()
-                is_content = active & (gold_k != cfg.eos_id)  # drop [EOS]: the same slots as 4-tensor S(T)
-                if bool(is_content.any()):
-                    content_sum = content_sum + F.cross_entropy(
-                        logits[is_content], gold_k[is_content], reduction="sum"
-                    )
-                    content_count = content_count + is_content.sum()
+                loss_sum, loss_count, content_sum, content_count = _add_gold_ce(
+                    (loss_sum, loss_count, content_sum, content_count), logits, gold_k, active, cfg.eos_id
+                )
             hat = logits.argmax(dim=-1).detach()  # (B,) the model's own token; an integer, no gradient
             tokens.append(hat)
             if return_logits:
@@ -370,6 +371,20 @@ class BaselineModel(nn.Module):
             tokens=torch.stack(tokens, dim=1),  # (B, K)
             logits=torch.stack(all_logits, dim=1) if return_logits else None,  # (B, K, V2)
         )
+
+    def _cached_step(
+        self, step_ids: Tensor, mask: Tensor, positions: Tensor, cache: Any
+    ) -> tuple[Tensor, Any]:
+        """One KV-cached decoding step: the new tokens `step_ids` (B, S) after the cached past, `mask` (B, P+k)
+        over past and present -> the logits at the last position (B, V2) and the grown cache."""
+        out = self.transformer(
+            input_ids=step_ids,
+            attention_mask=mask,  # (B, P+k): past and present
+            position_ids=positions[:, -step_ids.shape[1] :],
+            cache=cache,
+            use_cache=True,
+        )
+        return self.readout(out.last_hidden_state[:, -1]), out.cache
 
     def _decode(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
         """Greedy string from the fed-back tokens (B, K): content up to [EOS], at most N tokens.

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from models.checks import check_at_least
+
 BOS_TOKEN, EOS_TOKEN = "[BOS]", "[EOS]"
 MAX_STATE_TOKENS = 16  # N: a state has at most this many word-level tokens
 
@@ -42,9 +44,7 @@ class CaptionerConfig:
             )
         if self.hidden % self.heads or self.hidden % 4:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) and by 4")
-        for name in ("vision_layers", "text_layers", "mlp_ratio"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least(self, ("vision_layers", "text_layers", "mlp_ratio"))
         if self.max_positions < MAX_STATE_TOKENS + 2:
             raise ValueError(f"max_positions must be >= {MAX_STATE_TOKENS + 2}, got {self.max_positions}")
 
@@ -76,22 +76,24 @@ def build_blip(config: CaptionerConfig, tokenizer):  # -> transformers.BlipForCo
     from transformers import BlipConfig, BlipForConditionalGeneration
 
     bos, eos, pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
+    # both towers have the one width, MLP and head count
+    width = dict(
+        hidden_size=config.hidden,
+        intermediate_size=config.mlp_ratio * config.hidden,
+        num_attention_heads=config.heads,
+    )
     blip_config = BlipConfig(
         vision_config=dict(
-            hidden_size=config.hidden,
-            intermediate_size=config.mlp_ratio * config.hidden,
+            **width,
             num_hidden_layers=config.vision_layers,
-            num_attention_heads=config.heads,
             image_size=config.image_size,
             patch_size=config.patch_size,
             initializer_range=0.02,  # BLIP's default (1e-10) starts the image tower at zero: it learns far slower
         ),
         text_config=dict(
+            **width,
             vocab_size=len(tokenizer),
-            hidden_size=config.hidden,
-            intermediate_size=config.mlp_ratio * config.hidden,
             num_hidden_layers=config.text_layers,
-            num_attention_heads=config.heads,
             max_position_embeddings=config.max_positions,
             encoder_hidden_size=config.hidden,
             bos_token_id=bos,

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from models.checks import check_at_least
 from models.hub import load_model, save_model
 
 MODEL_KIND = "pixel_simvp"
@@ -51,9 +52,9 @@ class PixelConfig:
     residual: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("context", "hid_s", "hid_t", "translator_blocks"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"PixelConfig.{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least(
+            self, ("context", "hid_s", "hid_t", "translator_blocks"), label="PixelConfig.{}".format
+        )
         if self.downsample < 0:
             raise ValueError(f"PixelConfig.downsample must be >= 0, got {self.downsample}")
         if self.image_size < 8 or self.image_size % 2**self.downsample:

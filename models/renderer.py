@@ -10,6 +10,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from models.checks import check_at_least
+
 PREDICTION_TYPES = ("sample", "epsilon", "v_prediction")
 
 
@@ -47,9 +49,7 @@ class RendererConfig:
             )
         if len(self.unet_channels) < 2:
             raise ValueError(f"unet_channels needs at least 2 levels, got {self.unet_channels}")
-        for name in ("vae_latent_channels", "text_width", "text_layers", "max_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least(self, ("vae_latent_channels", "text_width", "text_layers", "max_length"))
 
     @property
     def latent_size(self) -> int:

@@ -156,14 +156,10 @@ class GrammarProjection:
 
 
 def projection_for(
-    domain: Domain,
-    tokenizer: StateTokenizer,
-    N: int,
-    end_ids: tuple[int, ...] = (),
-    top_k: int = 5,
-    beam: int = 16,
+    domain: Domain, tokenizer: StateTokenizer, N: int, end_ids: tuple[int, ...] = (), **search: int
 ) -> GrammarProjection | None:
-    """The projection onto `domain`'s valid states (None: a domain without an automaton gets none)."""
+    """The projection onto `domain`'s valid states (None: a domain without an automaton gets none); `search` is
+    GrammarProjection's top_k and beam."""
     if domain.automaton(N) is None:
         return None
-    return GrammarProjection(domain, tokenizer, N, end_ids, top_k=top_k, beam=beam)
+    return GrammarProjection(domain, tokenizer, N, end_ids, **search)

@@ -6,10 +6,11 @@ weights directory whose `model_index.json` names a folder per stage, like a diff
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,19 @@ def sample_clip(
     if stride is None and state_rate is None:
         state_rate = default_state_rate
     return read_video(video, stride=stride, state_rate=state_rate, limits=limits, on_frame=on_frame)
+
+
+@contextlib.contextmanager
+def timed(timings: dict[str, float], stage: str, notify: ProgressCallback | None = None) -> Iterator[None]:
+    """Time the block into `timings[stage]`; with `notify`, report the stage as 0 of 1 before the block and as
+    1 of 1 after it."""
+    if notify is not None:
+        notify(stage, 0, 1)
+    t = time.perf_counter()
+    yield
+    timings[stage] = time.perf_counter() - t
+    if notify is not None:
+        notify(stage, 1, 1)
 
 
 def predictor_vocabulary(predictor: object) -> tuple[set[str] | None, int | None]:
@@ -350,14 +364,11 @@ class WorldModelPipeline:
         seen = self._observe(video, states, stride, state_rate, context, notify, timings)
 
         # 4. predict
-        notify("predict", 0, 1)
-        t = time.perf_counter()
-        # Captions of out-of-domain frames may run past the predictor's token slots: cut those; states a user
-        # wrote are never cut silently (the predictor names the long one instead).
-        predicted = self.predict(seen.states, horizon, truncate=seen.clip is not None)
-        predicted_parses = [self.parses(s) for s in predicted]
-        timings["predict"] = time.perf_counter() - t
-        notify("predict", 1, 1)
+        with timed(timings, "predict", notify):
+            # Captions of out-of-domain frames may run past the predictor's token slots: cut those; states a user
+            # wrote are never cut silently (the predictor names the long one instead).
+            predicted = self.predict(seen.states, horizon, truncate=seen.clip is not None)
+            predicted_parses = [self.parses(s) for s in predicted]
 
         # 5. render, batched
         frames: list[np.ndarray] = []
@@ -365,24 +376,15 @@ class WorldModelPipeline:
         if render:
             if generator is None and seed is not None:
                 generator = torch.Generator("cpu").manual_seed(seed)
-            t = time.perf_counter()
-            frames = self.render(
-                predicted, generator=generator, steps=steps, guidance=guidance, notify=notify
-            )
-            if render_context:
-                context_frames = self.render(seen.states[-render_context:], generator=generator, steps=steps,
-                                             guidance=guidance, notify=notify)  # fmt: skip
-            timings["render"] = time.perf_counter() - t
+            drawn = seen.states[-render_context:] if render_context else []
+            frames, context_frames = self._draw(predicted, drawn, generator, steps, guidance, notify, timings)
 
         # 6. encode
         rate = seen.clip.state_rate if seen.clip is not None else float(state_rate or 1.0)
         mp4: bytes | None = None
         if encode_video and frames:
-            notify("encode", 0, 1)
-            t = time.perf_counter()
-            mp4 = encode_mp4(frames, rate)
-            timings["encode"] = time.perf_counter() - t
-            notify("encode", 1, 1)
+            with timed(timings, "encode", notify):
+                mp4 = encode_mp4(frames, rate)
 
         timings["total"] = time.perf_counter() - t_start
         return WorldModelOutput(
@@ -413,31 +415,45 @@ class WorldModelPipeline:
             observed = [s.strip() for s in states or ()]
             self.check_states(observed)  # refused here unless they parse: then each is a valid state
             return Observed(observed, None, [None] * len(observed), [self.parses(s) for s in observed], [])
-        notify("decode", 0, 1)
-        t = time.perf_counter()
-        if isinstance(video, SampledClip):  # read already (the CLI reads a clip before it loads models)
-            clip = video
-        else:  # a stop check after every decoded frame too
-            clip = self.read(video, stride, state_rate, on_frame=functools.partial(notify, "decode", 0, 1))
-        if context is not None:
-            clip.frames, clip.indices, clip.times = (
-                clip.frames[:context],
-                clip.indices[:context],
-                clip.times[:context],
-            )
-        timings["decode"] = time.perf_counter() - t
-        notify("decode", 1, 1)
+        with timed(timings, "decode", notify):
+            if isinstance(video, SampledClip):  # read already (the CLI reads a clip before it loads models)
+                clip = video
+            else:  # a stop check after every decoded frame too
+                clip = self.read(
+                    video, stride, state_rate, on_frame=functools.partial(notify, "decode", 0, 1)
+                )
+            if context is not None:
+                clip.frames, clip.indices, clip.times = (
+                    clip.frames[:context],
+                    clip.indices[:context],
+                    clip.times[:context],
+                )
 
-        t = time.perf_counter()
-        scored = self.caption_scored(clip.frames, notify)
-        observed = [text for text, _ in scored]
-        confidence = [c for _, c in scored]
-        parses = [self.parses(s) for s in observed]
-        timings["caption"] = time.perf_counter() - t
+        with timed(timings, "caption"):
+            scored = self.caption_scored(clip.frames, notify)
+            observed = [text for text, _ in scored]
+            confidence = [c for _, c in scored]
+            parses = [self.parses(s) for s in observed]
         warning = clip_warning(confidence, parses, self.confidence_threshold, self.domain)
         if warning:
             logger.warning("%s", warning)
         return Observed(observed, clip, confidence, parses, [warning] if warning else [])
+
+    def _draw(self, predicted: list[str], observed: list[str], generator: torch.Generator | None, steps: int | None,
+              guidance: float | None, notify: ProgressCallback,
+              timings: dict[str, float]) -> tuple[list[np.ndarray], list[np.ndarray]]:  # fmt: skip
+        """Step 5 of a call: the predicted states drawn, then the observed ones asked for (`render_context`), from
+        the one generator, in that order."""
+        with timed(timings, "render"):
+            frames = self.render(
+                predicted, generator=generator, steps=steps, guidance=guidance, notify=notify
+            )
+            context_frames = (
+                self.render(observed, generator=generator, steps=steps, guidance=guidance, notify=notify)
+                if observed
+                else []
+            )
+        return frames, context_frames
 
     # ---- the stages, each usable on its own -----------------------------------------------------------------
     def parses(self, state: str) -> bool | None:

@@ -10,7 +10,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,21 @@ import numpy as np
 import torch
 
 from pipeline.world_model import WorldModelPipeline
+
+
+class Stop(Exception):
+    """What a callback made by `stop_at` raises."""
+
+
+def stop_at(n: int, calls: list[int]) -> Callable[[], None]:
+    """A progress callback that counts its calls in `calls` and raises Stop at the n-th (a cancel, a deadline)."""
+
+    def callback() -> None:
+        calls.append(1)
+        if len(calls) == n:
+            raise Stop
+
+    return callback
 
 
 class BrightnessCaptioner:
@@ -156,6 +171,18 @@ class UnsureWorldCaptioner(WorldCaptioner):
         return [(s, -0.5) for s in self.caption(frames)]
 
 
+def tiny_four_tensor(tokenizer: Any, N: int, T: int = 4, memory: Any = None) -> Any:  # -> FourTensorModel
+    """A randomly initialised one-layer 4-tensor model of width 8 x 4 (two heads) for `tokenizer`'s vocabulary
+    and sentence ends, with N token slots per state, windows of T states and an optional TensorMemoryConfig
+    (seed torch before it to get the same weights)."""
+    from models.four_tensor import FourTensorConfig, FourTensorModel
+
+    return FourTensorModel(
+        FourTensorConfig(vocab_size=tokenizer.vocab_size, d_x=8, d_t=4, n_heads=2, n_layers=1, N=N, T=T,
+                         end_ids=tokenizer.end_ids, memory=memory)
+    )  # fmt: skip
+
+
 def build_tiny_weights(root: Path) -> Path:
     """A weights folder of tiny randomly initialised real stages: BLIP captioner, 4-tensor predictor with its
     tokenizer, and a StableDiffusionPipeline-layout renderer, each saved with save_pretrained, plus
@@ -163,7 +190,6 @@ def build_tiny_weights(root: Path) -> Path:
 
     """
     from models.captioner import CaptionerConfig, build_blip, build_processor
-    from models.four_tensor import FourTensorConfig, FourTensorModel
     from pipeline.tokenizer import StateTokenizer
     from pipeline.training.captioner import build_tokenizer, world_sentences
     from pipeline.training.image_args import TrainRendererArgs
@@ -180,18 +206,7 @@ def build_tiny_weights(root: Path) -> Path:
     build_processor(tokenizer, config.image_size).save_pretrained(root / "captioner")
 
     states = StateTokenizer.build(sentences)
-    predictor = FourTensorModel(
-        FourTensorConfig(
-            vocab_size=states.vocab_size,
-            d_x=8,
-            d_t=4,
-            n_heads=2,
-            n_layers=1,
-            N=12,
-            T=4,
-            end_ids=states.end_ids,
-        )  # fmt: skip
-    )
+    predictor = tiny_four_tensor(states, N=12)
     predictor.save_pretrained(root / "predictor")
     states.save(root / "predictor")
 

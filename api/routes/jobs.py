@@ -7,10 +7,10 @@ import asyncio
 import re
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, File, HTTPException, Query, Response, UploadFile, status
+from fastapi import Depends, File, HTTPException, Query, Response, UploadFile, status
 from fastapi.responses import JSONResponse
 
-from api.deps import SettingsDep, StoreDep, WorkerDep, require_api_key
+from api.deps import SettingsDep, StoreDep, WorkerDep, keyed_router
 from api.jobs import RESULT_JSON, RESULT_MP4, RESULT_ZIP, Job, JobParams, JobState, QueueFull, UnknownCursor
 from api.schemas import (
     ErrorResponse,
@@ -20,11 +20,9 @@ from api.schemas import (
     OutputFormat,
     PredictResponse,
 )
-from api.uploads import ERROR_RESPONSES, KEY_RESPONSES, check_params, predict_params, read_upload
+from api.uploads import ERROR_RESPONSES, check_params, predict_params, read_upload
 
-router = APIRouter(
-    prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(require_api_key)], responses=KEY_RESPONSES
-)
+router = keyed_router("/v1/jobs", "jobs")
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse, "description": "no such job"}}
 _ID_SHAPE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # only ids of this shape are echoed back in a 404

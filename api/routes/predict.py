@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, HTTPException, Response, UploadFile, status
+from fastapi import Depends, File, HTTPException, Response, UploadFile, status
 
-from api.deps import EngineDep, PipelineDep, SettingsDep, require_api_key
+from api.deps import EngineDep, PipelineDep, SettingsDep, keyed_router
 from api.engine import Busy, user_error_detail
 from api.jobs import JobParams
 from api.schemas import ErrorResponse, OutputFormat, PredictResponse, predict_payload
 from api.uploads import (
     ERROR_RESPONSES,
-    KEY_RESPONSES,
     check_params,
     check_sync_cost,
     predict_params,
@@ -23,9 +22,7 @@ from pipeline.outputs import zip_outputs
 from pipeline.utils import UserError
 from pipeline.world_model import WorldModelOutput
 
-router = APIRouter(
-    prefix="/v1", tags=["predict"], dependencies=[Depends(require_api_key)], responses=KEY_RESPONSES
-)
+router = keyed_router("/v1", "predict")
 
 
 def output_response(output: WorldModelOutput, fmt: OutputFormat) -> Response | dict:

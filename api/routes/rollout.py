@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import torch
-from fastapi import APIRouter, Depends, HTTPException, status
+from fastapi import HTTPException, status
 
-from api.deps import EngineDep, PipelineDep, SettingsDep, require_api_key
+from api.deps import EngineDep, PipelineDep, SettingsDep, keyed_router
 from api.routes.predict import run_model
 from api.schemas import ErrorResponse, RolloutRequest, RolloutResponse, b64png, states_fields
-from api.uploads import ERROR_RESPONSES, KEY_RESPONSES, check_params, check_sync_cost
+from api.uploads import ERROR_RESPONSES, check_params, check_sync_cost
 from pipeline.interfaces import ProgressCallback
 from pipeline.utils import UserError
 
-router = APIRouter(
-    prefix="/v1", tags=["rollout"], dependencies=[Depends(require_api_key)], responses=KEY_RESPONSES
-)
+router = keyed_router("/v1", "rollout")
 
 
 @router.post(

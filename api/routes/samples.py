@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import re
 
-from fastapi import APIRouter, Depends, HTTPException, Request, status
+from fastapi import HTTPException, Request, status
 from fastapi.responses import FileResponse
 
-from api.deps import require_api_key
+from api.deps import keyed_router
 from api.schemas import ErrorResponse, SampleInfo
-from api.uploads import KEY_RESPONSES
 
-router = APIRouter(
-    prefix="/v1/samples", tags=["samples"], dependencies=[Depends(require_api_key)], responses=KEY_RESPONSES
-)
+router = keyed_router("/v1/samples", "samples")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.(mp4|webm|mkv|avi|mov)$")
 
 

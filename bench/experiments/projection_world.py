@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from bench.record import write_record
 from pipeline.evaluation.world import (
     DEFAULT_MIN_HISTORY,
     CopyLast,
@@ -44,6 +45,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import world
+    from pipeline.domain import get_domain
     from pipeline.projection import projection_for
 
     raw = Predictor.from_pretrained(args.weights, device="cpu")  # free text: the model's argmax states
@@ -52,7 +54,9 @@ def main() -> None:
         raw.model,
         tok,
         "cpu",
-        projection=projection_for("world", tok, raw.N, tok.end_ids, args.top_k, args.beam),
+        projection=projection_for(
+            get_domain("shapes"), tok, raw.N, tok.end_ids, top_k=args.top_k, beam=args.beam
+        ),
     )
     results = []
     for seed in args.seeds:
@@ -81,10 +85,7 @@ def main() -> None:
         }
         print(json.dumps({"seed": seed, **brief}), flush=True)
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(
-            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=1)
-        )
+        write_record(args.out, args, results=results)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
-"""One helper that turns an arguments dataclass into argparse flags, and the parsed flags back into it.
+"""Argparse flags from declared fields, and the parsed flags back into the declaration: one way for both kinds of
+declaration the commands have, an arguments dataclass (`train`) and a pydantic model (the call parameters of
+`predict` and `batch`, pipeline.params.ForecastParams).
 
 Every field `some_name` becomes `--some-name` with the field's type and default; a field without a default is a
 required flag; a bool becomes `--x / --no-x`; a `tuple[...]` takes one or more values; a nested dataclass field
 (a model config) adds its own fields as flags. An optional one (`x: Config | None`) is switched on by `--x / --no-x`
 and hands the owner a dict of its flags' values, or None: its fields without a default are the owner's to fill in
-(a width taken from another argument). Help text is the field's description in the class docstring.
+(a width taken from another argument). Help text is the field's description: for a dataclass, its line in the
+class docstring; for a pydantic model, the field's `description`, whose limits the model checks.
 """
 
 from __future__ import annotations
@@ -14,8 +17,13 @@ import dataclasses
 import re
 import types
 import typing
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pipeline.utils import UserError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 T = TypeVar("T")
 
@@ -54,7 +62,8 @@ def _unwrap_optional(tp: Any) -> Any:
     return tp
 
 
-def _flag(name: str) -> str:
+def flag_name(name: str) -> str:
+    """The flag of a field: `some_name` -> `--some-name`."""
     return "--" + name.replace("_", "-")
 
 
@@ -62,6 +71,36 @@ def _switched(hint: Any) -> bool:
     """Whether a field typed `hint` is an optional nested dataclass (`Config | None`), switched on by a flag."""
     tp = _unwrap_optional(hint)
     return tp is not hint and dataclasses.is_dataclass(tp)
+
+
+def add_field_flag(
+    parser: argparse.ArgumentParser | argparse._ActionsContainer,
+    name: str,
+    tp: Any,
+    default: Any,
+    help: str,
+    *,
+    required: bool = False,
+    flags: tuple[str, ...] = (),
+    **options: Any,
+) -> None:
+    """The flag of one field `name` of type `tp` (`X | None` reads as X): `flags` (default `--name`), its value
+    in `args.name`; a bool is `--x / --no-x`, a tuple one or more values; `options` go to add_argument as they are
+    (choices, metavar)."""
+    tp = _unwrap_optional(tp)
+    kwargs: dict[str, Any] = {"dest": name, "help": help}
+    if required:
+        kwargs["required"] = True
+    else:
+        kwargs["default"] = list(default) if isinstance(default, tuple) else default
+    if tp is bool:
+        kwargs["action"] = argparse.BooleanOptionalAction
+    elif typing.get_origin(tp) is tuple:
+        kwargs["type"] = typing.get_args(tp)[0]
+        kwargs["nargs"] = "+"
+    else:
+        kwargs["type"] = tp
+    parser.add_argument(*(flags or (flag_name(name),)), **kwargs, **options)
 
 
 def add_dataclass_flags(
@@ -96,22 +135,11 @@ def add_dataclass_flags(
         if switched:  # the switch --x / --no-x, on when the default is a config; its fields' flags follow
             tp, default = bool, default is not None
         # argparse %-formats help text: a literal % from a docstring ("l % n == 0") must be doubled
-        kwargs: dict[str, Any] = {"dest": f.name, "help": docs.get(f.name, "").replace("%", "%%")}
-        if required:
-            kwargs["required"] = True
-        else:
-            kwargs["default"] = list(default) if isinstance(default, tuple) else default
-            kwargs["help"] += " (default: %(default)s)"
-        if tp is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif typing.get_origin(tp) is tuple:
-            kwargs["type"] = typing.get_args(tp)[0]
-            kwargs["nargs"] = "+"
-        else:
-            kwargs["type"] = tp
-        if choices and f.name in choices:
-            kwargs["choices"] = choices[f.name]
-        parser.add_argument((flags or {}).get(f.name, _flag(f.name)), **kwargs)
+        text = docs.get(f.name, "").replace("%", "%%")
+        options: dict[str, Any] = {"choices": choices[f.name]} if choices and f.name in choices else {}
+        spelled = (flags[f.name],) if flags and f.name in flags else ()
+        add_field_flag(parser, f.name, tp, default, text if required else text + " (default: %(default)s)",
+                       required=required, flags=spelled, **options)  # fmt: skip
         if switched:
             add_dataclass_flags(parser, nested, flags=flags, choices=choices, help=help, _owner_fills=True)
 
@@ -137,3 +165,48 @@ def _values(cls: type, ns: argparse.Namespace) -> dict[str, Any]:
 def dataclass_from_namespace(cls: type[T], ns: argparse.Namespace) -> T:
     """The `cls` instance that flags added by `add_dataclass_flags(parser, cls)` describe."""
     return cls(**_values(cls, ns))
+
+
+def add_pydantic_flags(
+    parser: argparse.ArgumentParser,
+    model: type[BaseModel],
+    *,
+    flags: Mapping[str, tuple[str, ...]] | None = None,
+    metavars: Mapping[str, str] | None = None,
+    defaults: Mapping[str, str] | None = None,
+    extra: Mapping[str, str] | None = None,
+    exclusive: Collection[str] = (),
+) -> None:
+    """Add one flag per field of the pydantic `model` to `parser`, with the field's type and default; its help is
+    the field's description, then "(default D)" (or the words `defaults` gives the field) and "; " + `extra`'s
+    words for it. The values are not checked here: the model checks them (`check_pydantic_flags`).
+
+    flags: the field's flag and its aliases ({"horizon": ("--horizon", "-k")}). metavars: the value's name in
+    the help. exclusive: fields whose flags exclude each other (one mutually exclusive group).
+    """
+    group = parser.add_mutually_exclusive_group() if exclusive else None
+    for name, field in model.model_fields.items():
+        said = (defaults or {}).get(name, f"default {field.default}" if field.default is not None else "")
+        more = f"; {extra[name]}" if extra and name in extra else ""
+        text = f"{field.description} ({said}){more}" if said else f"{field.description}{more}"
+        where = group if group is not None and name in exclusive else parser
+        add_field_flag(where, name, field.annotation, field.default, text, flags=(flags or {}).get(name, ()),
+                       metavar=(metavars or {}).get(name))  # fmt: skip
+
+
+def check_pydantic_flags(
+    ns: argparse.Namespace,
+    model: type[BaseModel],
+    check: Callable[..., Any],
+    flags: Mapping[str, tuple[str, ...]] | None = None,
+) -> None:
+    """The values of `model`'s flags checked by `check(**values)` (which raises a ValueError "FIELD: why" or one
+    that names no field), before anything is read or loaded: a UserError that names the flag instead ("--state-rate:
+    Input should be less than or equal to 240, got 500.0")."""
+    try:
+        check(**{name: getattr(ns, name) for name in model.model_fields})
+    except ValueError as err:
+        name, sep, rest = str(err).partition(": ")
+        if sep and name in model.model_fields:
+            raise UserError(f"{(flags or {}).get(name, (flag_name(name),))[0]}: {rest}") from None
+        raise UserError(str(err)) from None

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.cli.flags import add_pydantic_flags, check_pydantic_flags
 from pipeline.utils import UserError, default_weights_dir, read_model_index
 
 if TYPE_CHECKING:
@@ -128,34 +129,24 @@ def add_placement_flags(p: argparse.ArgumentParser, env: bool = False) -> None:
                    "compile)" + say[3])  # fmt: skip
 
 
-# What the CLI adds to a parameter's description in pipeline.params (the default as the CLI reads it).
+# What the CLI says of a parameter beyond its description in pipeline.params (the default as the CLI reads it).
 SAMPLING_DEFAULT = (
     "default: the weights' state_rate in model_index.json (the shipped models: 2), else every frame"
 )
-FLAG_NAMES = {"horizon": ("--horizon", "-k"), "state_rate": ("--state-rate",)}
+FLAG_NAMES = {"horizon": ("--horizon", "-k")}
 METAVARS = {"horizon": "K", "stride": "K", "state_rate": "HZ", "context": "N", "seed": "S", "steps": "N",
             "guidance": "G"}  # fmt: skip
 
 
 def add_param_flags(p: argparse.ArgumentParser, extra: dict[str, str] | None = None) -> None:
     """One flag per call parameter of `pipeline.params.ForecastParams` (the same in `predict` and `batch`): its
-    type, default and description from the model, which also checks the values (`check_params`); --stride and
-    --state-rate exclude each other. `extra` adds words to a parameter's help."""
+    type, default and description from the model, which also checks the values (`check_param_flags`); --stride
+    and --state-rate exclude each other. `extra` adds words to a parameter's help."""
     from pipeline.params import ForecastParams
 
-    extra = extra or {}
-    rate = p.add_mutually_exclusive_group()
-    for name, field in ForecastParams.model_fields.items():
-        number = float if field.annotation in (float, float | None) else int
-        default = field.default
-        said = {"stride": SAMPLING_DEFAULT, "state_rate": SAMPLING_DEFAULT}.get(
-            name, f"default {default}" if default is not None else ""
-        )
-        more = f"; {extra[name]}" if name in extra else ""
-        help_text = f"{field.description} ({said}){more}" if said else f"{field.description}{more}"
-        group = rate if name in ("stride", "state_rate") else p
-        group.add_argument(*FLAG_NAMES.get(name, (f"--{name}",)), dest=name, type=number, default=default,
-                           metavar=METAVARS[name], help=help_text)  # fmt: skip
+    add_pydantic_flags(p, ForecastParams, flags=FLAG_NAMES, metavars=METAVARS,
+                       defaults={"stride": SAMPLING_DEFAULT, "state_rate": SAMPLING_DEFAULT}, extra=extra,
+                       exclusive=("stride", "state_rate"))  # fmt: skip
 
 
 def check_param_flags(args: argparse.Namespace) -> None:
@@ -163,13 +154,7 @@ def check_param_flags(args: argparse.Namespace) -> None:
     names the flag ("--state-rate: Input should be less than or equal to 240, got 500.0")."""
     from pipeline.params import ForecastParams, check_params
 
-    try:
-        check_params(**{name: getattr(args, name) for name in ForecastParams.model_fields})
-    except ValueError as err:
-        name, sep, rest = str(err).partition(": ")
-        if sep and name in ForecastParams.model_fields:
-            raise UserError(f"{FLAG_NAMES.get(name, (f'--{name}',))[0]}: {rest}") from None
-        raise UserError(str(err)) from None
+    check_pydantic_flags(args, ForecastParams, check_params, FLAG_NAMES)
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:

@@ -164,28 +164,18 @@ def run_methods(
 
     def timed(name: str, fn: Callable[[], list[list[np.ndarray]]]) -> None:
         stored = cache / f"{name}.npz" if cache is not None and name != "pixel" else None
-        if stored is not None and stored.is_file():
-            with np.load(stored, allow_pickle=False) as z:
-                if json.loads(str(z["key"])) == cache_key:
-                    frames[name] = [list(clip) for clip in z["frames"]]
-                    seconds[name] = float(z["seconds"])
-                    if "states" in z.files:
-                        states[name] = json.loads(str(z["states"]))
-                    logger.info("%s: frames from %s", name, stored)
-                    return
+        cached = _load_cached(stored, cache_key) if stored is not None else None
+        if cached is not None:
+            frames[name], seconds[name], kept = cached
+            if kept is not None:
+                states[name] = kept
+            logger.info("%s: frames from %s", name, stored)
+            return
         t0 = time.perf_counter()
         frames[name] = fn()
         seconds[name] = (time.perf_counter() - t0) / (n * horizon)
         if stored is not None:
-            stored.parent.mkdir(parents=True, exist_ok=True)
-            arrays: dict[str, Any] = {
-                "frames": np.asarray(frames[name]),
-                "seconds": np.asarray(seconds[name]),
-                "key": np.asarray(json.dumps(cache_key)),
-            }
-            if name in states:
-                arrays["states"] = np.asarray(json.dumps(states[name]))
-            np.savez(stored, **arrays)
+            _save_cached(stored, cache_key, frames[name], states.get(name), seconds[name])
 
     def semworld() -> list[list[np.ndarray]]:
         read = caption_all(stages.captioner, [f for ctx in contexts for f in ctx])
@@ -201,7 +191,7 @@ def run_methods(
     def pixel() -> list[list[np.ndarray]]:
         own = [
             ctx[-stages.pixel.context :] for ctx in contexts
-        ]  # the frames the pixel model reads: the last ones
+        ]  # what the pixel model reads: the last frames
         out: list[list[np.ndarray]] = []
         for i in range(0, n, batch_size):
             out += stages.pixel.predict_frames(own[i : i + batch_size], horizon)
@@ -218,6 +208,39 @@ def run_methods(
     timed("copy_last", lambda: [[ctx[-1].copy() for _ in range(horizon)] for ctx in contexts])
     timed("truth", truth)
     return frames, states, seconds
+
+
+def _load_cached(
+    stored: Path, key: dict[str, Any] | None
+) -> tuple[list[list[np.ndarray]], float, list[list[str]] | None] | None:
+    """One method's frames, seconds per frame and states (None: it keeps none) from `stored`; None when there is
+    no such file or it was written for another `key`."""
+    if not stored.is_file():
+        return None
+    with np.load(stored, allow_pickle=False) as z:
+        if json.loads(str(z["key"])) != key:
+            return None
+        states = json.loads(str(z["states"])) if "states" in z.files else None
+        return [list(clip) for clip in z["frames"]], float(z["seconds"]), states
+
+
+def _save_cached(
+    stored: Path,
+    key: dict[str, Any] | None,
+    frames: list[list[np.ndarray]],
+    states: list[list[str]] | None,
+    seconds: float,
+) -> None:
+    """One method's frames, seconds and states (None: a method that predicts none) in `stored`, under `key`."""
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    arrays: dict[str, Any] = {
+        "frames": np.asarray(frames),
+        "seconds": np.asarray(seconds),
+        "key": np.asarray(json.dumps(key)),
+    }
+    if states is not None:
+        arrays["states"] = np.asarray(json.dumps(states))
+    np.savez(stored, **arrays)
 
 
 def caption_all(captioner: Any, frames: Sequence[np.ndarray], batch_size: int = 64) -> list[str]:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from pipeline import utils
-from pipeline.domain import can_generate, domain_of_index, get_domain
+from pipeline.domain import Domain, can_generate, domain_of_index, get_domain
 from pipeline.evaluation.metrics import psnr, scene_groups, ssim
 from pipeline.interfaces import Predictor
 from pipeline.utils import (
@@ -201,29 +201,56 @@ def score_predictor(
         # True world states never need cutting; a predictor with fewer token slots than the world's 16 cuts them.
         futures = predictor.predict([c.states[:s] for c, s in chunk], horizon, truncate=True)
         for (clip, s), future in zip(chunk, futures):
-            family = family_of(clip.scenario)
             future = [canonical_state(f) for f in future]
             valid.append(is_valid_state(future[0]))
             for h, f in enumerate(future, start=1):
                 valid_by_h.setdefault(h, []).append(is_valid_state(f))
-            for h in range(1, horizon + 1):
-                t = s + h - 1
-                if t >= len(clip.states):
-                    break
-                hit = future[h - 1] == canonical_state(clip.states[t])
-                if not clip.predictable[t]:
-                    if h == 1:
-                        unpredictable.append(hit)
-                    continue
-                hits.setdefault(("flagged", "all", h), []).append(hit)
-                hits.setdefault(("flagged_family", family, h), []).append(hit)
-                if not all(
-                    clip.predictable[s:t]
-                ):  # a random event inside the rollout: no history foretells it
-                    hits.setdefault(("event", "all", h), []).append(hit)
-                    continue
-                for key in (("all", "all"), ("family", family), ("scenario", clip.scenario)):
-                    hits.setdefault((*key, h), []).append(hit)
+            _tally_rollout(clip, s, future, horizon, hits, unpredictable)
+    return {
+        **_horizon_tables(hits, horizon),
+        "unpredictable_h1": _rate(unpredictable),
+        "unpredictable_steps": len(unpredictable),
+        "valid_h1": _rate(valid),
+        "valid_by_horizon": {str(h): _rate(v) for h, v in sorted(valid_by_h.items())},
+        "rollouts": len(starts),
+        "min_history": min_history,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def _tally_rollout(
+    clip: Clip,
+    s: int,
+    future: list[str],
+    horizon: int,
+    hits: dict[tuple[str, str, int], list[bool]],
+    unpredictable: list[bool],
+) -> None:
+    """Add one rollout from the history clip.states[:s] to `hits`, keyed (kind, name, horizon): "flagged" every
+    flagged target, "event" those after a random event inside the rollout, and "all" / "family" / "scenario"
+    the ones the history determines; a horizon-1 target that is not flagged goes to `unpredictable`."""
+    family = family_of(clip.scenario)
+    for h in range(1, horizon + 1):
+        t = s + h - 1
+        if t >= len(clip.states):
+            break
+        hit = future[h - 1] == canonical_state(clip.states[t])
+        if not clip.predictable[t]:
+            if h == 1:
+                unpredictable.append(hit)
+            continue
+        hits.setdefault(("flagged", "all", h), []).append(hit)
+        hits.setdefault(("flagged_family", family, h), []).append(hit)
+        if not all(clip.predictable[s:t]):  # a random event inside the rollout: no history foretells it
+            hits.setdefault(("event", "all", h), []).append(hit)
+            continue
+        for key in (("all", "all"), ("family", family), ("scenario", clip.scenario)):
+            hits.setdefault((*key, h), []).append(hit)
+
+
+def _horizon_tables(hits: dict[tuple[str, str, int], list[bool]], horizon: int) -> dict[str, Any]:
+    """The {horizon: rate} maps and {horizon: count} maps of score_predictor's report, from `_tally_rollout`'s
+    hits."""
 
     def table(kind: str, name: str) -> dict[str, Any]:
         return {str(h): _rate(hits.get((kind, name, h), [])) for h in range(1, horizon + 1)}
@@ -244,13 +271,6 @@ def score_predictor(
         "by_horizon_after_event": table("event", "all"),
         "after_event_steps": counts("event", "all"),
         "by_scenario": {s: table("scenario", s) for s in scenarios},
-        "unpredictable_h1": _rate(unpredictable),
-        "unpredictable_steps": len(unpredictable),
-        "valid_h1": _rate(valid),
-        "valid_by_horizon": {str(h): _rate(v) for h, v in sorted(valid_by_h.items())},
-        "rollouts": len(starts),
-        "min_history": min_history,
-        "seconds": round(time.perf_counter() - t0, 2),
     }
 
 
@@ -422,29 +442,7 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
         if folder is None:
             result[part] = missing(part)
         elif part == "predictor":
-            from pipeline.predictor import Predictor
-
-            predictor = Predictor.from_pretrained(folder, device=device, domain=domain, project=args.project,
-                                                  mirror=args.mirror)  # fmt: skip
-            kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
-            start = (
-                args.min_history if args.min_history is not None else min(predictor.T, DEFAULT_MIN_HISTORY)
-            )
-            scores = score_predictor(predictor, clips, args.horizon, start)
-            projection = predictor.projection
-            result[part] = {
-                "weights": str(folder),
-                "model": kind,
-                "projection": projection is not None,
-                "mirror": args.mirror,
-                **scores,
-            }
-            if projection is not None:  # the share of predicted states (all horizons) the projection changed
-                result[part]["projected"] = _rate(
-                    [True] * projection.stats.projected
-                    + [False] * (projection.stats.states - projection.stats.projected)
-                )
-            result["copy_last"] = score_predictor(CopyLast(), clips, args.horizon, start)
+            result[part], result["copy_last"] = _predictor_part(folder, clips, args, device, domain)
         else:
             from pipeline.renderer import Renderer
 
@@ -452,3 +450,25 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
             sampling = (args.render_states, args.seed, args.steps, args.guidance)
             result[part] = {"weights": str(folder), **score_renderer(renderer, clips, captioner, *sampling)}
     return result
+
+
+def _predictor_part(
+    folder: Path, clips: Sequence[Clip], args: EvalWorldArgs, device: torch.device, domain: Domain
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The predictor's scores (with what it is and how it forecasts) and the copy-last reference's, from the same
+    starts."""
+    from pipeline.predictor import Predictor
+
+    predictor = Predictor.from_pretrained(folder, device=device, domain=domain, project=args.project,
+                                          mirror=args.mirror)  # fmt: skip
+    kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
+    start = args.min_history if args.min_history is not None else min(predictor.T, DEFAULT_MIN_HISTORY)
+    scores = score_predictor(predictor, clips, args.horizon, start)
+    projection = predictor.projection
+    out = {"weights": str(folder), "model": kind, "projection": projection is not None, "mirror": args.mirror}
+    if projection is not None:  # the share of predicted states (all horizons) the projection changed
+        scores["projected"] = _rate(
+            [True] * projection.stats.projected
+            + [False] * (projection.stats.states - projection.stats.projected)
+        )
+    return {**out, **scores}, score_predictor(CopyLast(), clips, args.horizon, start)

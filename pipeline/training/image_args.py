@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from models.captioner import CaptionerConfig
+from models.checks import check_at_least
 from models.pixel import PixelConfig
 from models.renderer import RendererConfig
 from pipeline.utils import UserError
@@ -88,9 +89,7 @@ class TrainCaptionerArgs:
         if isinstance(self.model, dict):
             self.model = CaptionerConfig(**self.model)
         self.count_weights = tuple(float(w) for w in self.count_weights)
-        for name in ("epochs", "steps_per_epoch", "batch_size", "eval_frames", "threads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least(self, ("epochs", "steps_per_epoch", "batch_size", "eval_frames", "threads"))
         if self.target is not None and not 0 < self.target <= 1:
             raise ValueError(f"target must be in (0, 1] or None, got {self.target}")
         if self.lr <= 0:
@@ -234,21 +233,12 @@ class TrainRendererArgs:
             raise ValueError(
                 f"count_weights needs 1-4 non-negative weights (0..3 objects), got {self.count_weights}"
             )
-        for name in ("vae_steps", "unet_steps", "decoder_every"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in (
-            "vae_batch",
-            "unet_batch",
-            "sample_steps",
-            "eval_every",
-            "eval_states",
-            "checkpoint_every",
-            "threads",
-            "pool",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_at_least(self, ("vae_steps", "unet_steps", "decoder_every"), 0)
+        check_at_least(
+            self,
+            ("vae_batch", "unet_batch", "sample_steps", "eval_every", "eval_states", "checkpoint_every", "threads",
+             "pool"),
+        )  # fmt: skip
 
     def model_config(self) -> RendererConfig:
         """The network's shape among these arguments."""
@@ -310,10 +300,9 @@ class TrainPixelArgs:
     def __post_init__(self) -> None:
         if isinstance(self.model, dict):
             self.model = PixelConfig.from_dict(self.model)
-        for name in ("clips", "steps", "batch_size", "rollout_steps", "eval_every", "eval_clips",
-                     "checkpoint_every", "threads"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        at_least_one = ("clips", "steps", "batch_size", "rollout_steps", "eval_every", "eval_clips",
+                        "checkpoint_every", "threads")  # fmt: skip
+        check_at_least(self, at_least_one, label=lambda name: "--" + name.replace("_", "-"), error=UserError)
         if self.length < self.model.context + self.rollout_steps:
             raise UserError(
                 f"--length {self.length} is shorter than context {self.model.context} + rollout-steps "

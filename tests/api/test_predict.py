@@ -307,15 +307,13 @@ def _tiny_word_predictor(words: list[str], n: int):
     """A real (random, untrained) 4-tensor predictor with a tokenizer of `words`, reading `n` tokens per state."""
     import torch
 
-    from models.four_tensor import FourTensorConfig, FourTensorModel
     from pipeline.predictor import Predictor
     from pipeline.tokenizer import StateTokenizer
+    from tests.fakes import tiny_four_tensor
 
     torch.manual_seed(0)
     tokenizer = StateTokenizer.build([" ".join(words)])
-    config = FourTensorConfig(vocab_size=tokenizer.vocab_size, d_x=8, d_t=4, n_heads=2, n_layers=1, N=n, T=3,
-                              end_ids=tokenizer.end_ids)  # fmt: skip
-    return Predictor(FourTensorModel(config), tokenizer)
+    return Predictor(tiny_four_tensor(tokenizer, N=n, T=3), tokenizer)
 
 
 def test_rollout_refuses_words_a_non_world_predictor_does_not_know(make_client):

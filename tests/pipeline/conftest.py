@@ -1,4 +1,5 @@
-"""Tiny corpora for the pipeline tests: learnable toy state sequences in JSONL and a ROCStories-style CSV."""
+"""Tiny corpora for the pipeline tests: learnable toy state sequences in JSONL, a ROCStories-style CSV, and a
+states file of one world state (what `semworld predict --states` reads)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,14 @@ def write_jsonl(path: Path, records: list[dict]) -> Path:
 @pytest.fixture
 def toy_jsonl(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "toy.jsonl", toy_sequences())
+
+
+@pytest.fixture
+def states_file(tmp_path: Path) -> Path:
+    """A states file of one state of the built-in world: "red ball top left ."."""
+    path = tmp_path / "s.txt"
+    path.write_text("red ball top left .\n")
+    return path
 
 
 @pytest.fixture

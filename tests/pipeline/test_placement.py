@@ -138,17 +138,15 @@ def test_threads_default_to_one_fewer_than_the_usable_cores(monkeypatch):
         Settings(threads=0)
 
 
-def test_predict_and_serve_take_threads(monkeypatch, tiny_weights, tmp_path):
+def test_predict_and_serve_take_threads(monkeypatch, tiny_weights, states_file, tmp_path):
     from pipeline import cli
 
     seen: list[int | None] = []
     monkeypatch.setattr("pipeline.placement.set_threads", lambda n=None: seen.append(n) or 1)
-    states = tmp_path / "s.txt"
-    states.write_text("red ball top left .\n")
     argv = [
         "predict",
         "--states",
-        str(states),
+        str(states_file),
         "--weights",
         str(tiny_weights),
         "--horizon",

@@ -11,13 +11,14 @@ import torch
 
 import world
 from models.baseline import BaselineConfig, BaselineModel
-from models.four_tensor import FourTensorConfig, FourTensorModel
+from models.four_tensor import FourTensorModel
 from pipeline.domain import get_domain
 from pipeline.predictor import Predictor
 from pipeline.projection import GrammarProjection, projection_for
 from pipeline.tokenizer import PAD_ID, StateTokenizer
 from pipeline.training.captioner import sample_scene, world_sentences
 from pipeline.world_model import WorldModelPipeline
+from tests.fakes import tiny_four_tensor
 from world.automaton import Prefix, WorldAutomaton
 
 SHAPES = get_domain("shapes")
@@ -121,17 +122,16 @@ def test_projection_rejects_bad_arguments(tok):
     assert isinstance(projection_for(SHAPES, tok, N), GrammarProjection)
 
 
-def tiny_four_tensor(tok: StateTokenizer) -> FourTensorModel:
+def tiny_model(tok: StateTokenizer) -> FourTensorModel:
     torch.manual_seed(0)
-    return FourTensorModel(FourTensorConfig(vocab_size=tok.vocab_size, d_x=8, d_t=4, n_heads=2, n_layers=1, N=N,
-                                            T=4, end_ids=tok.end_ids)).eval()  # fmt: skip
+    return tiny_four_tensor(tok, N).eval()
 
 
 HISTORIES = [["red ball top left .", "red ball upper left .", "red ball middle left ."], ["empty ."]]
 
 
 def test_next_logits_are_what_predict_next_decodes(tok):
-    model = tiny_four_tensor(tok)
+    model = tiny_model(tok)
     window = Predictor(model, tok).encode_histories(HISTORIES)
     logits, state = model.next_logits(window, "carried")
     ids, _ = model.predict_next(window)
@@ -143,7 +143,7 @@ def test_next_logits_are_what_predict_next_decodes(tok):
 
 
 def test_off_is_the_old_rollout_bit_for_bit_and_on_feeds_valid_states_back(tok):
-    model = tiny_four_tensor(tok)
+    model = tiny_model(tok)
     plain = Predictor(model, tok)
     window = plain.encode_histories(HISTORIES)
     expected, w = [], window

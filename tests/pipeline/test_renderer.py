@@ -16,6 +16,7 @@ from pipeline.renderer import Renderer, RenderSettings
 from pipeline.training.image_args import TrainRendererArgs
 from pipeline.training.renderer_parts import fresh_pipeline, save_renderer
 from pipeline.utils import UserError
+from tests.fakes import Stop, stop_at
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "weights" / "renderer"
@@ -241,16 +242,8 @@ def test_step_callback_runs_after_every_step_and_can_stop_the_render(tiny):
     tiny.render(STATES[:1], steps=3, step_callback=lambda: steps.append(1))
     assert len(steps) == 3
 
-    class Stop(Exception):
-        pass
-
-    def stop_at_second() -> None:
-        steps.append(1)
-        if len(steps) == 2:
-            raise Stop
-
     steps.clear()
     with pytest.raises(Stop):
-        tiny.render(STATES[:1], steps=50, step_callback=stop_at_second)
+        tiny.render(STATES[:1], steps=50, step_callback=stop_at(2, steps))
     assert len(steps) == 2  # stopped right there, not at the end of the 50 steps
     assert tiny.default_steps == tiny.settings.steps

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import world
-from models.four_tensor import FourTensorConfig, FourTensorModel
+from models.four_tensor import FourTensorModel
 from models.tensor_memory import TensorMemoryConfig
 from pipeline.domain import get_domain
 from pipeline.predictor import Predictor
@@ -18,6 +18,7 @@ from pipeline.tokenizer import PAD_ID, StateTokenizer
 from pipeline.training.captioner import world_sentences
 from pipeline.utils import UserError
 from pipeline.world_model import WorldModelPipeline
+from tests.fakes import tiny_four_tensor
 
 N = 16
 
@@ -46,19 +47,7 @@ def test_the_permutation_swaps_the_column_words_and_undoes_itself(tok):
 def tiny_model(tok: StateTokenizer, memory: bool = False) -> FourTensorModel:
     torch.manual_seed(0)
     mem = TensorMemoryConfig(d_emb=32, mem_channels=4, mem_shape=(2, 2, 2)) if memory else None
-    model = FourTensorModel(
-        FourTensorConfig(
-            vocab_size=tok.vocab_size,
-            d_x=8,
-            d_t=4,
-            n_heads=2,
-            n_layers=1,
-            N=N,
-            T=4,
-            end_ids=tok.end_ids,
-            memory=mem,
-        )
-    ).eval()
+    model = tiny_four_tensor(tok, N, memory=mem).eval()
     if memory:
         with torch.no_grad():  # a fresh memory is faint; make it count so that it moves predictions
             for tap in model.memory_taps.values():

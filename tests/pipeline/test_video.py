@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.utils import UserError
 from pipeline.video import VideoError, VideoLimits, check_frames, encode_mp4, read_video
+from tests.fakes import Stop, stop_at
 
 ASSET = Path(__file__).resolve().parents[1] / "assets" / "bigbuckbunny_160x90.mp4"
 
@@ -135,15 +136,7 @@ def test_on_frame_runs_per_decoded_frame_and_can_stop_decoding():
     clip = read_video(ASSET, stride=4, on_frame=lambda: seen.append(1))
     assert len(seen) > clip.indices[-1] >= 12  # every decoded frame, picked or not
 
-    class Stop(Exception):
-        pass
-
-    def stop_at_third() -> None:
-        seen.append(1)
-        if len(seen) == 3:
-            raise Stop
-
     seen.clear()
     with pytest.raises(Stop):
-        read_video(ASSET, on_frame=stop_at_third)
+        read_video(ASSET, on_frame=stop_at(3, seen))
     assert len(seen) == 3

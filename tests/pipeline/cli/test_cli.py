@@ -131,3 +131,32 @@ def test_demo_help_says_what_it_runs_and_which_make_target_runs_it():
     )
     demo = " ".join(dict(_leaf_parsers(cli.build_parser()))[("demo",)].format_help().split())
     assert "(what `make demo-train` runs)" in demo and "(`make demo` runs those" in demo
+
+
+def test_the_call_parameter_flags_are_the_models_fields(states_file, tmp_path, capsys, monkeypatch):
+    """predict's and batch's --horizon ... --guidance: type, default and description from ForecastParams (through
+    pipeline.cli.flags, as train's flags come from their dataclasses), the values checked by the model before
+    anything is read, the error naming the flag."""
+    from pipeline.params import ForecastParams
+
+    monkeypatch.delenv("SEMWORLD_DEBUG", raising=False)
+    leaves = dict(_leaf_parsers(cli.build_parser()))
+    for path in (("predict",), ("batch",)):
+        actions = {a.dest: a for a in leaves[path]._actions}
+        for name, field in ForecastParams.model_fields.items():
+            assert actions[name].default == field.default, (path, name)
+            assert actions[name].help.startswith(field.description), (path, name)
+        assert actions["horizon"].option_strings == ["--horizon", "-k"] and actions["horizon"].type is int
+        assert (
+            actions["state_rate"].option_strings == ["--state-rate"] and actions["state_rate"].type is float
+        )
+        assert (
+            "(default 8)" in actions["horizon"].help
+            and "state_rate in model_index.json" in actions["stride"].help
+        )
+    capsys.readouterr()
+    argv = ["predict", "--states", str(states_file), "--out", str(tmp_path / "o"), "--state-rate", "500"]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        "semworld: error: --state-rate: Input should be less than or equal to 240, got 500.0"
+    )

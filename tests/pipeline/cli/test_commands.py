@@ -52,13 +52,11 @@ def test_eval_errors_are_one_line(tmp_path, toy_jsonl, capsys):
     assert "no config.json" in err
 
 
-def test_a_missing_weights_folder_is_one_line_and_exit_2(tmp_path, capsys):
-    states = tmp_path / "states.txt"
-    states.write_text("red ball top left .\n")
+def test_a_missing_weights_folder_is_one_line_and_exit_2(states_file, tmp_path, capsys):
     argv = [
         "predict",
         "--states",
-        str(states),
+        str(states_file),
         "--weights",
         str(tmp_path / "nope"),
         "--out",

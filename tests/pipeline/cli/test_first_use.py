@@ -54,13 +54,13 @@ def test_a_clip_over_the_limit_is_refused_before_models_load(no_loading, tmp_pat
     assert "more than 8 states at stride 1" in err
 
 
-def test_a_device_this_machine_lacks_is_one_line_before_models_load(no_loading, tmp_path, capsys):
+def test_a_device_this_machine_lacks_is_one_line_before_models_load(
+    no_loading, states_file, tmp_path, capsys
+):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    states = tmp_path / "s.txt"
-    states.write_text("red ball top left .\n")
     err = _error(
-        capsys, ["predict", "--states", str(states), "--device", "cuda", "--out", str(tmp_path / "o")]
+        capsys, ["predict", "--states", str(states_file), "--device", "cuda", "--out", str(tmp_path / "o")]
     )
     assert err == "semworld: error: --device cuda: CUDA is not available on this machine"
 

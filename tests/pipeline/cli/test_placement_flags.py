@@ -10,13 +10,6 @@ from tests.pipeline.cli.test_commands import _error
 
 
 @pytest.fixture
-def states(tmp_path):
-    path = tmp_path / "s.txt"
-    path.write_text("red ball top left .\n")
-    return path
-
-
-@pytest.fixture
 def seen(monkeypatch):
     from pipeline.world_model import WorldModelPipeline
 
@@ -30,8 +23,8 @@ def seen(monkeypatch):
     return got
 
 
-def test_bad_stage_options_are_one_line_before_models_load(states, tmp_path, capsys, seen):
-    base = ["predict", "--states", str(states), "--out", str(tmp_path / "o")]
+def test_bad_stage_options_are_one_line_before_models_load(states_file, tmp_path, capsys, seen):
+    base = ["predict", "--states", str(states_file), "--out", str(tmp_path / "o")]
     err = _error(capsys, [*base, "--stage-device", "decoder=cpu"])
     assert err.startswith("semworld: error: --stage-device decoder=cpu: unknown stage 'decoder'")
     err = _error(capsys, [*base, "--stage-dtype", "predictor=int8"])
@@ -39,8 +32,8 @@ def test_bad_stage_options_are_one_line_before_models_load(states, tmp_path, cap
     assert not seen  # nothing was loaded
 
 
-def test_predict_hands_the_placement_to_the_pipeline(states, tmp_path, seen):
-    argv = ["predict", "--states", str(states), "--out", str(tmp_path / "o"), "--dtype", "bfloat16",
+def test_predict_hands_the_placement_to_the_pipeline(states_file, tmp_path, seen):
+    argv = ["predict", "--states", str(states_file), "--out", str(tmp_path / "o"), "--dtype", "bfloat16",
             "--stage-dtype", "predictor=float32", "--stage-device", "renderer=cpu", "--compile"]  # fmt: skip
     with pytest.raises(SystemExit):
         cli.main(argv)

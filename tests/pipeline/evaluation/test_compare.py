@@ -22,13 +22,8 @@ from pipeline.evaluation.compare import (
 )
 from pipeline.evaluation.world import read_png, read_world_dir
 from pipeline.utils import UserError
-from tests.pipeline.evaluation.conftest import generated
 
-
-@pytest.fixture(scope="module")
-def world_dir(tmp_path_factory) -> Path:
-    """Three test clips (bounce, blink, appear) of 12 states: 4 context + 8 to predict, PNG frames at 64 px."""
-    return generated(tmp_path_factory, "bounce,blink,appear", 3, length=12)
+WORLD = ("bounce,blink,appear", 3, 12)  # the clips of `world_dir`: 12 states, 4 context + 8 to predict
 
 
 def test_read_objects_counts_good_items_of_a_broken_caption():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,13 +23,8 @@ from pipeline.evaluation.world import (
     stage_folder,
 )
 from pipeline.utils import UserError
-from tests.pipeline.evaluation.conftest import generated
 
-
-@pytest.fixture(scope="module")
-def world_dir(tmp_path_factory) -> Path:
-    """Two clips (bounce, fast) of 7 states each, with MP4s and PNG frames, as `world generate` writes them."""
-    return generated(tmp_path_factory, "bounce,fast", 2, length=7)
+WORLD = ("bounce,fast", 2, 7)  # the clips of `world_dir`: two of 7 states each
 
 
 class Oracle:

@@ -6,11 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import cli
 from pipeline.cli.demo import DEMO_FILES
 from pipeline.training.args import TrainArgs
 from pipeline.training.predictor import CHECKPOINT_DIR, train_predictor
 from pipeline.utils import UserError
+from tests.pipeline.training.conftest import (
+    assert_resume_equals_uninterrupted,
+    eval_json,
+    tiny_run,
+    train_cli,
+)
 
 ARGS = ["--preset", "tiny", "--batch-size", "8", "--val-fraction", "0.2", "--no-progress"]
 
@@ -26,23 +31,9 @@ def _assert_curve(path, lines: int) -> None:
         assert (np.abs(img - np.array(colour)).sum(-1) < 30).sum() > 50, colour
 
 
-def _eval_json(capsys, weights, data, split="all"):
-    capsys.readouterr()
-    assert (
-        cli.main(
-            ["eval", "predictor", "--weights", str(weights), "--data", str(data), "--json", "--split", split]
-        )
-        == 0
-    )
-    return json.loads(capsys.readouterr().out)
-
-
 def test_two_epochs_write_weights_that_eval_scores_below_uniform(tmp_path, toy_jsonl, capsys):
     out = tmp_path / "run"
-    assert (
-        cli.main(["train", "predictor", "--data", str(toy_jsonl), "--out", str(out), "--epochs", "2", *ARGS])
-        == 0
-    )
+    train_cli(toy_jsonl, out, "--epochs", "2", *ARGS)
     trained = [name for name in DEMO_FILES if name not in ("data.jsonl", "checkpoint")]  # what a run writes
     for name in (*trained, f"{CHECKPOINT_DIR}/last.pt"):
         assert (out / name).is_file(), name
@@ -63,7 +54,7 @@ def test_two_epochs_write_weights_that_eval_scores_below_uniform(tmp_path, toy_j
     assert summary["config"]["end_ids"]  # set from the tokenizer's '.', '!', '?'
     _assert_curve(out / "loss_curve.png", lines=1)
 
-    result = _eval_json(capsys, out, toy_jsonl, split="val")
+    result = eval_json(capsys, out, toy_jsonl, split="val")
     assert result["model"] == "four_tensor"
     assert result["L_S(T)"] < result["uniform_ce"]
     # The recorded validation split is rebuilt exactly: eval reproduces the selected epoch's number.
@@ -71,82 +62,33 @@ def test_two_epochs_write_weights_that_eval_scores_below_uniform(tmp_path, toy_j
     assert 0.0 <= result["token_acc"] <= 1.0 and 0.0 <= result["exact_acc"] <= 1.0
 
 
-class Killed(Exception):
-    pass
-
-
 def test_resume_after_kill_equals_uninterrupted(tmp_path, toy_jsonl):
-    common = dict(
-        data=str(toy_jsonl),
-        preset="tiny",
-        epochs=3,
-        batch_size=8,
-        val_fraction=0.2,
-        progress=False,
-        seed=3,
-        max_windows=64,
-    )
-    full = train_predictor(TrainArgs(out=str(tmp_path / "full"), **common))["four_tensor"]
-
-    def kill_after_one(kind, epoch):
-        if epoch == 1:
-            raise Killed
-
-    with pytest.raises(Killed):
-        train_predictor(TrainArgs(out=str(tmp_path / "cut"), **common), on_epoch_end=kill_after_one)
-    assert len((tmp_path / "cut" / "train_log.jsonl").read_text().splitlines()) == 1
-    resumed = train_predictor(TrainArgs(out=str(tmp_path / "cut"), **common))["four_tensor"]
-
-    strip = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]  # noqa: E731
-    assert strip(resumed.history) == strip(full.history)
+    run = tiny_run(toy_jsonl, epochs=3, seed=3, max_windows=64)
+    full, _ = assert_resume_equals_uninterrupted(tmp_path, run)
     assert (tmp_path / "cut" / "model.safetensors").read_bytes() == (
         tmp_path / "full" / "model.safetensors"
     ).read_bytes()
-    a = torch.load(tmp_path / "full" / CHECKPOINT_DIR / "last.pt", weights_only=False)["model"]
-    b = torch.load(tmp_path / "cut" / CHECKPOINT_DIR / "last.pt", weights_only=False)["model"]
-    assert all(torch.equal(a[k], b[k]) for k in a)
     # The comparison can fail: another seed gives other weights.
-    other = train_predictor(TrainArgs(out=str(tmp_path / "other"), **{**common, "seed": 4, "epochs": 1}))
+    other = train_predictor(TrainArgs(out=str(tmp_path / "other"), **{**run, "seed": 4, "epochs": 1}))
     assert other["four_tensor"].history[0]["val_selection_loss"] != full.history[0]["val_selection_loss"]
 
 
 def test_resume_refuses_a_different_run(tmp_path, toy_jsonl):
-    common = dict(
-        data=str(toy_jsonl), preset="tiny", epochs=1, batch_size=8, val_fraction=0.2, progress=False
-    )
-    train_predictor(TrainArgs(out=str(tmp_path / "r"), **common))
+    run = tiny_run(toy_jsonl)
+    train_predictor(TrainArgs(out=str(tmp_path / "r"), **run))
     with pytest.raises(UserError, match="checkpoint of a different run.*seed"):
-        train_predictor(TrainArgs(out=str(tmp_path / "r"), seed=9, **common))
+        train_predictor(TrainArgs(out=str(tmp_path / "r"), seed=9, **run))
 
 
 def test_both_models_on_the_same_windows(tmp_path, toy_jsonl, capsys):
     out = tmp_path / "both"
-    assert (
-        cli.main(
-            [
-                "train",
-                "predictor",
-                "--data",
-                str(toy_jsonl),
-                "--out",
-                str(out),
-                "--model",
-                "both",
-                "--epochs",
-                "1",
-                "--max-windows",
-                "24",
-                *ARGS,
-            ]
-        )
-        == 0
-    )
+    train_cli(toy_jsonl, out, "--model", "both", "--epochs", "1", "--max-windows", "24", *ARGS)
     _assert_curve(out / "loss_curves.png", lines=2)
     s4 = json.loads((out / "four_tensor" / "training_summary.json").read_text())
     sb = json.loads((out / "baseline" / "training_summary.json").read_text())
     assert s4["data"] == sb["data"] and s4["data"]["train_windows"] == 24
     assert s4["model"] == "four_tensor" and sb["model"] == "baseline"
-    result = _eval_json(capsys, out / "baseline", toy_jsonl)
+    result = eval_json(capsys, out / "baseline", toy_jsonl)
     assert result["model"] == "baseline" and result["windows"] > 24
 
 
@@ -214,10 +156,9 @@ def test_attentime_variants_train_through_the_cli_and_load_as_predictors(
     tmp_path, toy_jsonl, capsys, flags, key, saved, evaluated
 ):
     out = tmp_path / "run"
-    argv = ["train", "predictor", "--data", str(toy_jsonl), "--out", str(out), "--epochs", "1", *ARGS]
-    assert cli.main([*argv, *flags]) == 0
+    train_cli(toy_jsonl, out, "--epochs", "1", *ARGS, *flags)
     assert json.loads((out / "config.json").read_text())[key] == saved
-    assert _eval_json(capsys, out, toy_jsonl, split="val")["model"] == evaluated
+    assert eval_json(capsys, out, toy_jsonl, split="val")["model"] == evaluated
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,12 @@ from pipeline.training.args import TrainArgs
 from pipeline.training.predictor import CHECKPOINT_DIR, build_model, train_predictor
 from pipeline.training.steps import SegmentModule, train_clip_batch
 from pipeline.utils import UserError
+from tests.pipeline.training.conftest import (
+    assert_resume_equals_uninterrupted,
+    eval_json,
+    tiny_run,
+    train_cli,
+)
 
 MEM = dict(memory={"mem_channels": 4, "mem_shape": (2, 2, 2), "chunk_size": 8}, bptt_windows=2)
 
@@ -62,47 +68,17 @@ def test_segment_equals_window_by_window_and_truncation_steps(toy_jsonl):
 
 
 def test_memory_resume_after_kill_equals_uninterrupted(tmp_path, toy_jsonl):
-    common = dict(
-        data=str(toy_jsonl),
-        preset="tiny",
-        epochs=2,
-        batch_size=4,
-        val_fraction=0.2,
-        progress=False,
-        seed=3,
-        **MEM,
-    )
-    full = train_predictor(TrainArgs(out=str(tmp_path / "full"), **common))["four_tensor"]
-
-    class Killed(Exception):
-        pass
-
-    def kill_after_one(kind, epoch):
-        if epoch == 1:
-            raise Killed
-
-    with pytest.raises(Killed):
-        train_predictor(TrainArgs(out=str(tmp_path / "cut"), **common), on_epoch_end=kill_after_one)
-    resumed = train_predictor(TrainArgs(out=str(tmp_path / "cut"), **common))["four_tensor"]
-    strip = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]  # noqa: E731
-    assert strip(resumed.history) == strip(full.history)
-    a = torch.load(tmp_path / "full" / CHECKPOINT_DIR / "last.pt", weights_only=False)["model"]
-    b = torch.load(tmp_path / "cut" / CHECKPOINT_DIR / "last.pt", weights_only=False)["model"]
-    assert all(torch.equal(a[k], b[k]) for k in a) and any(k.startswith("memory.") for k in a)
+    run = tiny_run(toy_jsonl, epochs=2, batch_size=4, seed=3, **MEM)
+    _, weights = assert_resume_equals_uninterrupted(tmp_path, run)
+    assert any(k.startswith("memory.") for k in weights)
     # A memory run is a different run from one without memory: resuming across that is refused by name.
     with pytest.raises(UserError, match="memory"):
-        train_predictor(TrainArgs(out=str(tmp_path / "cut"), **{**common, "memory": None}))
+        train_predictor(TrainArgs(out=str(tmp_path / "cut"), **{**run, "memory": None}))
 
 
 def test_cli_train_predictor_memory_flags(tmp_path, toy_jsonl, capsys):
     out = tmp_path / "m"
-    argv = [
-        "train",
-        "predictor",
-        "--data",
-        str(toy_jsonl),
-        "--out",
-        str(out),
+    tiny = [
         "--preset",
         "tiny",
         "--epochs",
@@ -112,34 +88,15 @@ def test_cli_train_predictor_memory_flags(tmp_path, toy_jsonl, capsys):
         "--val-fraction",
         "0.2",
         "--no-progress",
-        "--memory",
-        "--mem-channels",
-        "4",
-        "--mem-shape",
-        "2",
-        "3",
-        "2",
-        "--chunk-size",
-        "4",
-        "--sigma-scale",
-        "0.5",
-        "--bptt-windows",
-        "2",
     ]
-    assert cli.main(argv) == 0
+    memory = ["--memory", "--mem-channels", "4", "--mem-shape", "2", "3", "2", "--chunk-size", "4"]
+    train_cli(toy_jsonl, out, *tiny, *memory, "--sigma-scale", "0.5", "--bptt-windows", "2")
     cfg = json.loads((out / "config.json").read_text())["memory"]
     assert cfg["mem_shape"] == [2, 3, 2] and cfg["chunk_size"] == 4 and cfg["sigma_scale"] == 0.5
     summary = json.loads((out / "training_summary.json").read_text())
     assert summary["args"]["memory"] == cfg and summary["args"]["bptt_windows"] == 2
     # `eval predictor` scores a memory model's clips in order, so it reproduces the recorded validation number.
-    capsys.readouterr()
-    assert (
-        cli.main(
-            ["eval", "predictor", "--weights", str(out), "--data", str(toy_jsonl), "--json", "--split", "val"]
-        )
-        == 0
-    )
-    result = json.loads(capsys.readouterr().out)
+    result = eval_json(capsys, out, toy_jsonl, split="val")
     assert result["L_S(T)"] == pytest.approx(summary["best"]["val_last_ce"], abs=1e-5)
 
 
@@ -175,11 +132,9 @@ def test_bad_memory_arguments_are_refused_by_name(kw, name, toy_jsonl):
 
 
 def test_init_from_a_model_without_memory(tmp_path, toy_jsonl):
-    common = dict(
-        data=str(toy_jsonl), preset="tiny", epochs=1, batch_size=4, val_fraction=0.2, progress=False
-    )
-    plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), **common))["four_tensor"]
-    args = TrainArgs(out=str(tmp_path / "mem"), init_from=str(plain.out), **{**common, "epochs": 1}, **MEM)
+    run = tiny_run(toy_jsonl, batch_size=4)
+    plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), **run))["four_tensor"]
+    args = TrainArgs(out=str(tmp_path / "mem"), init_from=str(plain.out), **run, **MEM)
     tok = StateTokenizer.from_file(plain.out)
     from pipeline.training.warmstart import init_weights
 
@@ -269,20 +224,10 @@ def test_memory_rollout_windows_are_the_models_own_continuation(toy_jsonl):
 
 
 def test_memory_training_with_rollouts_runs_and_differs(tmp_path, toy_jsonl):
-    common = dict(
-        data=str(toy_jsonl),
-        preset="tiny",
-        epochs=1,
-        batch_size=8,
-        seed=0,
-        threads=1,
-        progress=False,
-        target_slices="last",
-        **MEM,
-    )
-    plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), **common))["four_tensor"]
+    run = tiny_run(toy_jsonl, val_fraction=0.05, seed=0, threads=1, target_slices="last", **MEM)
+    plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), **run))["four_tensor"]
     rolled = train_predictor(
-        TrainArgs(out=str(tmp_path / "rolled"), rollout_steps=2, rollout_prob=1.0, **common)
+        TrainArgs(out=str(tmp_path / "rolled"), rollout_steps=2, rollout_prob=1.0, **run)
     )["four_tensor"]
     assert rolled.history and json.loads((tmp_path / "rolled" / "config.json").read_text())["memory"]
     assert rolled.history[0]["train_loss"] != plain.history[0]["train_loss"]
@@ -353,28 +298,40 @@ def test_recall_term_trains_the_write_of_the_window_before(toy_jsonl):
     assert float(model.memory.write_proj.weight.grad.abs().sum()) > 0
 
 
+class _Probe(torch.nn.Module):
+    """A segment module that records the `previous` states each segment is handed, and learns nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[torch.Tensor] = []
+
+    def forward(self, w, part, state, previous):
+        from models.tensor_memory import MemoryState
+
+        self.seen.append(previous)
+        return (
+            torch.zeros((), requires_grad=True),
+            torch.ones(()),
+            MemoryState(torch.zeros(1), torch.zeros(1)),
+        )
+
+
+def _handed_previous(toy_jsonl, **kw) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """What train_clip_batch (`kw`: its options) hands each window of three toy clips as `previous`, (B, K, N),
+    and those clips, longest first."""
+    _, clips = _tiny_memory_model(toy_jsonl)
+    group = sorted(clips[:3], key=lambda c: -c.shape[0])
+    probe = _Probe()
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+    train_clip_batch(probe, opt, group, bptt_windows=2, device="cpu", **kw)
+    return torch.cat(probe.seen, dim=1), group
+
+
 def test_train_clip_batch_hands_each_window_the_state_before_it(toy_jsonl):
     from pipeline.data import stack_clips
 
-    _, clips = _tiny_memory_model(toy_jsonl)
-    group = sorted(clips[:3], key=lambda c: -c.shape[0])
+    previous, group = _handed_previous(toy_jsonl)  # (B, K, N)
     windows, lengths = stack_clips(group)
-    seen: list[torch.Tensor] = []
-
-    from models.tensor_memory import MemoryState
-
-    class Probe(torch.nn.Module):  # records what each segment is handed
-        def forward(self, w, part, state, previous):
-            seen.append(previous)
-            return (
-                torch.zeros((), requires_grad=True),
-                torch.ones(()),
-                MemoryState(torch.zeros(1), torch.zeros(1)),
-            )
-
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
-    train_clip_batch(Probe(), opt, group, bptt_windows=2, device="cpu")
-    previous = torch.cat(seen, dim=1)  # (B, K, N)
     assert not previous[:, 0].any()  # nothing was written before a clip's first window
     for b, n in enumerate(lengths):  # window j: the clip's state j - 1, across segments; none past its end
         assert torch.equal(previous[b, 1:n], windows[b, : n - 1, 0])
@@ -388,19 +345,9 @@ def test_memory_recall_weight_reaches_the_trainer_is_refused_below_zero_and_keep
         TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", memory_recall_weight=-1.0, **MEM)
     base = TrainArgs(data=str(toy_jsonl), preset="tiny", out="x", **MEM)
     assert "memory_recall_weight" not in base.fingerprint()
-    common = dict(
-        data=str(toy_jsonl),
-        preset="tiny",
-        epochs=1,
-        batch_size=4,
-        val_fraction=0.2,
-        progress=False,
-        seed=3,
-        target_slices="last",
-        **MEM,
-    )
-    plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), **common))["four_tensor"]
-    recall = train_predictor(TrainArgs(out=str(tmp_path / "recall"), memory_recall_weight=1.0, **common))[
+    run = tiny_run(toy_jsonl, batch_size=4, seed=3, target_slices="last", **MEM)
+    plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), **run))["four_tensor"]
+    recall = train_predictor(TrainArgs(out=str(tmp_path / "recall"), memory_recall_weight=1.0, **run))[
         "four_tensor"
     ]
     assert (
@@ -452,7 +399,6 @@ def test_front_padding_is_never_a_recall_target():
 
 
 def test_memory_recall_target_reaches_the_segments_is_refused_by_name_and_keeps_old_fingerprints(toy_jsonl):
-    from models.tensor_memory import MemoryState
     from pipeline.data import stack_clips
     from pipeline.training.steps import recall_targets
 
@@ -466,23 +412,9 @@ def test_memory_recall_target_reaches_the_segments_is_refused_by_name_and_keeps_
         ).fingerprint()["memory_recall_target"]
         == "novel"
     )
-    _, clips = _tiny_memory_model(toy_jsonl)
-    group = sorted(clips[:3], key=lambda c: -c.shape[0])
-    seen: list[torch.Tensor] = []
-
-    class Probe(torch.nn.Module):
-        def forward(self, w, part, state, previous):
-            seen.append(previous)
-            return (
-                torch.zeros((), requires_grad=True),
-                torch.ones(()),
-                MemoryState(torch.zeros(1), torch.zeros(1)),
-            )
-
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
-    train_clip_batch(Probe(), opt, group, bptt_windows=2, device="cpu", recall_target="novel")
+    previous, group = _handed_previous(toy_jsonl, recall_target="novel")
     windows, _ = stack_clips(group)
-    assert torch.equal(torch.cat(seen, dim=1), recall_targets(windows, "novel"))
+    assert torch.equal(previous, recall_targets(windows, "novel"))
 
 
 def _saved_tiny(tmp_path, tok, memory):

@@ -14,6 +14,7 @@ from pipeline.training.args import TrainArgs
 from pipeline.training.predictor import train_predictor
 from pipeline.training.steps import learning_rate_factor, rollout_windows
 from pipeline.utils import UserError
+from tests.pipeline.training.conftest import assert_resume_equals_uninterrupted
 
 COMMON = dict(preset="tiny", batch_size=8, val_fraction=0.2, progress=False, seed=3, max_windows=64)
 
@@ -89,19 +90,10 @@ def test_schedule_last_slices_and_rollout_train_resume_and_select_on_last_ce(tmp
         lr_schedule="cosine", warmup_steps=3, target_slices="last", rollout_steps=2, rollout_prob=0.5
     )
     common = dict(data=str(toy_jsonl), epochs=2, **COMMON, **flags)
-    full = train_predictor(TrainArgs(out=str(tmp_path / "full"), **common))["four_tensor"]
-
-    class Killed(Exception):
-        pass
-
-    def kill(kind, epoch):
-        raise Killed
-
-    with pytest.raises(Killed):
-        train_predictor(TrainArgs(out=str(tmp_path / "cut"), **common), on_epoch_end=kill)
-    resumed = train_predictor(TrainArgs(out=str(tmp_path / "cut"), **common))["four_tensor"]
+    full, _ = assert_resume_equals_uninterrupted(
+        tmp_path, common
+    )  # the schedule and the rollout draws resume
     strip = lambda h: [{k: v for k, v in r.items() if k != "seconds"} for r in h]  # noqa: E731
-    assert strip(resumed.history) == strip(full.history)  # the schedule and the rollout draws resume exactly
     plain = train_predictor(TrainArgs(out=str(tmp_path / "plain"), data=str(toy_jsonl), epochs=2, **COMMON))
     assert strip(plain["four_tensor"].history) != strip(full.history)
 

@@ -1,0 +1,14 @@
+"""What a benchmark leaves behind: its numbers as one JSON file, beside the arguments that produced them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def write_record(path: Path, args: argparse.Namespace, **numbers: Any) -> None:
+    """{"args": every argument as a string, **numbers} as JSON at `path` (its folder made if missing)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, **numbers}, indent=1))
