@@ -57,6 +57,9 @@ class JobParams:
     steps: int | None = None
     guidance: float | None = None
     output: OutputFormat = OutputFormat.json
+    actions: list[str | None] | None = (
+        None  # a predictor with actions: after each state, then each forecast step
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "output": self.output.value}

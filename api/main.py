@@ -32,6 +32,7 @@ from api.routes.pages import STATIC_DIR
 from api.schemas import ErrorResponse, predict_payload
 from api.settings import Settings
 from pipeline.placement import set_threads
+from pipeline.utils import UserError
 from pipeline.video import VideoLimits, write_samples
 from pipeline.world_model import WorldModelPipeline
 
@@ -397,6 +398,11 @@ def _add_error_handlers(app: FastAPI) -> None:
             if allowed:
                 headers["Allow"] = ", ".join(allowed)
         return JSONResponse({"detail": str(err.detail)}, status_code=err.status_code, headers=headers)
+
+    @app.exception_handler(UserError)
+    async def _user(request: Request, err: UserError) -> JSONResponse:
+        # the caller's input, found past the routes' own checks (e.g. a stage the weights do not have)
+        return JSONResponse({"detail": str(err)}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, err: Exception) -> JSONResponse:

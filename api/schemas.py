@@ -72,6 +72,11 @@ class StatesResponse(BaseModel):
         "step before, in words ([] for the first step and for no change)",
         examples=[[[], ["orange ball moved from top midleft to top center"]]],
     )
+    actions: list[str | None] = Field(
+        default_factory=list,
+        description="a predictor with actions: the action after each observed state, then after each predicted "
+        "state but the last (null: not given, read as unknown); [] for a predictor of states alone",
+    )
 
 
 class PredictResponse(StatesResponse):
@@ -116,6 +121,12 @@ class RolloutRequest(BaseModel):
         le=STATES_LIMIT,
         description="also draw the last N given states (e.g. 1 for a state the user just edited; all of them "
         "when N > len(states))",
+    )
+    actions: list[str | None] | None = Field(
+        None,
+        max_length=STATES_LIMIT + HORIZON_MAX,
+        description="a predictor with actions (docs/atari.md): the action after each given state (null: "
+        "unknown), then one per forecast step; at most len(states) + horizon - 1",
     )
 
 

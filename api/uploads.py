@@ -42,7 +42,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     }.items()
 }
 
-FORM_FIELDS = ("horizon", "stride", "state_rate", "seed", "steps", "guidance", "output")
+FORM_FIELDS = ("horizon", "stride", "state_rate", "seed", "steps", "guidance", "output", "actions")
 
 
 async def predict_params(
@@ -72,6 +72,15 @@ async def predict_params(
         ),
     ] = None,
     output: Annotated[OutputFormat, Form(description="json, mp4 or zip")] = OutputFormat.json,
+    actions: Annotated[
+        str | None,
+        Form(
+            max_length=4096,
+            description="a predictor with actions (docs/atari.md): action words separated by spaces or commas, "
+            "the action after each observed state ('?': unknown), then one per forecast step",
+            examples=["up up ? down"],
+        ),
+    ] = None,
 ) -> JobParams:
     """The form fields of a clip request. A field left out takes its default; a field sent empty is a 422
     (FastAPI would otherwise treat it as left out, silently)."""
@@ -85,7 +94,15 @@ async def predict_params(
                 status.HTTP_422_UNPROCESSABLE_CONTENT, f"{name}: empty; leave the field out for its default"
             )
     # (one of stride and state_rate: checked with the other call parameters, in check_params)
-    return JobParams(horizon, stride, state_rate, seed, steps, guidance, output)
+    return JobParams(horizon, stride, state_rate, seed, steps, guidance, output, parse_actions(actions))
+
+
+def parse_actions(text: str | None) -> list[str | None] | None:
+    """The `actions` form field as a list: words separated by spaces or commas, '?' for an unknown one."""
+    if text is None:
+        return None
+    words = [w for w in text.replace(",", " ").split()]
+    return [None if w == "?" else w for w in words]
 
 
 def check_params(settings: Settings, states: Sequence[str] | None = None, **params: Any) -> None:
@@ -93,6 +110,7 @@ def check_params(settings: Settings, states: Sequence[str] | None = None, **para
     is done or a job is queued; `params` are the pipeline's keyword arguments (horizon, stride, ...). (The
     schema's ranges are the published ceilings; this applies the service's own settings, which may be lower.)"""
     params.pop("seed", None)
+    params.pop("actions", None)  # the pipeline checks them (check_actions), once it is known to be loaded
     try:
         check_call(None if states is not None else b"", states, **params, max_horizon=settings.max_horizon,
                    max_frames=settings.max_frames)  # fmt: skip

@@ -71,6 +71,7 @@ def state_fields(output: WorldModelOutput) -> dict[str, Any]:
         "warnings": output.warnings,
         "changes": changes_of(output),
         "domain": output.domain,
+        **({"actions": output.actions} if output.actions else {}),
     }
 
 
@@ -95,12 +96,16 @@ def states_document(output: WorldModelOutput) -> dict[str, Any]:
     ]
     for step, changed in zip(steps, changes_of(output), strict=True):
         step["changes"] = changed  # what changed since the step before, in words
+    if output.actions:  # a predictor with actions: the action taken after each step (the last steers nothing)
+        for i, step in enumerate(steps):
+            step["action"] = output.actions[i] if i < len(output.actions) else None
     return {
         "observed_states": output.observed_states,
         "predicted_states": output.predicted_states,
         "state_rate": output.state_rate,
         "confidence_threshold": output.confidence_threshold,
         "warnings": output.warnings,
+        **({"actions": output.actions} if output.actions else {}),
         "steps": steps,
     }
 

@@ -28,11 +28,7 @@ from pipeline.loading import (
 )
 from pipeline.params import HORIZON_MAX, check_params
 from pipeline.placement import resolve_placement
-from pipeline.utils import (
-    MODEL_INDEX,
-    STAGES,
-    default_weights_dir,
-)
+from pipeline.utils import MODEL_INDEX, STAGES, UserError, default_weights_dir, read_model_index
 from pipeline.video import SampledClip, VideoLimits, VideoSource, encode_mp4, read_video
 
 logger = logging.getLogger(__name__)
@@ -67,6 +63,9 @@ class WorldModelOutput:
     # Per step (observed states, then predicted): what changed since the step before, in the domain's words.
     changes: list[list[str]] = field(default_factory=list)
     domain: str | None = None  # the name of the domain the states are written in
+    # A predictor with actions: the action after each observed state, then after each predicted state but the
+    # last (None: not given, read as unknown); empty for a predictor of states alone.
+    actions: list[str | None] = field(default_factory=list)
 
 
 def check_call(
@@ -132,7 +131,7 @@ def timed(timings: dict[str, float], stage: str, notify: ProgressCallback | None
 def predictor_vocabulary(predictor: object) -> tuple[set[str] | None, int | None]:
     """The words a loaded predictor can read and its token slots per state, when it says (the shipped adapter
     carries a StateTokenizer and N); (None, None) for a stand-in that does not."""
-    from pipeline.tokenizer import PAD_TOKEN, UNK_TOKEN, StateTokenizer
+    from pipeline.tokenizer import ACTION_PREFIX, PAD_TOKEN, UNK_TOKEN, StateTokenizer
 
     if isinstance(predictor, NotLoaded):
         return None, None
@@ -140,8 +139,13 @@ def predictor_vocabulary(predictor: object) -> tuple[set[str] | None, int | None
     vocabulary = None
     if isinstance(tokenizer, StateTokenizer):
         vocabulary = set(tokenizer.backend.get_vocab()) - {PAD_TOKEN, UNK_TOKEN}
+        vocabulary -= {ACTION_PREFIX + a for a in tokenizer.actions}  # never a word of a state
     n = getattr(predictor, "N", None)
-    return vocabulary, n if isinstance(n, int) and not isinstance(n, bool) else None
+    if not isinstance(n, int) or isinstance(n, bool):
+        return vocabulary, None
+    return vocabulary, n - bool(
+        getattr(predictor, "actions", ())
+    )  # a predictor with actions: one slot is theirs
 
 
 @dataclass
@@ -157,12 +161,18 @@ class Observed:
 
 
 class NotLoaded:
-    """Stands in for a stage `from_pretrained` was told not to load; using it is a bug of the caller."""
+    """Stands in for a stage `from_pretrained` did not load: one it was told not to (using it is a bug of the
+    caller), or one the weights do not have (e.g. a game's predictor alone: using it is the caller's input)."""
 
-    def __init__(self, stage: str) -> None:
+    def __init__(self, stage: str, missing: bool = False) -> None:
         self.stage = stage
+        self.missing = missing
 
     def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        if self.missing:
+            what = {"captioner": "read a clip (start from states in words)", "renderer": "draw states (ask for "
+                    "states only: render off)"}.get(self.stage, "forecast")  # fmt: skip
+            raise UserError(f"these weights have no {self.stage}: they cannot {what}")
         raise RuntimeError(f"the {self.stage} stage was not loaded (from_pretrained(stages=...))")
 
     caption = predict = render = _fail
@@ -238,7 +248,7 @@ class WorldModelPipeline:
         captioner: str | Path | None = None,
         predictor: str | Path | None = None,
         renderer: str | Path | None = None,
-        stages: Collection[str] = STAGES,
+        stages: Collection[str] | None = None,
         project: bool = True,
         mirror: bool = False,
         **kwargs: Any,
@@ -252,6 +262,8 @@ class WorldModelPipeline:
         (pipeline.placement.resolve_placement chooses them all). The index's `state_rate` becomes `default_state_rate` unless kwargs give one.
         `stages` picks which of captioner, predictor and renderer to load (e.g. only the captioner to turn
         videos into states); the others are stand-ins that raise if called, and need no entry in the index.
+        None: every stage the index names (weights of a game may have a predictor alone; using a stage they
+        lack is a UserError saying so).
         `project`: when the index's domain has an automaton of its valid states, each predicted state is
         projected onto them and fed back as such (pipeline/projection.py); False keeps the predictor's raw argmax
         states. `mirror`: the predictor forecasts from the mean of each history and its mirror (pipeline/symmetry.py;
@@ -263,6 +275,10 @@ class WorldModelPipeline:
         """
         weights_dir = Path(weights_dir) if weights_dir is not None else default_weights_dir()
         overrides = {"captioner": captioner, "predictor": predictor, "renderer": renderer}
+        named = None
+        if stages is None:
+            named = read_model_index(weights_dir)
+            stages = tuple(s for s in STAGES if s in named or overrides[s] is not None)
         folders, index = stage_folders(weights_dir, overrides, stages)
         kwargs.setdefault("default_state_rate", index_state_rate(index, weights_dir / MODEL_INDEX))
         kwargs.setdefault("domain", domain_of_index(index, weights_dir / MODEL_INDEX))
@@ -293,7 +309,7 @@ class WorldModelPipeline:
         for stage in STAGES:
             factory = plugin_stage(index, stage) if overrides.get(stage) is None and stage in stages else None
             if stage not in stages:
-                loaded.append(NotLoaded(stage))
+                loaded.append(NotLoaded(stage, missing=named is not None))
             elif factory is not None:
                 at = getattr(place, stage)
                 loaded.append(factory(folders.get(stage), device=at.device, dtype=at.dtype, domain=domain))
@@ -342,6 +358,7 @@ class WorldModelPipeline:
         render_context: int = 0,
         encode_video: bool = False,
         callback: ProgressCallback | None = None,
+        actions: Sequence[str | None] | None = None,
     ) -> WorldModelOutput:
         """Forecast `horizon` states after a clip (`video`: path, bytes or file, or a clip `sample_clip` read)
         or after given `states`. With neither `stride` nor `state_rate`, a clip is read at `default_state_rate`.
@@ -350,6 +367,8 @@ class WorldModelPipeline:
         as ground truth). `seed` (or a `generator`) makes rendering reproducible; `steps`/`guidance` override
         the renderer's defaults. `render_context` also draws the last N observed states (e.g. states given in
         words, which have no frames) into `output.context_frames`. With `encode_video`, the predicted frames also come back as MP4 bytes in `output.video`.
+        `actions` (a predictor with actions, docs/atari.md): the action after each observed state, then one per
+        forecast step (None: unknown); at most len(observed) + horizon - 1.
         """
         notify = callback or (lambda stage, done, total: None)
         timings: dict[str, float] = {}
@@ -359,6 +378,10 @@ class WorldModelPipeline:
         self.check_inputs(video, states, horizon, stride, state_rate, steps, guidance, context)
         if isinstance(render_context, bool) or not isinstance(render_context, int) or render_context < 0:
             raise ValueError(f"render_context must be a non-negative integer, got {render_context!r}")
+        self.check_actions(actions)
+        for stage, used in ((self.captioner, video is not None), (self.renderer, render)):
+            if used and isinstance(stage, NotLoaded) and stage.missing:
+                stage._fail()  # weights without this stage: said before any work
 
         # 2. decode and sample; 3. caption, batched (or take the states given in words)
         seen = self._observe(video, states, stride, state_rate, context, notify, timings)
@@ -367,7 +390,9 @@ class WorldModelPipeline:
         with timed(timings, "predict", notify):
             # Captions of out-of-domain frames may run past the predictor's token slots: cut those; states a user
             # wrote are never cut silently (the predictor names the long one instead).
-            predicted = self.predict(seen.states, horizon, truncate=seen.clip is not None)
+            predicted, used = self.predict_under(
+                seen.states, horizon, actions, truncate=seen.clip is not None
+            )
             predicted_parses = [self.parses(s) for s in predicted]
 
         # 5. render, batched
@@ -404,6 +429,7 @@ class WorldModelPipeline:
             context_frames=context_frames,
             changes=timeline(self.domain, [*seen.states, *predicted]),
             domain=self.domain.name,
+            actions=used,
         )
 
     def _observe(self, video: VideoSource | SampledClip | None, states: Sequence[str] | None, stride: int | None,
@@ -494,6 +520,52 @@ class WorldModelPipeline:
             out.extend(scored)
             notify("caption", len(out), len(frames))
         return out
+
+    @property
+    def actions(self) -> tuple[str, ...]:
+        """The action words the predictor forecasts under; () for a predictor of states alone."""
+        return tuple(getattr(self.predictor, "actions", ()) or ())
+
+    def check_actions(self, actions: Sequence[str | None] | None) -> None:
+        """Refuse actions a predictor of states alone cannot take, and entries that are not its action words or
+        None (how many a forecast takes is checked once the observed states are known)."""
+        if actions is None:
+            return
+        if isinstance(actions, str) or not isinstance(actions, Sequence):
+            raise ValueError(f"actions must be a list of action words, got {type(actions).__name__}")
+        if not self.actions:
+            raise ValueError("actions: this predictor forecasts from states alone (its data had no actions)")
+        bad = [i for i, a in enumerate(actions) if a is not None and not (isinstance(a, str) and a.strip())]
+        if bad:
+            raise ValueError(f"actions[{bad[0]}] must be an action word or null, got {actions[bad[0]]!r}")
+        unknown = [
+            i for i, a in enumerate(actions) if a is not None and a.strip().lower() not in self.actions
+        ]
+        if unknown:
+            raise ValueError(f"actions[{unknown[0]}] is {actions[unknown[0]]!r}, not an action of this predictor "
+                             f"({', '.join(self.actions)})")  # fmt: skip
+
+    def predict_under(
+        self,
+        states: Sequence[str],
+        horizon: int,
+        actions: Sequence[str | None] | None = None,
+        truncate: bool = False,
+    ) -> tuple[list[str], list[str | None]]:
+        """The next `horizon` states after `states` under `actions`, and every action the forecast read: the
+        observed states' (None where not given), then the forecast's (see WorldModelOutput.actions)."""
+        if not self.actions:
+            self.check_actions(actions)
+            return self.predict(states, horizon, truncate=truncate), []
+        given = [None if a is None else a.strip().lower() for a in actions or ()]
+        try:
+            (predicted,), (used,) = self.predictor.predict_under(
+                [list(states)], horizon, [given], truncate=truncate
+            )
+        except ValueError as err:  # a word the predictor lacks, too many actions: the caller's input
+            raise ValueError(str(err).replace("actions[0]: ", "actions: ")) from None
+        observed = (given + [None] * len(states))[: len(states)]
+        return list(predicted), [*observed, *used]
 
     def predict(self, states: Sequence[str], horizon: int, truncate: bool = False) -> list[str]:
         """The next `horizon` states after `states` (`truncate`: cut states longer than the predictor reads)."""

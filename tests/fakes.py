@@ -135,6 +135,26 @@ class NoiseRenderer:
         return [(torch.rand(24, 32, 3, generator=g) * 255).to(torch.uint8).numpy() for _ in states]
 
 
+class ActionEchoPredictor:
+    """A stand-in predictor with actions: each forecast state names the action taken before it ("after up",
+    "after unknown" when none was given)."""
+
+    actions = ("stay", "up", "down")
+
+    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
+        return self.predict_under(states, k, None, truncate)[0]
+
+    def predict_under(
+        self, states: list[list[str]], k: int, actions: Any = None, truncate: bool = False
+    ) -> tuple[list[list[str]], list[list[str | None]]]:
+        out, used = [], []
+        for b, history in enumerate(states):
+            acts = [*(actions[b] if actions else []), *[None] * (len(history) + k)]
+            out.append([f"after {acts[len(history) - 1 + j] or 'unknown'}" for j in range(k)])
+            used.append(acts[len(history) : len(history) + k - 1])
+        return out, used
+
+
 def make_pipeline(
     delay: float | None = None, step_delay: float | None = None, world: bool | None = None
 ) -> WorldModelPipeline:
@@ -145,6 +165,8 @@ def make_pipeline(
     step_delay = float(os.environ.get("FAKE_STEP_DELAY", "0")) if step_delay is None else step_delay
     world = os.environ.get("FAKE_WORLD", "") == "1" if world is None else world
     renderer = NoiseRenderer(delay, step_delay=step_delay)
+    if os.environ.get("FAKE_ACTIONS", "") == "1":  # a predictor with actions (ActionEchoPredictor)
+        return WorldModelPipeline(BrightnessCaptioner(), ActionEchoPredictor(), renderer, render_batch_size=2)
     if (
         os.environ.get("FAKE_UNSURE", "") == "1"
     ):  # every read far below the threshold: each clip gets a warning
@@ -181,6 +203,23 @@ def tiny_four_tensor(tokenizer: Any, N: int, T: int = 4, memory: Any = None) -> 
         FourTensorConfig(vocab_size=tokenizer.vocab_size, d_x=8, d_t=4, n_heads=2, n_layers=1, N=N, T=T,
                          end_ids=tokenizer.end_ids, memory=memory)
     )  # fmt: skip
+
+
+def build_action_weights(root: Path) -> Path:
+    """A weights folder of a game with a predictor alone: a tiny random 4-tensor model for Pong states with the
+    action slot (its tokenizer knows stay/up/down), and model_index.json naming the pong domain."""
+    from pipeline.tokenizer import StateTokenizer
+
+    if (root / "model_index.json").is_file():
+        return root
+    torch.manual_seed(0)
+    words = " ".join(str(i) for i in range(64))
+    states = StateTokenizer.build([f"ball none player enemy score {words} ."], actions=("stay", "up", "down"))
+    tiny_four_tensor(states, N=13).save_pretrained(root / "predictor")
+    states.save(root / "predictor")
+    index = {"domain": "pong", "state_rate": 15.0, "predictor": ["semworld", "FourTensorModel"]}
+    (root / "model_index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return root
 
 
 def build_tiny_weights(root: Path) -> Path:

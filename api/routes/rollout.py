@@ -10,7 +10,6 @@ from api.routes.predict import run_model
 from api.schemas import ErrorResponse, RolloutRequest, RolloutResponse, b64png, states_fields
 from api.uploads import ERROR_RESPONSES, check_params, check_sync_cost
 from pipeline.interfaces import ProgressCallback
-from pipeline.utils import UserError
 
 router = keyed_router("/v1", "rollout")
 
@@ -30,13 +29,17 @@ async def rollout(
 ) -> RolloutResponse:
     """Predict `horizon` states after `states` and render them; edit any state and call again to re-roll."""
     check_params(settings, body.states, horizon=body.horizon, steps=body.steps, guidance=body.guidance)
-    try:  # words the models cannot read: refused before any work is queued
+    try:  # words the models cannot read, actions it cannot take: refused before any work is queued
         pipeline.check_states([s.strip() for s in body.states])
-    except UserError as err:
+        pipeline.check_actions(body.actions)
+    except ValueError as err:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
     n_context = min(body.render_context, len(body.states)) if body.render else 0
     if body.render:
-        check_sync_cost(body.horizon + n_context, body.steps, pipeline, settings)
+        try:  # (weights without a renderer say so here)
+            check_sync_cost(body.horizon + n_context, body.steps, pipeline, settings)
+        except ValueError as err:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
 
     def work(callback: ProgressCallback) -> tuple:
         generator = torch.Generator("cpu").manual_seed(body.seed) if body.seed is not None else None
@@ -48,6 +51,7 @@ async def rollout(
             guidance=body.guidance,
             render=body.render,
             callback=callback,
+            actions=body.actions,
         )
         context = []
         if n_context:

@@ -73,6 +73,9 @@ class ClipWork:
     predicted_parses: list[bool | None] = field(default_factory=list)
     changes: list[list[str]] = field(default_factory=list)
     domain: str | None = None
+    actions: list[str | None] = field(
+        default_factory=list
+    )  # a predictor with actions: what the forecast read
 
 
 @dataclass
@@ -255,7 +258,20 @@ def predict(pipe: WorldModelPipeline, works: Sequence[ClipWork]) -> None:
     t = time.perf_counter()
     try:
         # Captions of out-of-domain frames may run past the predictor's token slots: cut those (as predict does).
-        rollouts = pipe.predictor.predict([list(w.observed) for w in live], k, truncate=True)
+        histories = [list(w.observed) for w in live]
+        used: list[list[str | None]] = [[] for _ in live]
+        if pipe.actions:  # under each clip's actions (none given: every step's read as unknown)
+            given = [[a and a.strip().lower() for a in (w.job.actions or ())] for w in live]
+            for g in given:
+                pipe.check_actions(g)
+            rollouts, used = pipe.predictor.predict_under(histories, k, given, truncate=True)
+            used = [
+                [*(g + [None] * len(h))[: len(h)], *u] for g, h, u in zip(given, histories, used, strict=True)
+            ]
+        elif any(w.job.actions is not None for w in live):
+            raise ValueError("actions: this predictor forecasts from states alone (its data had no actions)")
+        else:
+            rollouts = pipe.predictor.predict(histories, k, truncate=True)
         if len(rollouts) != len(live) or any(len(r) != k for r in rollouts):
             raise RuntimeError(
                 f"predictor returned {[len(r) for r in rollouts]} states for {len(live)} x {k}"
@@ -268,8 +284,9 @@ def predict(pipe: WorldModelPipeline, works: Sequence[ClipWork]) -> None:
             predict(pipe, [w])
         return
     seconds = time.perf_counter() - t
-    for w, states in zip(live, rollouts, strict=True):
+    for w, states, acts in zip(live, rollouts, used, strict=True):
         w.predicted = list(states[: w.job.horizon])
+        w.actions = acts[: len(w.observed) + w.job.horizon - 1]
         w.predicted_parses = [pipe.parses(x) for x in w.predicted]
         w.changes = timeline(pipe.domain, [*w.observed, *w.predicted])
         w.timings["predict"] = seconds / len(live)
@@ -310,6 +327,7 @@ def states_record(work: ClipWork) -> dict[str, Any]:
         "state_rate": work.state_rate,
         "frame_indices": list(work.indices),
         "predicted": list(work.predicted),
+        **({"actions": list(work.actions)} if work.actions else {}),
     }
 
 

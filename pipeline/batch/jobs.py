@@ -148,6 +148,8 @@ class ClipJob:
     context: int | None
     seed: int
     root: Path = field(default=Path("."), compare=False)  # what `name` was made relative to
+    # A manifest line's actions (a predictor with actions): after each observed state, then each forecast step.
+    actions: tuple[str | None, ...] | None = None
 
     def params(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in PER_CLIP_KEYS}
@@ -163,6 +165,7 @@ class ClipJob:
             "source": str(self.source),
             "size": size,
             **self.params(),
+            **({"actions": list(self.actions)} if self.actions is not None else {}),
             "stages": list(settings.stages),
             "steps": settings.steps,
             "guidance": settings.guidance,
@@ -175,7 +178,9 @@ class ClipJob:
 
     def to_row(self) -> dict[str, Any]:
         """Plain values only (for Ray Data rows)."""
-        return {"name": self.name, "source": str(self.source), "root": str(self.root), **self.params()}
+        row = {"name": self.name, "source": str(self.source), "root": str(self.root), **self.params()}
+        # (actions as one JSON string: a column of ragged lists with nulls is not a plain value everywhere)
+        return row | ({"actions": json.dumps(list(self.actions))} if self.actions is not None else {})
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> ClipJob:
@@ -191,6 +196,7 @@ class ClipJob:
             context=opt(row.get("context"), int),
             seed=int(row["seed"]),
             root=Path(str(row.get("root", "."))),
+            actions=tuple(json.loads(row["actions"])) if isinstance(row.get("actions"), str) else None,
         )
 
 
@@ -235,10 +241,11 @@ def _read_manifest(path: Path, settings: BatchSettings) -> list[tuple[Path, dict
                 raise UserError(f"{where}not valid JSON ({err.msg} at column {err.colno})") from None
             if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):
                 raise UserError(f'{where}expected a JSON object with a "path" string')
-            extra = sorted(set(rec) - {"path", *PER_CLIP_KEYS})
+            extra = sorted(set(rec) - {"path", "actions", *PER_CLIP_KEYS})
             if extra:
-                raise UserError(f"{where}unknown key {extra[0]!r} (known: path, {', '.join(PER_CLIP_KEYS)})")
-            overrides = {k: rec[k] for k in PER_CLIP_KEYS if k in rec}
+                known = ", ".join(["path", *PER_CLIP_KEYS, "actions"])
+                raise UserError(f"{where}unknown key {extra[0]!r} (known: {known})")
+            overrides = {k: rec[k] for k in (*PER_CLIP_KEYS, "actions") if k in rec}
             line = rec["path"]
         clip = Path(line).expanduser()
         out.append((clip if clip.is_absolute() else path.parent / clip, overrides | {"_where": where}))
@@ -247,6 +254,12 @@ def _read_manifest(path: Path, settings: BatchSettings) -> list[tuple[Path, dict
 
 def _job(source: Path, root: Path, settings: BatchSettings, overrides: dict[str, Any]) -> ClipJob:
     where = overrides.pop("_where", "")
+    actions = overrides.pop("actions", None)
+    if actions is not None and (
+        not isinstance(actions, list)
+        or not all(a is None or (isinstance(a, str) and a.strip()) for a in actions)
+    ):
+        raise UserError(f'{where}"actions" must be a list of action words (null: unknown)')
     params = {k: getattr(settings, k) for k in PER_CLIP_KEYS}
     # A line's own sampling replaces the run's (its stride wins over the run's --state-rate, and back).
     if "stride" in overrides:
@@ -258,7 +271,8 @@ def _job(source: Path, root: Path, settings: BatchSettings, overrides: dict[str,
         check_params(where, **params)
     except ValueError as err:
         raise UserError(str(err)) from None
-    return ClipJob(name="", source=source.resolve(), root=root.resolve(), **params)
+    return ClipJob(name="", source=source.resolve(), root=root.resolve(), **params,
+                   actions=None if actions is None else tuple(actions))  # fmt: skip
 
 
 def collect_jobs(

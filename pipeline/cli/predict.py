@@ -31,6 +31,20 @@ def read_states_file(path: Path) -> list[str]:
     return states
 
 
+def read_actions_file(path: Path) -> list[str | None]:
+    """One action word per non-empty line ('?': unknown); lines starting with '#' are comments."""
+    if not path.is_file():
+        raise UserError(f"--actions {path}: no such file")
+    words = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    words = [w for w in words if w and not w.startswith("#")]
+    if not words:
+        raise UserError(f"--actions {path}: no actions in the file (write one action word per line)")
+    bad = [w for w in words if len(w.split()) != 1]
+    if bad:
+        raise UserError(f"--actions {path}: {bad[0]!r} is not one word (one action per line)")
+    return [None if w == "?" else w for w in words]
+
+
 def read_truth(path: Path, clip: Path | None) -> list[str]:
     """Ground-truth states: the states.jsonl record whose clip is `clip` (else the first), or a text file."""
     if not path.is_file():
@@ -197,6 +211,8 @@ def register_predict(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("clip", nargs="?", type=Path, help="a video file (omit with --states)")
     p.add_argument("--states", type=Path, help="start from states in words, one per line, instead of a clip")
+    p.add_argument("--actions", type=Path, help="a predictor with actions (docs/atari.md): one action word per "
+                   "line, the action after each observed state ('?': unknown), then one per forecast step")  # fmt: skip
     p.add_argument("--out", type=Path, required=True, help="output directory (created if missing)")
     add_param_flags(p, {"context": "hold the rest out, e.g. for --truth"})
     p.add_argument(
@@ -286,6 +302,8 @@ class PredictInputs:
     own: dict[str, Path | None]
     limits: VideoLimits
     render_context: int
+    stages: tuple[str, ...]  # the stages to load: the weights may lack a captioner or a renderer
+    actions: list[str | None] | None
 
 
 def read_inputs(args: argparse.Namespace) -> PredictInputs:
@@ -293,7 +311,7 @@ def read_inputs(args: argparse.Namespace) -> PredictInputs:
     words (against the weights' domain and vocabulary), and the clip, read at the weights' state rate."""
     from pipeline.loading import check_written_states_for, index_state_rate, stage_folders
     from pipeline.placement import resolve_placement
-    from pipeline.utils import MODEL_INDEX
+    from pipeline.utils import MODEL_INDEX, STAGES
     from pipeline.video import TooManyStatesError, VideoLimits
     from pipeline.world_model import sample_clip
 
@@ -309,8 +327,15 @@ def read_inputs(args: argparse.Namespace) -> PredictInputs:
     resolve_placement(args.device, args.dtype, stage_devices=args.stage_device, stage_dtypes=args.stage_dtype)
     weights = args.weights or default_weights_dir()
     overrides = {stage: getattr(args, stage) for stage in ("captioner", "predictor", "renderer")}
-    folders, index = stage_folders(weights, overrides)
+    present = read_model_index(weights)  # weights of a domain may lack a captioner or a renderer
+    stages = tuple(s for s in STAGES if s in present or overrides[s] is not None)
+    if states is None and "captioner" not in stages:
+        raise UserError(
+            f"{weights}: these weights have no captioner to read a clip; start from --states FILE"
+        )
+    folders, index = stage_folders(weights, overrides, stages)
     rate = index_state_rate(index, weights / MODEL_INDEX)
+    actions = read_actions_file(args.actions) if args.actions is not None else None
     if states is not None:
         check_written_states_for(states, folders, index, label=f"--states {args.states}: state")
     limits = VideoLimits(max_frames=args.max_frames)
@@ -329,7 +354,7 @@ def read_inputs(args: argparse.Namespace) -> PredictInputs:
     if not 0 <= render_context <= most:
         raise UserError(f"--render-context: expected 0..{most}, got {render_context}")
     own = {stage: folders.get(stage) if overrides[stage] is not None else None for stage in overrides}
-    return PredictInputs(states, clip, weights, index, own, limits, render_context)
+    return PredictInputs(states, clip, weights, index, own, limits, render_context, stages, actions)
 
 
 def run_predict(args: argparse.Namespace) -> int:
@@ -343,7 +368,7 @@ def run_predict(args: argparse.Namespace) -> int:
         got.weights, device=args.device, dtype=args.dtype, stage_devices=args.stage_device,
         stage_dtypes=args.stage_dtype, compile=bool(args.compile), limits=got.limits, project=args.project,
         mirror=args.mirror, captioner=got.own["captioner"], predictor=got.own["predictor"],
-        renderer=got.own["renderer"],
+        renderer=got.own["renderer"], stages=got.stages,
     )  # fmt: skip
     from_clip = got.states is None
     output = pipe(
@@ -356,8 +381,10 @@ def run_predict(args: argparse.Namespace) -> int:
         steps=args.steps,
         guidance=args.guidance,
         context=args.context if from_clip else None,
-        render_context=got.render_context,
+        render_context=got.render_context if "renderer" in got.stages else 0,
+        render="renderer" in got.stages,
         encode_video=True,
+        actions=got.actions,
     )
     truth = read_truth(args.truth, args.clip) if args.truth is not None else None
     files = write_outputs(output, args.out, truth_frames=_truth_frames(truth, output, got.index))
@@ -377,9 +404,10 @@ def run_predict(args: argparse.Namespace) -> int:
         return 0
     source = f"{args.clip}" if args.clip else f"{args.states} (states in words)"
     print_states(output, source, truth)
-    videos = ", ".join(str(v) for v in (files.video, files.story, files.versus) if v)
+    videos = [str(v) for v in (files.video, files.story, files.versus) if v]
     n_frames = len(files.predicted_frames)
-    print(f"wrote {n_frames} frame{'' if n_frames == 1 else 's'}, {videos}, {files.states} and {files.strip}")
+    drawn = [f"{n_frames} frame{'' if n_frames == 1 else 's'}", *videos] if n_frames else []
+    print(f"wrote {', '.join([*drawn, str(files.states)])} and {files.strip}")
     print(f"took {output.timings['total']:.2f} s")
     return 0
 
@@ -402,13 +430,21 @@ def print_states(output: WorldModelOutput, source: str, truth: list[str] | None)
         f"read {n} states from {source}"
         + (" (confidence: mean token log-prob, 0 is sure):" if scored else ":")
     )
+    acts = list(output.actions)
+    then = [
+        f"  -> {acts[t] or '?'}" if acts and t < len(acts) else ""
+        for t in range(n + len(output.predicted_states))
+    ]
     for i, s in enumerate(output.observed_states):
-        print(f"  t={i:<3d} {_sureness(output, i)}{s}")
+        print(f"  t={i:<3d} {_sureness(output, i)}{s}{then[i]}")
     outside = [ok is False for ok in output.predicted_parses] or [False] * len(output.predicted_states)
     mark = f" (? : not a {output.domain} state):" if any(outside) else ":"
-    print(f"predicted {len(output.predicted_states)} states{mark}")
+    print(
+        f"predicted {len(output.predicted_states)} states{mark}"
+        + (" (-> the action after it)" if acts else "")
+    )
     for j, s in enumerate(output.predicted_states):
-        print(f"  t={n + j:<3d} {'? ' if outside[j] else ''}{s}")
+        print(f"  t={n + j:<3d} {'? ' if outside[j] else ''}{s}{then[n + j]}")
 
 
 WITHOUT_KEY_ENV = "SEMWORLD_SERVE_WITHOUT_KEY"
