@@ -348,8 +348,11 @@ RECIPES: dict[str, Recipe] = _by_name(
     # weights/pong/predictor and weights/freeway/predictor (docs/atari.md): the 4-tensor model under actions, no
     # memory (each game's state holds what the 8-state window needs), on train-split clips of 256 states recorded
     # by the domain's `generate` under the mixed behaviour policy, sticky actions off.
-    Recipe("pong-predictor", "predictor", "weights/pong/predictor: Pong states under actions",
+    Recipe("pong-predictor-base", "predictor", "phase 1 of weights/pong/predictor: 4 epochs of 40,000 windows",
            "small-t8", _ATARI_TRAIN, {"clips": 340, "length": 256}),
+    Recipe("pong-predictor", "predictor", "weights/pong/predictor: phase 2, 3 epochs of every window at half the rate",
+           "small-t8", _ATARI_TRAIN | {"epochs": 3, "max_windows": None, "lr": 5e-4, "warmup_steps": 100},
+           {"clips": 340, "length": 256}, init_from="pong-predictor-base"),
     Recipe("freeway-predictor", "predictor", "weights/freeway/predictor: Freeway states under actions",
            "small-t8", _ATARI_TRAIN, {"clips": 340, "length": 256}),
     Recipe("quick-pong-predictor", "predictor", "smoke test of an Atari predictor", "small-t8",

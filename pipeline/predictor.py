@@ -184,8 +184,9 @@ class Predictor:
                 where = ", ".join(f"state {len(history) - len(recent) + i} has {n} tokens" for i, n in long)
                 if not truncate:
                     raise ValueError(
-                        f"states[{b}]: {where}; the model reads at most {width} tokens per state "
-                        "(pass truncate=True to cut them)"
+                        f"states[{b}]: {where}; the model reads at most N={N} tokens per state"
+                        + (", one of them the action's" if width < N else "")
+                        + " (pass truncate=True to cut them)"
                     )
                 logger.warning("states[%d]: %s; truncated to %d tokens", b, where, width)
             window[b, T - len(recent) :] = enc.ids  # shorter histories: empty states in front

@@ -278,7 +278,8 @@ class WorldModelPipeline:
         named = None
         if stages is None:
             named = read_model_index(weights_dir)
-            stages = tuple(s for s in STAGES if s in named or overrides[s] is not None)
+            # the predictor always: weights without one are not a world model
+            stages = tuple(s for s in STAGES if s in named or overrides[s] is not None or s == "predictor")
         folders, index = stage_folders(weights_dir, overrides, stages)
         kwargs.setdefault("default_state_rate", index_state_rate(index, weights_dir / MODEL_INDEX))
         kwargs.setdefault("domain", domain_of_index(index, weights_dir / MODEL_INDEX))

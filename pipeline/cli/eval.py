@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from pipeline.cli.eval_actions import add_actions_parser
+from pipeline.cli.flags import add_result_flags
 from pipeline.evaluation.world import PARTS, EvalWorldArgs
 from pipeline.utils import default_weights_dir
 
@@ -281,10 +282,8 @@ def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
         "between runs (a retrained pixel model is compared without rendering again)",
     )
     p.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
-    p.add_argument("--out", default=None, help="also write the result as JSON to this file")
+    add_result_flags(p)
     p.add_argument("--markdown", default=None, help="also write the tables as Markdown to this file")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run_eval_compare)
     return p
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pipeline.cli.flags import add_result_flags
 from pipeline.utils import UserError
 
 
@@ -31,10 +32,8 @@ def add_actions_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
     p.add_argument("--seed", type=int, default=0, help="test episode seed (default %(default)s)")
     p.add_argument("--sticky", type=float, default=0.0, help="sticky-action probability in the emulator "
                    "(default 0; 0.25 is the agents' protocol)")  # fmt: skip
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
     p.add_argument("--figure", default=None, help="write the horizon plot to this PNG")
-    p.add_argument("--out", default=None, help="also write the result as JSON to this file")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_result_flags(p)
     p.set_defaults(func=run_eval_actions)
     return p
 

@@ -210,3 +210,10 @@ def check_pydantic_flags(
         if sep and name in model.model_fields:
             raise UserError(f"{(flags or {}).get(name, (flag_name(name),))[0]}: {rest}") from None
         raise UserError(str(err)) from None
+
+
+def add_result_flags(parser: argparse.ArgumentParser) -> None:
+    """--threads, --out and --json of a command that scores something and prints or writes its result."""
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
+    parser.add_argument("--out", default=None, help="also write the result as JSON to this file")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")

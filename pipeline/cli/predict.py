@@ -20,25 +20,26 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def _lines(path: Path, flag: str, what: str) -> list[str]:
+    """The non-empty lines of a file given to `flag` (lines starting with '#' are comments); one line of error
+    when it is missing or holds none of `what`."""
+    if not path.is_file():
+        raise UserError(f"{flag} {path}: no such file")
+    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    lines = [s for s in lines if s and not s.startswith("#")]
+    if not lines:
+        raise UserError(f"{flag} {path}: no {what}s in the file (write one {what} per line)")
+    return lines
+
+
 def read_states_file(path: Path) -> list[str]:
     """One state per non-empty line; lines starting with '#' are comments."""
-    if not path.is_file():
-        raise UserError(f"--states {path}: no such file")
-    states = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    states = [s for s in states if s and not s.startswith("#")]
-    if not states:
-        raise UserError(f"--states {path}: no states in the file (write one state per line)")
-    return states
+    return _lines(path, "--states", "state")
 
 
 def read_actions_file(path: Path) -> list[str | None]:
     """One action word per non-empty line ('?': unknown); lines starting with '#' are comments."""
-    if not path.is_file():
-        raise UserError(f"--actions {path}: no such file")
-    words = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    words = [w for w in words if w and not w.startswith("#")]
-    if not words:
-        raise UserError(f"--actions {path}: no actions in the file (write one action word per line)")
+    words = _lines(path, "--actions", "action")
     bad = [w for w in words if len(w.split()) != 1]
     if bad:
         raise UserError(f"--actions {path}: {bad[0]!r} is not one word (one action per line)")
@@ -328,7 +329,7 @@ def read_inputs(args: argparse.Namespace) -> PredictInputs:
     weights = args.weights or default_weights_dir()
     overrides = {stage: getattr(args, stage) for stage in ("captioner", "predictor", "renderer")}
     present = read_model_index(weights)  # weights of a domain may lack a captioner or a renderer
-    stages = tuple(s for s in STAGES if s in present or overrides[s] is not None)
+    stages = tuple(s for s in STAGES if s in present or overrides[s] is not None or s == "predictor")
     if states is None and "captioner" not in stages:
         raise UserError(
             f"{weights}: these weights have no captioner to read a clip; start from --states FILE"
