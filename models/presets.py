@@ -67,6 +67,8 @@ PRESETS: dict[str, Preset] = _by_name(
     _preset("small", "quick CPU training on a few thousand windows", 4096, 16, 8, 2, 2, 16, 4),
     _preset("small-t8", "small with an 8-state window (the world's hide and blink fit inside it)",
             4096, 16, 8, 2, 2, 16, 8),
+    _preset("small-t8-n20", "small-t8 with 20 token slots: a state of up to 19 words and its action (Freeway)",
+            4096, 16, 8, 2, 2, 20, 8),
     _preset("small-t8-l3", "small-t8 with a third layer (grown from a small-t8 model with --grow-layer)",
             4096, 16, 8, 2, 3, 16, 8),
     _preset("medium", "overnight CPU training, d = 512", 8192, 32, 16, 2, 2, 16, 4),
@@ -354,7 +356,7 @@ RECIPES: dict[str, Recipe] = _by_name(
            "small-t8", _ATARI_TRAIN | {"epochs": 3, "max_windows": None, "lr": 5e-4, "warmup_steps": 100},
            {"clips": 340, "length": 256}, init_from="pong-predictor-base"),
     Recipe("freeway-predictor", "predictor", "weights/freeway/predictor: Freeway states under actions",
-           "small-t8", _ATARI_TRAIN, {"clips": 340, "length": 256}),
+           "small-t8-n20", _ATARI_TRAIN, {"clips": 340, "length": 256}),
     Recipe("quick-pong-predictor", "predictor", "smoke test of an Atari predictor", "small-t8",
            {**_ATARI_TRAIN, "max_windows": 120, "epochs": 1}, {"clips": 2, "length": 40}),
 )  # fmt: skip

@@ -183,6 +183,14 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
         "T": T,
         "N": N,
     }
+    if stats["truncated_sentences"]:
+        width = N - bool(tokenizer.actions)
+        logger.warning(
+            "%s: %d of %d states are longer than the %d token slots a state has (N=%d of --preset %s%s) and "
+            "are cut, end mark included, so they can never be predicted whole; choose a preset with a larger N",
+            args.data, stats["truncated_sentences"], stats["states"], width, N, args.preset,
+            ", one slot for the action" if tokenizer.actions else "",
+        )  # fmt: skip
     logger.info(
         "data: %d sequences -> %d train / %d val windows, pad fraction %.4f, %d of %d states truncated "
         "at N=%d, vocabulary %d",

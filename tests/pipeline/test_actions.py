@@ -47,7 +47,7 @@ def test_windows_carry_actions_and_refuse_a_corpus_without(tok):
     w = make_windows(seqs, tok, T=2, N=5)
     assert w.ids.shape == (4, 3, 5)
     assert [tok.action_word(int(i)) for i in w.ids[0, :, -1]] == ["up", "down", "stay"]
-    with pytest.raises(UserError, match="no \"actions\""):
+    with pytest.raises(UserError, match='no "actions"'):
         make_windows([StateSequence("b", STATES, {})], tok, T=2, N=5)
     with pytest.raises(UserError, match="list of words"):
         corpus_actions([StateSequence("c", STATES, {"actions": [1, 2, 3]})])
@@ -105,3 +105,27 @@ def test_bad_actions_are_clear_errors(tok):
     states_only = Predictor(ActionEcho(plain), plain)
     with pytest.raises(ValueError, match="states alone"):
         states_only.predict_under([["paddle at up"]], 2, [["up"]])
+
+
+def test_training_says_when_states_and_actions_do_not_fit_the_preset(tmp_path, caplog):
+    """States of 8 words and their action in a preset of N=8 slots: every state loses its end mark, and the
+    user is told before training which preset to change (a trap the Freeway data first fell into)."""
+    import json
+    import logging
+
+    from pipeline.training.args import TrainArgs
+    from pipeline.training.setup import prepare_data
+
+    rows = [{"states": [f"a b c d e f g {w} ." for w in "hijkl"] * 4, "actions": ACTIONS * 6 + ACTIONS[:2]}
+            for _ in range(6)]  # fmt: skip
+    data = tmp_path / "corpus.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = TrainArgs(
+        data=str(data), preset="tiny", out=str(tmp_path / "p"), val_fraction=0.34, progress=False
+    )
+    with caplog.at_level(logging.WARNING, logger="pipeline.training.setup"):
+        prepared = prepare_data(args)
+    assert prepared.tokenizer.actions == ("down", "stay", "up")
+    said = caplog.text
+    assert "120 of 120 states are longer than the 7 token slots a state has (N=8 of --preset tiny" in said
+    assert "one slot for the action" in said and "choose a preset with a larger N" in said
