@@ -48,3 +48,24 @@ def test_scores_are_one_for_the_truth_and_less_for_copy_last(episodes):
     assert cf["all up"]["exact"] == [1.0] * 6 and cf["all down"]["controlled_direction"] == [1.0] * 6
     swapped = score_counterfactuals(d, episodes, {"all up": held["all down"]})
     assert swapped["all up"]["controlled_exact"][-1] < 1.0
+
+
+def test_cli_scores_a_game_predictor_and_refuses_one_without_actions(tmp_path, capsys, tiny_weights):
+    import json
+
+    from pipeline.cli import main
+    from tests.fakes import build_action_weights
+
+    pytest.importorskip("ale_py")
+    weights = build_action_weights(tmp_path / "pong")
+    figure = tmp_path / "h.png"
+    argv = ["eval", "actions", "--weights", str(weights), "--episodes", "3", "--horizon", "3"]
+    assert main([*argv, "--json", "--figure", str(figure)]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["domain"] == "pong" and got["episodes"] == 3
+    assert set(got["logged"]) == {"semworld", "copy-last", "constant velocity"}
+    assert set(got["counterfactual"]) == {"all up", "all down", "all stay"}
+    assert figure.stat().st_size > 1000
+    assert main(argv) == 0 and "| semworld |" in capsys.readouterr().out
+    assert main(["eval", "actions", "--weights", str(tiny_weights), "--episodes", "1"]) == 2
+    assert "states alone" in capsys.readouterr().err
