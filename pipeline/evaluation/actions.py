@@ -268,12 +268,14 @@ def plot_horizons(result: dict[str, Any], path: str | Path) -> Path:
         ylabel="exact state",
     )
     a.legend(fontsize=8)
-    for name, r in result["counterfactual"].items():
-        b.plot(hs, r["exact"], marker="o", ms=3, label=f"{name}: state")
-        b.plot(hs, r["controlled_exact"], ls=":", label=f"{name}: {'controlled'}")
+    for i, (name, r) in enumerate(result["counterfactual"].items()):
+        b.plot(hs, r["exact"], marker="o", ms=3, color=f"C{i}", label=f"{name}: whole state")
+        b.plot(hs, r["controlled_exact"], ls=":", color=f"C{i}", label=f"{name}: the object it moves")
     b.set(title="semworld under held actions", xlabel="horizon (steps of 4 frames)")
     b.legend(fontsize=7)
     a.set_ylim(0, 1.02)
+    a.set_xticks(hs[:: max(1, H // 8)])
+    b.set_xticks(hs[:: max(1, H // 8)])
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
