@@ -101,7 +101,9 @@ def format_report(result: dict[str, Any]) -> str:
     )
     lines += ["", "semworld per field (h=1 / h=8) and mean position error in RAM units:", ""]
     h8 = min(8, H) - 1
-    lines += [f"- {k}: {v[0]:.3f} / {v[h8]:.3f}" for k, v in sem["fields"].items()]
+    near = sem["fields_within_one"]
+    lines += [f"- {k}: {v[0]:.3f} / {v[h8]:.3f}" + (f" (within one step: {near[k][0]:.3f} / {near[k][h8]:.3f})"
+              if k in near else "") for k, v in sem["fields"].items()]  # fmt: skip
     lines.append(f"- position error: {sem['position_error'][0]:.2f} / {sem['position_error'][h8]:.2f} "
                  f"(copy-last {result['logged']['copy-last']['position_error'][h8]:.2f}, constant velocity "
                  f"{result['logged']['constant velocity']['position_error'][h8]:.2f} at h={h8 + 1})")  # fmt: skip

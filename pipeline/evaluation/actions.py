@@ -110,13 +110,14 @@ def _position(key: str) -> bool:
 def score_forecasts(
     domain: Any, episodes: Sequence[Episode], forecasts: Sequence[Sequence[str]], quantum: int
 ) -> dict[str, Any]:
-    """Exact rate, determined-only exact rate, per-field accuracy (over the targets that have the field) and
-    position error by horizon (logged)."""
+    """Exact rate, determined-only exact rate, per-field accuracy (over the targets that have the field), per
+    position field the rate within one quantisation step, and the mean position error, by horizon."""
     H = len(forecasts[0])
     exact = np.zeros(H)
     det_hits, det_n = np.zeros(H), np.zeros(H)
     field_hits: dict[str, np.ndarray] = {}
     field_n: dict[str, np.ndarray] = {}
+    near: dict[str, np.ndarray] = {}
     err_sum, err_n = np.zeros(H), np.zeros(H)
     for ep, pred in zip(episodes, forecasts, strict=True):
         truth = ep.futures["logged"][1]
@@ -139,6 +140,8 @@ def score_forecasts(
                     continue
                 field_hits.setdefault(k, np.zeros(H))[h] += pf.get(k) == v
                 field_n.setdefault(k, np.zeros(H))[h] += 1
+                if _position(k) and isinstance(v, int):  # within one quantisation step
+                    near.setdefault(k, np.zeros(H))[h] += isinstance(pf.get(k), int) and abs(pf[k] - v) <= 1
                 if _position(k) and isinstance(v, int) and isinstance(pf.get(k), int):
                     err_sum[h] += abs(pf[k] - v) * quantum
                     err_n[h] += 1
@@ -148,6 +151,7 @@ def score_forecasts(
         "exact_determined": (det_hits / np.maximum(det_n, 1)).round(4).tolist(),
         "undetermined_share": (1 - det_n / n).round(4).tolist(),
         "fields": {k: (v / np.maximum(field_n[k], 1)).round(4).tolist() for k, v in field_hits.items()},
+        "fields_within_one": {k: (v / np.maximum(field_n[k], 1)).round(4).tolist() for k, v in near.items()},
         "position_error": (err_sum / np.maximum(err_n, 1)).round(3).tolist(),
     }
 
