@@ -461,6 +461,9 @@ def _predictor_part(
 
     predictor = Predictor.from_pretrained(folder, device=device, domain=domain, project=args.project,
                                           mirror=args.mirror)  # fmt: skip
+    if predictor.actions:  # its forecasts depend on actions this rollout does not give
+        raise UserError(f"{folder}: a predictor with actions ({', '.join(predictor.actions)}); score it against "
+                        "its emulator with `semworld eval actions --weights ...`")  # fmt: skip
     kind = json.loads((folder / "config.json").read_text()).get("semworld_model")
     start = args.min_history if args.min_history is not None else min(predictor.T, DEFAULT_MIN_HISTORY)
     scores = score_predictor(predictor, clips, args.horizon, start)
