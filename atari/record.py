@@ -33,6 +33,7 @@ FRAME_SKIP = 4
 FPS = 60 // FRAME_SKIP  # states per second at the game's own speed
 POLICIES = ("mix", "random", "tracking")
 SPLITS = {"train": 0, "val": 1, "test": 2}
+X264_PARAMS = "threads=1:sliced-threads=0"  # x264's own threads pinned: the same clip, the same bytes
 WARMUP_STEPS = {"pong": 1500, "freeway": 500}  # the most warm-up steps before a clip's first state
 
 
@@ -217,7 +218,7 @@ def generate(
             record: dict[str, Any] = {"id": f"{split}-{seed}-{i:06d}"}
             if video:
                 name = f"clips/{i:06d}.mp4"
-                (root / name).write_bytes(encode_mp4(clip.frames, FPS))
+                (root / name).write_bytes(encode_mp4(clip.frames, FPS, X264_PARAMS))
                 record["clip"] = name
             record.update(
                 fps=FPS,

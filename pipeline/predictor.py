@@ -75,7 +75,8 @@ class Predictor:
         self.tokenizer = tokenizer
         self.projection = projection
         # The action slot (the last) of a predictor that forecasts under actions; None for states alone.
-        self.action_slot: int | None = int(model.config.N) - 1 if tokenizer.actions else None
+        acts = getattr(tokenizer, "actions", ())  # (a stand-in tokenizer may not say)
+        self.action_slot: int | None = int(model.config.N) - 1 if acts else None
         self.compile = bool(compile)
         self._compiled: Step | None = None
         # The fixed-shape step (no host round trip) off the CPU or when compiled; on the CPU the packed
@@ -149,7 +150,7 @@ class Predictor:
     @property
     def actions(self) -> tuple[str, ...]:
         """The action words this predictor forecasts under; () when it reads states alone."""
-        return self.tokenizer.actions
+        return tuple(getattr(self.tokenizer, "actions", ()))
 
     def encode_histories(
         self,

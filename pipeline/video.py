@@ -234,8 +234,10 @@ def check_frames(frames: Sequence[np.ndarray], name: str = "frames") -> None:
             raise ValueError(f"{name}[{i}] has shape {f.shape}; {name}[0] has {shape}")
 
 
-def encode_mp4(frames: Sequence[np.ndarray], fps: float) -> bytes:
-    """Encode frames as H.264 (yuv420p, faststart) MP4 bytes that browsers play; odd sizes gain one pixel."""
+def encode_mp4(frames: Sequence[np.ndarray], fps: float, x264_params: str | None = None) -> bytes:
+    """Encode frames as H.264 (yuv420p, faststart) MP4 bytes that browsers play; odd sizes gain one pixel.
+    x264_params: more encoder settings ("threads=1:sliced-threads=0" pins x264's own threads too, so that a
+    loaded machine gives the same bytes)."""
     check_frames(frames)
     if not fps > 0:
         raise ValueError(f"fps must be > 0, got {fps}")
@@ -244,18 +246,24 @@ def encode_mp4(frames: Sequence[np.ndarray], fps: float) -> bytes:
     # rewrites the file for that, so it needs a real file rather than a BytesIO.
     with tempfile.TemporaryDirectory(prefix="semworld-mp4-") as tmp:
         path = os.path.join(tmp, "out.mp4")
-        _encode_to(path, frames, rate)
+        _encode_to(path, frames, rate, x264_params)
         with open(path, "rb") as f:
             return f.read()
 
 
-def _encode_to(path: str, frames: Sequence[np.ndarray], rate: Fraction) -> None:
+def _encode_to(
+    path: str, frames: Sequence[np.ndarray], rate: Fraction, x264_params: str | None = None
+) -> None:
     with av.open(path, mode="w", format="mp4", options={"movflags": "+faststart"}) as container:
         stream = container.add_stream("libx264", rate=rate)
         first = _even_frame(frames[0])
         stream.width, stream.height = first.shape[1], first.shape[0]
         stream.pix_fmt = "yuv420p"
-        stream.options = {"crf": "20", "preset": "veryfast"}
+        stream.options = {
+            "crf": "20",
+            "preset": "veryfast",
+            **({"x264-params": x264_params} if x264_params else {}),
+        }
         # One encoder thread: the same frames give the same bytes whatever the machine's load (a retried batch
         # write must reproduce its folder); clips here are small, so threads would buy little.
         stream.codec_context.thread_count = 1
