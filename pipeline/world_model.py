@@ -143,9 +143,15 @@ def predictor_vocabulary(predictor: object) -> tuple[set[str] | None, int | None
     n = getattr(predictor, "N", None)
     if not isinstance(n, int) or isinstance(n, bool):
         return vocabulary, None
-    return vocabulary, n - bool(
-        getattr(predictor, "actions", ())
-    )  # a predictor with actions: one slot is theirs
+    width = n - bool(getattr(predictor, "actions", ()))  # a predictor with actions: its last slot is theirs
+    return vocabulary, width
+
+
+def _named_stages(weights_dir: Path, overrides: Mapping[str, object]) -> tuple[str, ...]:
+    """The stages `weights_dir/model_index.json` names or the caller gives a folder of its own, and always the
+    predictor: weights without one are not a world model (stage_folders then says its entry is missing)."""
+    named = read_model_index(weights_dir)
+    return tuple(s for s in STAGES if s in named or overrides.get(s) is not None or s == "predictor")
 
 
 @dataclass
@@ -275,11 +281,8 @@ class WorldModelPipeline:
         """
         weights_dir = Path(weights_dir) if weights_dir is not None else default_weights_dir()
         overrides = {"captioner": captioner, "predictor": predictor, "renderer": renderer}
-        named = None
-        if stages is None:
-            named = read_model_index(weights_dir)
-            # the predictor always: weights without one are not a world model
-            stages = tuple(s for s in STAGES if s in named or overrides[s] is not None or s == "predictor")
+        named = stages is None  # then the stages the weights name (and the predictor, always)
+        stages = _named_stages(weights_dir, overrides) if stages is None else stages
         folders, index = stage_folders(weights_dir, overrides, stages)
         kwargs.setdefault("default_state_rate", index_state_rate(index, weights_dir / MODEL_INDEX))
         kwargs.setdefault("domain", domain_of_index(index, weights_dir / MODEL_INDEX))
@@ -310,7 +313,7 @@ class WorldModelPipeline:
         for stage in STAGES:
             factory = plugin_stage(index, stage) if overrides.get(stage) is None and stage in stages else None
             if stage not in stages:
-                loaded.append(NotLoaded(stage, missing=named is not None))
+                loaded.append(NotLoaded(stage, missing=named))
             elif factory is not None:
                 at = getattr(place, stage)
                 loaded.append(factory(folders.get(stage), device=at.device, dtype=at.dtype, domain=domain))
@@ -341,6 +344,18 @@ class WorldModelPipeline:
         """`check_call` with this pipeline's max_horizon and frame limit."""
         check_call(video, states, horizon, stride, state_rate, steps, guidance, context,
                    max_horizon=self.max_horizon, max_frames=self.limits.max_frames)  # fmt: skip
+
+    def _check_request(
+        self, from_clip: bool, render: bool, render_context: int, actions: Sequence[str | None] | None
+    ) -> None:
+        """The rest of step 1: render_context, the actions, and the stages the call needs (weights without a
+        captioner or a renderer say so before any work)."""
+        if isinstance(render_context, bool) or not isinstance(render_context, int) or render_context < 0:
+            raise ValueError(f"render_context must be a non-negative integer, got {render_context!r}")
+        self.check_actions(actions)
+        for stage, used in ((self.captioner, from_clip), (self.renderer, render)):
+            if used and isinstance(stage, NotLoaded) and stage.missing:
+                stage._fail()
 
     def __call__(
         self,
@@ -377,12 +392,7 @@ class WorldModelPipeline:
 
         # 1. check inputs
         self.check_inputs(video, states, horizon, stride, state_rate, steps, guidance, context)
-        if isinstance(render_context, bool) or not isinstance(render_context, int) or render_context < 0:
-            raise ValueError(f"render_context must be a non-negative integer, got {render_context!r}")
-        self.check_actions(actions)
-        for stage, used in ((self.captioner, video is not None), (self.renderer, render)):
-            if used and isinstance(stage, NotLoaded) and stage.missing:
-                stage._fail()  # weights without this stage: said before any work
+        self._check_request(video is not None, render, render_context, actions)
 
         # 2. decode and sample; 3. caption, batched (or take the states given in words)
         seen = self._observe(video, states, stride, state_rate, context, notify, timings)

@@ -91,11 +91,14 @@ def format_report(result: dict[str, Any]) -> str:
     lines = [f"{result['domain']}: {result['episodes']} test episodes, history {result['history']} states, "
              f"sticky {result['sticky']}", "", "Exact next state under the logged actions:", "", head.rstrip()]  # fmt: skip
     sem = result["logged"]["semworld"]
-    rows = [*result["logged"].items(), ("semworld, no serve before it", {"exact": sem["exact_determined"]})]
+    rows = [
+        *result["logged"].items(),
+        ("semworld, nothing came into play before it", {"exact": sem["exact_determined"]}),
+    ]
     for name, r in rows:
         lines.append(f"| {name} | " + " | ".join(f"{r['exact'][h - 1]:.3f}" for h in shown) + " |")
     lines.append(
-        "| (share with a serve before it) | "
+        "| (share where something came into play: a serve) | "
         + " | ".join(f"{sem['undetermined_share'][h - 1]:.3f}" for h in shown)
         + " |"
     )

@@ -264,7 +264,11 @@ def plot_horizons(result: dict[str, Any], path: str | Path) -> Path:
     for name, r in result["logged"].items():
         a.plot(hs, r["exact"], marker="o", ms=3, label=name)
     a.plot(
-        hs, result["logged"]["semworld"]["exact_determined"], ls="--", color="C0", label="semworld, no serve"
+        hs,
+        result["logged"]["semworld"]["exact_determined"],
+        ls="--",
+        color="C0",
+        label="semworld, nothing new in play",
     )
     a.set(
         title=f"{result['domain']}: logged actions",

@@ -119,6 +119,23 @@ def corpus_warnings(sequences: list[Any], train_windows: int) -> list[str]:
     return out
 
 
+def _prepare_action_slots(train: WindowSet, val: WindowSet, seed: int) -> None:
+    """A seeded share of the training windows' actions read as unknown (ACTION_DROPOUT); the action after every
+    target state is no target (the policy chose it, not the world)."""
+    drop_actions(train, ACTION_DROPOUT, seed)
+    for windows in (train, val):
+        windows.ids[:, -1, -1] = PAD_ID
+
+
+def _warn_cut(args: TrainArgs, stats: dict[str, Any], N: int, actions: bool) -> None:
+    logger.warning(
+        "%s: %d of %d states are longer than the %d token slots a state has (N=%d of --preset %s%s) and are "
+        "cut, end mark included, so they can never be predicted whole; choose a preset with a larger N",
+        args.data, stats["truncated_sentences"], stats["states"], N - actions, N, args.preset,
+        ", one slot for the action" if actions else "",
+    )  # fmt: skip
+
+
 def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> PreparedData:
     """Read, split by story (seeded), build the tokenizer over all sequences (as the paper does), make windows."""
     shape = preset_shape(args.preset)
@@ -148,9 +165,7 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
     )
     val = make_windows(split.val, tokenizer, T, N, min_history=args.min_history)
     if tokenizer.actions:
-        drop_actions(train, ACTION_DROPOUT, args.seed)
-        for windows in (train, val):  # the action after the target state is no target: the policy's choice
-            windows.ids[:, -1, -1] = PAD_ID
+        _prepare_action_slots(train, val, args.seed)
     full_train, full_val = len(train), len(val)
     if args.max_windows is not None and args.memory:  # whole clips, for the memory's in-order training
         train = cap_clips(train, args.max_windows, args.seed)
@@ -184,13 +199,7 @@ def prepare_data(args: TrainArgs, tokenizer: StateTokenizer | None = None) -> Pr
         "N": N,
     }
     if stats["truncated_sentences"]:
-        width = N - bool(tokenizer.actions)
-        logger.warning(
-            "%s: %d of %d states are longer than the %d token slots a state has (N=%d of --preset %s%s) and "
-            "are cut, end mark included, so they can never be predicted whole; choose a preset with a larger N",
-            args.data, stats["truncated_sentences"], stats["states"], width, N, args.preset,
-            ", one slot for the action" if tokenizer.actions else "",
-        )  # fmt: skip
+        _warn_cut(args, stats, N, bool(tokenizer.actions))
     logger.info(
         "data: %d sequences -> %d train / %d val windows, pad fraction %.4f, %d of %d states truncated "
         "at N=%d, vocabulary %d",
