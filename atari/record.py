@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from atari.games import ACTIONS, GAMES, Game
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +47,12 @@ def ale_available() -> bool:
 
 
 def require_ale() -> Any:
-    """The ale_py module, or an ImportError saying how to install it."""
+    """The ale_py module, or a UserError saying how to install it (recording needs it; reading states does not)."""
     try:
         import ale_py
     except ImportError:
-        raise ImportError(
-            "the Atari domains need the Arcade Learning Environment: pip install 'semworld[atari]' (ale-py)"
+        raise UserError(
+            "the Atari emulator is not installed: pip install 'semworld[atari]' (ale-py, which carries the ROMs)"
         ) from None
     return ale_py
 

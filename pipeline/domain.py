@@ -158,7 +158,12 @@ def known_domains() -> list[str]:
 
 def _load(target: str) -> Callable[[], Domain]:
     module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+    try:
+        return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+    except ImportError as err:  # a package missing from this installation: one line, not a traceback
+        raise UserError(
+            f"domain {target}: cannot be imported ({err}); reinstall semworld (pip install -e .)"
+        ) from None
 
 
 def get_domain(name: str | Domain | None = None) -> Domain:
