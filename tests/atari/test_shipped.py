@@ -1,0 +1,41 @@
+"""The shipped game predictors (weights/pong, weights/freeway) against the emulator, and `train all --domain`."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ale_py")
+
+from pipeline.cli import main  # noqa: E402
+from pipeline.cli.eval_actions import load_predictor_with_domain  # noqa: E402
+from pipeline.evaluation.actions import evaluate_actions  # noqa: E402
+
+WEIGHTS = Path(__file__).resolve().parents[2] / "weights"
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize(("game", "h1"), [("pong", 0.7), ("freeway", 0.8)])
+def test_the_shipped_predictor_forecasts_the_emulator_under_actions(game, h1):
+    """On 30 test episodes (other seeds than the docs' 200: seed 5), the next state is mostly exact, far above
+    copy-last, and under each held action the object it moves goes the emulator's way."""
+    predictor, domain = load_predictor_with_domain(str(WEIGHTS / game), None)
+    r = evaluate_actions(predictor, domain, episodes=30, horizon=2, seed=5)
+    ours, copy = r["logged"]["semworld"]["exact"], r["logged"]["copy-last"]["exact"]
+    assert ours[0] >= h1 and ours[0] > copy[0] + 0.5
+    for name, held in r["counterfactual"].items():
+        assert held["controlled_direction"][0] >= 0.8, name
+
+
+def test_train_all_records_and_trains_a_game_predictor(tmp_path, capsys):
+    out = tmp_path / "w"
+    argv = ["train", "all", "--domain", "pong", "--stages", "predictor", "--quick", "--out", str(out),
+            "--run-dir", str(tmp_path / "runs"), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    index = json.loads((out / "model_index.json").read_text())
+    assert index["domain"] == "pong" and index["state_rate"] == 15.0
+    assert set(index) >= {"predictor"} and "captioner" not in index and "renderer" not in index
+    rec = json.loads((tmp_path / "runs" / "predictor" / "train.jsonl").read_text().splitlines()[0])
+    assert len(rec["states"]) == len(rec["actions"]) == 40
+    predictor, domain = load_predictor_with_domain(str(out), None)
+    assert domain.name == "pong" and predictor.actions
