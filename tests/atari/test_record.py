@@ -71,10 +71,25 @@ def test_cli_records_and_refuses_actions_options_elsewhere(tmp_path, capsys):
                  "--sticky", "0.25", "--out", str(tmp_path / "fw"), "--no-progress"]) == 0  # fmt: skip
     rec = json.loads((tmp_path / "fw" / "states.jsonl").read_text())
     assert rec["sticky"] == 0.25 and "clip" not in rec and not (tmp_path / "fw" / "clips").exists()
-    assert main(["world", "generate", "--clips", "1", "--policy", "random", "--out", str(tmp_path / "w")]) == 2
+    assert (
+        main(["world", "generate", "--clips", "1", "--policy", "random", "--out", str(tmp_path / "w")]) == 2
+    )
     assert "no actions" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:
-        main(["world", "generate", "--domain", "pong", "--clips", "1", "--policy", "greedy", "--out", str(tmp_path)])
+        main(
+            [
+                "world",
+                "generate",
+                "--domain",
+                "pong",
+                "--clips",
+                "1",
+                "--policy",
+                "greedy",
+                "--out",
+                str(tmp_path),
+            ]
+        )
     assert stop.value.code == 2 and "greedy" in capsys.readouterr().err
 
 
