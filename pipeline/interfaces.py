@@ -38,6 +38,22 @@ class Predictor(Protocol):
     def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]: ...
 
 
+class ActionPredictor(Predictor, Protocol):
+    """A predictor that forecasts under actions (the pipeline uses it when `actions` is not empty): actions[b][i]
+    is the action after state i of history b and its forecast (None: unknown); returns the states and, per
+    history, the actions each forecast step read (pipeline.predictor.Predictor.predict_under)."""
+
+    actions: tuple[str, ...]
+
+    def predict_under(
+        self,
+        states: list[list[str]],
+        k: int,
+        actions: list[list[str | None]] | None = None,
+        truncate: bool = False,
+    ) -> tuple[list[list[str]], list[list[str | None]]]: ...
+
+
 class Renderer(Protocol):
     """States -> one (H, W, 3) uint8 frame per state; randomness only from `generator`; `steps`/`guidance`
     override the renderer's own sampling defaults; `step_callback` runs after every denoising step and may

@@ -13,14 +13,21 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from pipeline.confidence import check_written_states, clip_warning
 from pipeline.domain import Domain, domain_of_index, get_domain, parses, timeline
-from pipeline.interfaces import Captioner, Predictor, ProgressCallback, Renderer, ScoringCaptioner
+from pipeline.interfaces import (
+    ActionPredictor,
+    Captioner,
+    Predictor,
+    ProgressCallback,
+    Renderer,
+    ScoringCaptioner,
+)
 from pipeline.loading import (
     index_state_rate,
     plugin_stage,
@@ -570,7 +577,7 @@ class WorldModelPipeline:
             return self.predict(states, horizon, truncate=truncate), []
         given = [None if a is None else a.strip().lower() for a in actions or ()]
         try:
-            (predicted,), (used,) = self.predictor.predict_under(
+            (predicted,), (used,) = cast(ActionPredictor, self.predictor).predict_under(
                 [list(states)], horizon, [given], truncate=truncate
             )
         except ValueError as err:  # a word the predictor lacks, too many actions: the caller's input

@@ -16,7 +16,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ import torch
 from pipeline.batch.jobs import BatchSettings, ClipJob
 from pipeline.confidence import clip_warning, unsure_flags
 from pipeline.domain import timeline
+from pipeline.interfaces import ActionPredictor
 from pipeline.loading import is_plugin_stage
 from pipeline.outputs import write_outputs
 from pipeline.utils import (
@@ -264,7 +265,9 @@ def predict(pipe: WorldModelPipeline, works: Sequence[ClipWork]) -> None:
             given = [[a and a.strip().lower() for a in (w.job.actions or ())] for w in live]
             for g in given:
                 pipe.check_actions(g)
-            rollouts, used = pipe.predictor.predict_under(histories, k, given, truncate=True)
+            rollouts, used = cast(ActionPredictor, pipe.predictor).predict_under(
+                histories, k, given, truncate=True
+            )
             used = [
                 [*(g + [None] * len(h))[: len(h)], *u] for g, h, u in zip(given, histories, used, strict=True)
             ]

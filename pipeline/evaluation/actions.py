@@ -196,8 +196,10 @@ def forecast_all(
     for i in range(0, len(rows), batch):
         part = rows[i : i + batch]
         histories = [ep.history for _, ep in part]
-        actions: list[list[str | None]] = [[*ep.actions, *ep.futures[name][0]][: len(ep.history) + horizon - 1]
-                                           for name, ep in part]  # fmt: skip
+        actions: list[list[str | None]] = [
+            list[str | None]([*ep.actions, *ep.futures[name][0]][: len(ep.history) + horizon - 1])
+            for name, ep in part
+        ]
         preds += predict(histories, horizon, actions)
     return {name: preds[j * len(episodes) : (j + 1) * len(episodes)] for j, name in enumerate(names)}
 

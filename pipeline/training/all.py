@@ -186,7 +186,9 @@ def build_predictor(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
     """The predictor recipe into `out`. A fine-tune trains its chain of base recipes first, each in
     run/<recipe name>/ and started from the one before."""
     *bases, recipe = recipe_chain(_recipe(args, "predictor"))
-    common = dict(device=args.device, threads=args.threads, progress=args.progress, domain=args.domain)
+    common: dict[str, Any] = dict(
+        device=args.device, threads=args.threads, progress=args.progress, domain=args.domain
+    )
     phases: dict[str, Any] = {}
     init_from = None
     for base in bases:  # each phase resumes from its own run folder
