@@ -116,10 +116,61 @@ def check_written_states_for(
 
     folder = folders["predictor"]
     try:
-        vocabulary = set(StateTokenizer.from_file(folder).backend.get_vocab())
+        tokenizer = StateTokenizer.from_file(folder)
     except (FileNotFoundError, ValueError) as err:
         raise UserError(f"predictor weights {err}") from None
+    vocabulary = set(tokenizer.backend.get_vocab())
     config = read_user_json(folder, "config.json", "a saved semworld predictor", "predictor weights")
     n = config.get("N") if isinstance(config, dict) else None
-    check_written_states(states, domain=domain, vocabulary=vocabulary, max_tokens=n if isinstance(n, int) else None,
-                         label=label)  # fmt: skip
+    width = (
+        n - bool(tokenizer.actions) if isinstance(n, int) else None
+    )  # a predictor with actions: one slot theirs
+    check_written_states(states, domain=domain, vocabulary=vocabulary, max_tokens=width, label=label)
+
+
+class NotLoaded:
+    """Stands in for a stage `from_pretrained` did not load: one it was told not to (using it is a bug of the
+    caller), or one the weights do not have (e.g. a game's predictor alone: using it is the caller's input)."""
+
+    def __init__(self, stage: str, missing: bool = False) -> None:
+        self.stage = stage
+        self.missing = missing
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        if self.missing:
+            what = {"captioner": "read a clip (start from states in words)", "renderer": "draw states (ask for "
+                    "states only: render off)"}.get(self.stage, "forecast")  # fmt: skip
+            raise UserError(f"these weights have no {self.stage}: they cannot {what}")
+        raise RuntimeError(f"the {self.stage} stage was not loaded (from_pretrained(stages=...))")
+
+    caption = predict = render = _fail
+
+    @property
+    def default_steps(self) -> int:  # the Renderer protocol's property: reading it is a use, too
+        return self._fail()
+
+
+def predictor_vocabulary(predictor: object) -> tuple[set[str] | None, int | None]:
+    """The words a loaded predictor can read and its token slots per state, when it says (the shipped adapter
+    carries a StateTokenizer and N); (None, None) for a stand-in that does not."""
+    from pipeline.tokenizer import ACTION_PREFIX, PAD_TOKEN, UNK_TOKEN, StateTokenizer
+
+    if isinstance(predictor, NotLoaded):
+        return None, None
+    tokenizer = getattr(predictor, "tokenizer", None)
+    vocabulary = None
+    if isinstance(tokenizer, StateTokenizer):
+        vocabulary = set(tokenizer.backend.get_vocab()) - {PAD_TOKEN, UNK_TOKEN}
+        vocabulary -= {ACTION_PREFIX + a for a in tokenizer.actions}  # never a word of a state
+    n = getattr(predictor, "N", None)
+    if not isinstance(n, int) or isinstance(n, bool):
+        return vocabulary, None
+    width = n - bool(getattr(predictor, "actions", ()))  # a predictor with actions: its last slot is theirs
+    return vocabulary, width
+
+
+def named_stages(weights_dir: Path, overrides: Mapping[str, object]) -> tuple[str, ...]:
+    """The stages `weights_dir/model_index.json` names or the caller gives a folder of its own, and always the
+    predictor: weights without one are not a world model (stage_folders then says its entry is missing)."""
+    named = read_model_index(weights_dir)
+    return tuple(s for s in STAGES if s in named or overrides.get(s) is not None or s == "predictor")

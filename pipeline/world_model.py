@@ -29,13 +29,16 @@ from pipeline.interfaces import (
     ScoringCaptioner,
 )
 from pipeline.loading import (
+    NotLoaded,
     index_state_rate,
+    named_stages,
     plugin_stage,
+    predictor_vocabulary,
     stage_folders,
 )
 from pipeline.params import HORIZON_MAX, check_params
 from pipeline.placement import resolve_placement
-from pipeline.utils import MODEL_INDEX, STAGES, UserError, default_weights_dir, read_model_index
+from pipeline.utils import MODEL_INDEX, STAGES, default_weights_dir
 from pipeline.video import SampledClip, VideoLimits, VideoSource, encode_mp4, read_video
 
 logger = logging.getLogger(__name__)
@@ -135,32 +138,6 @@ def timed(timings: dict[str, float], stage: str, notify: ProgressCallback | None
         notify(stage, 1, 1)
 
 
-def predictor_vocabulary(predictor: object) -> tuple[set[str] | None, int | None]:
-    """The words a loaded predictor can read and its token slots per state, when it says (the shipped adapter
-    carries a StateTokenizer and N); (None, None) for a stand-in that does not."""
-    from pipeline.tokenizer import ACTION_PREFIX, PAD_TOKEN, UNK_TOKEN, StateTokenizer
-
-    if isinstance(predictor, NotLoaded):
-        return None, None
-    tokenizer = getattr(predictor, "tokenizer", None)
-    vocabulary = None
-    if isinstance(tokenizer, StateTokenizer):
-        vocabulary = set(tokenizer.backend.get_vocab()) - {PAD_TOKEN, UNK_TOKEN}
-        vocabulary -= {ACTION_PREFIX + a for a in tokenizer.actions}  # never a word of a state
-    n = getattr(predictor, "N", None)
-    if not isinstance(n, int) or isinstance(n, bool):
-        return vocabulary, None
-    width = n - bool(getattr(predictor, "actions", ()))  # a predictor with actions: its last slot is theirs
-    return vocabulary, width
-
-
-def _named_stages(weights_dir: Path, overrides: Mapping[str, object]) -> tuple[str, ...]:
-    """The stages `weights_dir/model_index.json` names or the caller gives a folder of its own, and always the
-    predictor: weights without one are not a world model (stage_folders then says its entry is missing)."""
-    named = read_model_index(weights_dir)
-    return tuple(s for s in STAGES if s in named or overrides.get(s) is not None or s == "predictor")
-
-
 @dataclass
 class Observed:
     """What a call observed: the states (read from `clip`, or given in words when it is None), per state the
@@ -171,28 +148,6 @@ class Observed:
     confidence: list[float | None]
     parses: list[bool | None]
     warnings: list[str]
-
-
-class NotLoaded:
-    """Stands in for a stage `from_pretrained` did not load: one it was told not to (using it is a bug of the
-    caller), or one the weights do not have (e.g. a game's predictor alone: using it is the caller's input)."""
-
-    def __init__(self, stage: str, missing: bool = False) -> None:
-        self.stage = stage
-        self.missing = missing
-
-    def _fail(self, *args: Any, **kwargs: Any) -> Any:
-        if self.missing:
-            what = {"captioner": "read a clip (start from states in words)", "renderer": "draw states (ask for "
-                    "states only: render off)"}.get(self.stage, "forecast")  # fmt: skip
-            raise UserError(f"these weights have no {self.stage}: they cannot {what}")
-        raise RuntimeError(f"the {self.stage} stage was not loaded (from_pretrained(stages=...))")
-
-    caption = predict = render = _fail
-
-    @property
-    def default_steps(self) -> int:  # the Renderer protocol's property: reading it is a use, too
-        return self._fail()
 
 
 class WorldModelPipeline:
@@ -289,7 +244,7 @@ class WorldModelPipeline:
         weights_dir = Path(weights_dir) if weights_dir is not None else default_weights_dir()
         overrides = {"captioner": captioner, "predictor": predictor, "renderer": renderer}
         named = stages is None  # then the stages the weights name (and the predictor, always)
-        stages = _named_stages(weights_dir, overrides) if stages is None else stages
+        stages = named_stages(weights_dir, overrides) if stages is None else stages
         folders, index = stage_folders(weights_dir, overrides, stages)
         kwargs.setdefault("default_state_rate", index_state_rate(index, weights_dir / MODEL_INDEX))
         kwargs.setdefault("domain", domain_of_index(index, weights_dir / MODEL_INDEX))
@@ -389,9 +344,8 @@ class WorldModelPipeline:
         `context` keeps only the first N sampled frames of the clip as the observed past (the rest can be held out
         as ground truth). `seed` (or a `generator`) makes rendering reproducible; `steps`/`guidance` override
         the renderer's defaults. `render_context` also draws the last N observed states (e.g. states given in
-        words, which have no frames) into `output.context_frames`. With `encode_video`, the predicted frames also come back as MP4 bytes in `output.video`.
-        `actions` (a predictor with actions, docs/atari.md): the action after each observed state, then one per
-        forecast step (None: unknown); at most len(observed) + horizon - 1.
+        words, which have no frames) into `output.context_frames`. With `encode_video`, the predicted frames also
+        come back as MP4 bytes in `output.video`. `actions`: see `predict_under` (a predictor with actions).
         """
         notify = callback or (lambda stage, done, total: None)
         timings: dict[str, float] = {}
@@ -404,10 +358,8 @@ class WorldModelPipeline:
         # 2. decode and sample; 3. caption, batched (or take the states given in words)
         seen = self._observe(video, states, stride, state_rate, context, notify, timings)
 
-        # 4. predict
+        # 4. predict (captions that run past the token slots are cut; states a user wrote never are)
         with timed(timings, "predict", notify):
-            # Captions of out-of-domain frames may run past the predictor's token slots: cut those; states a user
-            # wrote are never cut silently (the predictor names the long one instead).
             predicted, used = self.predict_under(
                 seen.states, horizon, actions, truncate=seen.clip is not None
             )
@@ -571,7 +523,10 @@ class WorldModelPipeline:
         truncate: bool = False,
     ) -> tuple[list[str], list[str | None]]:
         """The next `horizon` states after `states` under `actions`, and every action the forecast read: the
-        observed states' (None where not given), then the forecast's (see WorldModelOutput.actions)."""
+        observed states' (None where not given), then the forecast's (see WorldModelOutput.actions).
+
+        actions (a predictor with actions, docs/atari.md): the action after each observed state, then one per
+        forecast step (None: unknown); at most len(states) + horizon - 1."""
         if not self.actions:
             self.check_actions(actions)
             return self.predict(states, horizon, truncate=truncate), []

@@ -310,9 +310,9 @@ class PredictInputs:
 def read_inputs(args: argparse.Namespace) -> PredictInputs:
     """Everything that needs no model, checked first: the flags, the device, the weights' folders, the states in
     words (against the weights' domain and vocabulary), and the clip, read at the weights' state rate."""
-    from pipeline.loading import check_written_states_for, index_state_rate, stage_folders
+    from pipeline.loading import check_written_states_for, index_state_rate, named_stages, stage_folders
     from pipeline.placement import resolve_placement
-    from pipeline.utils import MODEL_INDEX, STAGES
+    from pipeline.utils import MODEL_INDEX
     from pipeline.video import TooManyStatesError, VideoLimits
     from pipeline.world_model import sample_clip
 
@@ -328,8 +328,7 @@ def read_inputs(args: argparse.Namespace) -> PredictInputs:
     resolve_placement(args.device, args.dtype, stage_devices=args.stage_device, stage_dtypes=args.stage_dtype)
     weights = args.weights or default_weights_dir()
     overrides = {stage: getattr(args, stage) for stage in ("captioner", "predictor", "renderer")}
-    present = read_model_index(weights)  # weights of a domain may lack a captioner or a renderer
-    stages = tuple(s for s in STAGES if s in present or overrides[s] is not None or s == "predictor")
+    stages = named_stages(weights, overrides)  # weights of a domain may lack a captioner or a renderer
     if states is None and "captioner" not in stages:
         raise UserError(
             f"{weights}: these weights have no captioner to read a clip; start from --states FILE"

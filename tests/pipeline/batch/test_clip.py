@@ -12,9 +12,9 @@ import pytest
 
 from pipeline.batch.clip import is_complete, process
 from pipeline.batch.jobs import BatchSettings, ClipJob, assign_names, parse_stages
+from pipeline.loading import NotLoaded
 from pipeline.utils import UserError
 from pipeline.video import read_video
-from pipeline.world_model import NotLoaded
 from tests.fakes import make_pipeline
 
 
