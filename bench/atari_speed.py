@@ -17,8 +17,8 @@ import torch
 
 def emulator_steps_per_s(game: str, steps: int, screens: bool) -> float:
     """Agent steps (4 frames each) per second, each one's state read from RAM and spelled (and its screen)."""
-    from atari.games import GAMES
-    from atari.record import Emulator
+    from pipeline.domains.atari.games import GAMES
+    from pipeline.domains.atari.record import Emulator
 
     emu = Emulator(GAMES[game], seed=0)
     actions = ("stay", "up", "down")
@@ -35,8 +35,8 @@ def emulator_steps_per_s(game: str, steps: int, screens: bool) -> float:
 
 def predictor_states_per_s(weights: str, game: str, batch: int, horizon: int, repeats: int) -> float:
     """Predicted states per second: `batch` histories of T recorded states, `horizon` steps under actions."""
-    from atari.record import clip_seed, record_clip
     from pipeline.cli.eval_actions import load_predictor_with_domain
+    from pipeline.domains.atari.record import clip_seed, record_clip
 
     predictor, _ = load_predictor_with_domain(weights, game)
     clips = [

@@ -40,8 +40,8 @@ DEFAULT_DOMAIN = "text"  # for weights whose model_index.json names no domain
 _BUILTIN: dict[str, str] = {
     "shapes": "world.domain:ShapesDomain",
     "text": "pipeline.domains.text:FreeTextDomain",
-    "pong": "atari.domain:PongDomain",
-    "freeway": "atari.domain:FreewayDomain",
+    "pong": "pipeline.domains.atari.domain:PongDomain",
+    "freeway": "pipeline.domains.atari.domain:FreewayDomain",
 }
 # Older names that still load: model_index.json's "grammar": "world" is the built-in shapes world.
 ALIASES: dict[str, str] = {"world": "shapes"}

@@ -45,23 +45,10 @@ def layer_of(path: Path) -> str:
     return "pipeline" if parts[0] == "pipeline" else parts[0]
 
 
-# A domain package beside the built-in world may use the inference layer (its video writer, the registry) and
-# nothing above it, nor another domain.
-DOMAIN_PACKAGE = (
-    "pipeline.training",
-    "pipeline.evaluation",
-    "pipeline.cli",
-    "pipeline.batch",
-    "api",
-    "fastapi",
-    "world",
-)
-
 # What each layer may not import (a prefix match on the dotted module name).
 FORBIDDEN = {
     "models": ("pipeline", "api", "fastapi", "world"),
     "world": ("pipeline", "api", "models", "fastapi"),
-    "atari": (*DOMAIN_PACKAGE, "models"),
     # Inference modules receive a domain from the registry (pipeline.domain); they never import one by name.
     "pipeline": (
         "pipeline.training",
@@ -72,9 +59,16 @@ FORBIDDEN = {
         "fastapi",
         "uvicorn",
         "world",
-        "atari",
     ),
-    "pipeline.domains": DOMAIN_PACKAGE,
+    "pipeline.domains": (
+        "pipeline.training",
+        "pipeline.evaluation",
+        "pipeline.cli",
+        "pipeline.batch",
+        "api",
+        "fastapi",
+        "world",
+    ),
     "pipeline.evaluation": ("pipeline.training", "pipeline.cli", "api", "fastapi"),
     "pipeline.training": ("pipeline.cli", "api", "fastapi"),
     "pipeline.batch": ("pipeline.training", "pipeline.evaluation", "pipeline.cli", "api", "fastapi"),
@@ -82,9 +76,7 @@ FORBIDDEN = {
     "api": ("pipeline.training", "pipeline.evaluation", "pipeline.cli"),
 }
 
-SOURCES = sorted(
-    p for top in ("models", "world", "atari", "pipeline", "api") for p in (REPO / top).rglob("*.py")
-)
+SOURCES = sorted(p for top in ("models", "world", "pipeline", "api") for p in (REPO / top).rglob("*.py"))
 
 
 def _forbidden(path: Path, source: str | None = None) -> list[str]:

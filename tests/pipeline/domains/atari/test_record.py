@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("ale_py")
 
-from atari.games import ACTIONS, GAMES  # noqa: E402
-from atari.record import Emulator, clip_seed, generate, record_clip  # noqa: E402
 from pipeline.cli import main  # noqa: E402
+from pipeline.domains.atari.games import ACTIONS, GAMES  # noqa: E402
+from pipeline.domains.atari.record import Emulator, clip_seed, generate, record_clip  # noqa: E402
 
 
 def test_a_clip_is_its_seed():

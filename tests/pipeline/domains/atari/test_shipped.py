@@ -11,7 +11,7 @@ from pipeline.cli import main  # noqa: E402
 from pipeline.cli.eval_actions import load_predictor_with_domain  # noqa: E402
 from pipeline.evaluation.actions import evaluate_actions  # noqa: E402
 
-WEIGHTS = Path(__file__).resolve().parents[2] / "weights"
+WEIGHTS = Path(__file__).resolve().parents[4] / "weights"
 pytestmark = pytest.mark.integration
 
 

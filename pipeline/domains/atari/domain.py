@@ -1,7 +1,7 @@
 """Atari games as semworld domains ("pong", "freeway"): states read from the console's RAM, written in words,
 with the player's actions ("stay", "up", "down").
 
-The inference path sees the Domain interface of pipeline/domain.py: the grammar (atari/games.py), the timeline
+The inference path sees the Domain interface of pipeline/domain.py: the grammar (games.py), the timeline
 field by field, the actions, and a recorder for data sets (`semworld world generate --domain pong`). The
 emulator (ale-py, the `atari` extra) is needed only to record; reading, forecasting and scoring states of a
 game need nothing but this package.
@@ -16,8 +16,17 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from atari.games import ACTIONS, GAMES, Game
-from atari.record import FPS, Emulator, Policy, ale_available, clip_seed, generate, record_clip, start
+from pipeline.domains.atari.games import ACTIONS, GAMES, Game
+from pipeline.domains.atari.record import (
+    FPS,
+    Emulator,
+    Policy,
+    ale_available,
+    clip_seed,
+    generate,
+    record_clip,
+    start,
+)
 
 
 class SampleClip(NamedTuple):
@@ -31,7 +40,7 @@ class SampleClip(NamedTuple):
 
 
 class AtariDomain:
-    """One Atari game's states and actions (see atari/games.py for the grammar of each)."""
+    """One Atari game's states and actions (see games.py for the grammar of each)."""
 
     actions: tuple[str, ...] = ACTIONS
     mirror: Mapping[str, str] | None = None

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from atari.games import GAMES, QUANTUM, Freeway, Pong
 from pipeline.domain import get_domain
+from pipeline.domains.atari.games import GAMES, QUANTUM, Freeway, Pong
 
 
 def pong_ram(ball=(100, 80), player=120, enemy=60, score=(3, 5)) -> np.ndarray:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from atari.games import ACTIONS, GAMES, Game
+from pipeline.domains.atari.games import ACTIONS, GAMES, Game
 from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
