@@ -235,9 +235,9 @@ class Predictor:
     ) -> tuple[torch.Tensor, object | None]:
         """window (B, T, N) -> k >= 1 predicted states (B, k, N), and the recurrent state after the last window.
 
-        actions (B, k), a predictor with actions: the action id taken after predicted state j (-1: none given,
-        the slot is read as unknown). Everything stays on the device: no value is read back to the host inside
-        the loop."""
+        actions (B, k), a predictor with actions: the action id written into predicted state j's action slot
+        (PAD_ID: none given, read as unknown; None: every step unknown). Everything stays on the device: no
+        value is read back to the host inside the loop."""
         window = window.to(self.device)
         B, _, N = window.shape
         predicted = window.new_empty(B, k, N)  # (B, k, N)
@@ -254,16 +254,12 @@ class Predictor:
         else:  # a model with predict_next only (the baseline, stand-ins)
             step = lambda w, s: self._predict_next(w, s)  # noqa: E731
         slot = self.action_slot
-        if slot is not None:
-            given = (
-                torch.full((B, k), -1, dtype=torch.long, device=self.device)
-                if actions is None
-                else actions.to(self.device)
-            )  # (B, k)
+        if slot is not None:  # (B, k): whatever the model wrote in the slot is replaced
+            given = window.new_full((B, k), PAD_ID) if actions is None else actions.to(self.device)
         for j in range(k):
             next_ids, state = step(window, state)  # (B, N)
-            if slot is not None:  # the given action, or unknown (whatever the model wrote in the slot)
-                next_ids[:, slot] = torch.where(given[:, j] >= 0, given[:, j], PAD_ID)
+            if slot is not None:
+                next_ids[:, slot] = given[:, j]
             predicted[:, j] = next_ids
             # Slide: drop the oldest state, append the prediction; the model re-embeds slots 0..T-1.
             window = torch.cat([window[:, 1:], next_ids[:, None, :].to(window.dtype)], dim=1)  # (B, T, N)
@@ -290,8 +286,8 @@ class Predictor:
 
     def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
         """Roll out k future states for each history; returns B lists of k states in the canonical spelling
-        (tokens separated by single spaces, as the captioner writes them). A predictor with actions forecasts
-        under its own guess of the policy (`predict_under` takes the actions)."""
+        (tokens separated by single spaces, as the captioner writes them). A predictor with actions reads every
+        action as unknown (`predict_under` takes the actions)."""
         return self.predict_under(states, k, truncate=truncate)[0]
 
     def predict_under(
@@ -338,14 +334,14 @@ class Predictor:
     def _forecast_actions(
         self, states: list[list[str]], k: int, actions: list[list[str | None]] | None
     ) -> torch.Tensor | None:
-        """The forecast part of `actions` as ids (B, k), -1 where none is given; None without actions."""
+        """The forecast part of `actions` as ids (B, k), PAD_ID where none is given; None without actions."""
         if actions is None:
             return None
         if self.action_slot is None:
             raise ValueError("actions: this predictor forecasts from states alone (its data had no actions)")
         if not isinstance(actions, list) or len(actions) != len(states):
             raise ValueError(f"actions: expected one list per history ({len(states)}), got {actions!r}")
-        forced = torch.full((len(states), k), -1, dtype=torch.long)
+        forced = torch.full((len(states), k), PAD_ID, dtype=torch.long)
         for b, (history, acts) in enumerate(zip(states, actions, strict=True)):
             if not isinstance(acts, list):
                 raise ValueError(f"actions[{b}]: expected a list of action words, got {acts!r}")
@@ -353,13 +349,10 @@ class Predictor:
                 raise ValueError(f"actions[{b}]: {len(acts)} actions for {len(history)} states and {k} forecast "
                                  f"steps; at most {len(history) + k - 1} (one after each state but the last)")  # fmt: skip
             ahead = acts[len(history) :]
-            try:
-                ids = self.tokenizer.action_ids(ahead)
+            try:  # None -> PAD_ID: unknown
+                forced[b, : len(ahead)] = torch.tensor(self.tokenizer.action_ids(ahead), dtype=torch.long)
             except ValueError as err:
                 raise ValueError(f"actions[{b}]: {err}") from None
-            for j, (a, i) in enumerate(zip(ahead, ids, strict=True)):
-                if a is not None:
-                    forced[b, j] = i
         return forced
 
 

@@ -530,15 +530,34 @@ class WorldModelPipeline:
         if not self.actions:
             self.check_actions(actions)
             return self.predict(states, horizon, truncate=truncate), []
-        given = [None if a is None else a.strip().lower() for a in actions or ()]
         try:
-            (predicted,), (used,) = cast(ActionPredictor, self.predictor).predict_under(
-                [list(states)], horizon, [given], truncate=truncate
-            )
+            (predicted,), (read,) = self.forecast_under([list(states)], horizon, [actions], truncate=truncate)
         except ValueError as err:  # a word the predictor lacks, too many actions: the caller's input
             raise ValueError(str(err).replace("actions[0]: ", "actions: ")) from None
-        observed = (given + [None] * len(states))[: len(states)]
-        return list(predicted), [*observed, *used]
+        return predicted, read
+
+    def forecast_under(
+        self,
+        histories: list[list[str]],
+        horizon: int,
+        actions: Sequence[Sequence[str | None] | None],
+        truncate: bool = False,
+    ) -> tuple[list[list[str]], list[list[str | None]]]:
+        """`predict_under` for a batch of histories (batch runs use it): each history's next `horizon` states and
+        every action its forecast read; actions[b] (None: none given) is checked and spelled as the predictor
+        reads it (stripped, lowercase)."""
+        for acts in actions:
+            self.check_actions(acts)
+        if not self.actions:  # (then no history was given any)
+            return self.predictor.predict(histories, horizon, truncate=truncate), [[] for _ in histories]
+        given = [[None if a is None else a.strip().lower() for a in acts or ()] for acts in actions]
+        rollouts, used = cast(ActionPredictor, self.predictor).predict_under(
+            histories, horizon, given, truncate=truncate
+        )
+        read = [
+            [*(g + [None] * len(h))[: len(h)], *u] for g, h, u in zip(given, histories, used, strict=True)
+        ]
+        return [list(r) for r in rollouts], read
 
     def predict(self, states: Sequence[str], horizon: int, truncate: bool = False) -> list[str]:
         """The next `horizon` states after `states` (`truncate`: cut states longer than the predictor reads)."""

@@ -16,7 +16,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,7 +24,6 @@ import torch
 from pipeline.batch.jobs import BatchSettings, ClipJob
 from pipeline.confidence import clip_warning, unsure_flags
 from pipeline.domain import timeline
-from pipeline.interfaces import ActionPredictor
 from pipeline.loading import is_plugin_stage
 from pipeline.outputs import write_outputs
 from pipeline.utils import (
@@ -74,9 +73,8 @@ class ClipWork:
     predicted_parses: list[bool | None] = field(default_factory=list)
     changes: list[list[str]] = field(default_factory=list)
     domain: str | None = None
-    actions: list[str | None] = field(
-        default_factory=list
-    )  # a predictor with actions: what the forecast read
+    # A predictor with actions: the action after each observed state, then each forecast step's, as it read them.
+    actions: list[str | None] = field(default_factory=list)
 
 
 @dataclass
@@ -259,22 +257,9 @@ def predict(pipe: WorldModelPipeline, works: Sequence[ClipWork]) -> None:
     t = time.perf_counter()
     try:
         # Captions of out-of-domain frames may run past the predictor's token slots: cut those (as predict does).
+        # A line's actions steer its forecast (a predictor of states alone refuses them).
         histories = [list(w.observed) for w in live]
-        used: list[list[str | None]] = [[] for _ in live]
-        if pipe.actions:  # under each clip's actions (none given: every step's read as unknown)
-            given = [[a and a.strip().lower() for a in (w.job.actions or ())] for w in live]
-            for g in given:
-                pipe.check_actions(g)
-            rollouts, used = cast(ActionPredictor, pipe.predictor).predict_under(
-                histories, k, given, truncate=True
-            )
-            used = [
-                [*(g + [None] * len(h))[: len(h)], *u] for g, h, u in zip(given, histories, used, strict=True)
-            ]
-        elif any(w.job.actions is not None for w in live):
-            raise ValueError("actions: this predictor forecasts from states alone (its data had no actions)")
-        else:
-            rollouts = pipe.predictor.predict(histories, k, truncate=True)
+        rollouts, used = pipe.forecast_under(histories, k, [w.job.actions for w in live], truncate=True)
         if len(rollouts) != len(live) or any(len(r) != k for r in rollouts):
             raise RuntimeError(
                 f"predictor returned {[len(r) for r in rollouts]} states for {len(live)} x {k}"

@@ -67,10 +67,6 @@ def record_episodes(
     return episodes
 
 
-def _numbers(words: list[str]) -> list[int | None]:
-    return [int(w) if w.isdigit() else None for w in words]
-
-
 def constant_velocity(history: Sequence[str], h: int) -> str:
     """Every number of the last state moved on by h times its last step (clamped to 0..63); a state whose
     words do not line up with the one before (an object came or went) is copied."""
