@@ -101,8 +101,7 @@ def parse_actions(text: str | None) -> list[str | None] | None:
     """The `actions` form field as a list: words separated by spaces or commas, '?' for an unknown one."""
     if text is None:
         return None
-    words = [w for w in text.replace(",", " ").split()]
-    return [None if w == "?" else w for w in words]
+    return [None if w == "?" else w for w in text.replace(",", " ").split()]
 
 
 def check_params(settings: Settings, states: Sequence[str] | None = None, **params: Any) -> None:

@@ -66,8 +66,9 @@ class StateTokenizer:
             )
         self.backend = tokenizer
         self._id_to_token = {i: t for t, i in vocab.items()}
-        self._actions = tuple(t[len(ACTION_PREFIX) :] for i, t in sorted(self._id_to_token.items())
-                              if t.startswith(ACTION_PREFIX))  # fmt: skip
+        # action word -> id, in id order (a tokenizer of states alone has none)
+        self._action_id = {t[len(ACTION_PREFIX) :]: i for i, t in sorted(self._id_to_token.items())
+                           if t.startswith(ACTION_PREFIX)}  # fmt: skip
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
@@ -145,17 +146,16 @@ class StateTokenizer:
     @property
     def actions(self) -> tuple[str, ...]:
         """The action words, in id order; () for a tokenizer of states alone."""
-        return self._actions
+        return tuple(self._action_id)
 
     def action_ids(self, actions: Sequence[str | None]) -> list[int]:
         """Action words -> ids (None: unknown, PAD_ID); a word the tokenizer lacks is a ValueError naming it."""
-        vocab = self.backend.get_vocab()
         out = []
         for i, a in enumerate(actions):
             if a is None:
                 out.append(PAD_ID)
-            elif isinstance(a, str) and ACTION_PREFIX + a.strip().lower() in vocab:
-                out.append(vocab[ACTION_PREFIX + a.strip().lower()])
+            elif isinstance(a, str) and a.strip().lower() in self._action_id:
+                out.append(self._action_id[a.strip().lower()])
             else:
                 known = ", ".join(self.actions) or "none"
                 raise ValueError(f"action {i} is {a!r}, not an action of this predictor ({known})")
@@ -214,9 +214,8 @@ class StateTokenizer:
         words: list[str] = []
         for i in ids:
             token = self._id_to_token.get(int(i), UNK_TOKEN)
-            if int(i) == PAD_ID or token.startswith(
-                ACTION_PREFIX
-            ):  # the state ends; an action is not part of it
+            # the state ends at padding; an action (its last slot) is not part of it
+            if int(i) == PAD_ID or token.startswith(ACTION_PREFIX):
                 break
             words.append(token)
         return " ".join(words)
