@@ -27,7 +27,7 @@ from api.deps import require_api_key
 from api.engine import Engine
 from api.jobs import JobStore, JobWorker
 from api.metrics import Metrics
-from api.routes import docs, health, jobs, pages, predict, rollout, samples
+from api.routes import docs, health, jobs, pages, plan, predict, rollout, samples
 from api.routes.pages import STATIC_DIR
 from api.schemas import ErrorResponse, predict_payload
 from api.settings import Settings
@@ -46,6 +46,7 @@ attention predictor, and draws them with a diffusion renderer.
 * `POST /v1/jobs`: the same as a job; follow `GET /v1/jobs/{id}`, fetch `GET /v1/jobs/{id}/result`;
   `GET /v1/jobs` lists the jobs, newest first.
 * `POST /v1/rollout`: states in words in (edit any of them), the future out.
+* `POST /v1/plan`: states and a goal in words in, the actions that lead there out.
 
 Errors are JSON `{"detail": "..."}`. If the server has an API key, send it as `X-API-Key` or a Bearer token.
 """
@@ -323,7 +324,7 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
         lambda: app.state.store.counts() if getattr(app.state, "store", None) else {},
         lambda: app.state.store.disk_bytes if getattr(app.state, "store", None) else 0,
     )
-    for router in (health.router, predict.router, rollout.router, jobs.router, samples.router, pages.router,
+    for router in (health.router, predict.router, rollout.router, plan.router, jobs.router, samples.router, pages.router,
                    docs.router):  # fmt: skip
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

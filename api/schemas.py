@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import cv2
 import numpy as np
@@ -224,3 +224,63 @@ def predict_payload(output: WorldModelOutput) -> dict[str, Any]:
 def states_fields(output: WorldModelOutput) -> dict[str, Any]:
     """The StatesResponse fields of an output: the same as `semworld predict --json` says (pipeline.outputs)."""
     return state_fields(output)
+
+
+class PlanRequest(BaseModel):
+    """States in words to plan from and a goal in words (docs/planning.md); the weights' predictor must forecast
+    under actions. Strict types, as for /v1/rollout."""
+
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        json_schema_extra={"examples": [{
+            "states": ["ball 20 38 player 32 enemy 38 score 1 3 .", "ball 19 37 player 29 enemy 37 score 1 3 ."],
+            "goal": "return the ball", "steps": 8,
+        }]},  # type: ignore[dict-item]
+    )  # fmt: skip
+
+    states: list[str] = Field(
+        min_length=1, max_length=STATES_LIMIT, description="one state per step, oldest first"
+    )
+    actions: list[str | None] | None = Field(
+        None,
+        max_length=STATES_LIMIT,
+        description="the action after each given state but the last (null: unknown)",
+    )
+    goal: str = Field(min_length=1, max_length=500, description="a goal in words, e.g. 'return the ball'")
+    steps: int = Field(8, ge=1, le=64, description="actions to plan")
+    horizon: int = Field(6, ge=1, le=16, description="forecast steps per candidate sequence")
+    candidates: int = Field(27, ge=1, le=256, description="candidate sequences per round")
+    method: Literal["shooting", "cem"] = Field(
+        "shooting", description="random shooting or the cross-entropy method"
+    )
+    iterations: int = Field(2, ge=1, le=8, description="rounds of the cross-entropy method")
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="the search's random draws (and the renderer's)")
+    render: bool | None = Field(
+        None, description="draw the planned states (null: when the weights have a renderer)"
+    )
+
+
+class PlanStepResponse(BaseModel):
+    action: str
+    sequence: list[str] = Field(description="the best candidate's actions, the first of which was taken")
+    forecast: list[str] = Field(description="the best candidate's forecast, in words")
+    cost: float = Field(description="the goal's cost of that forecast (the lower, the nearer)")
+    holds: bool = Field(description="whether the goal holds in that forecast")
+    candidates: int
+    ms: float = Field(description="planning time of this step")
+
+
+class PlanResponse(BaseModel):
+    """The plan: an action per step and the state the model forecasts it leads to, each step's search, and the
+    planned frames when drawn."""
+
+    goal: str
+    domain: str | None = None
+    observed_states: list[str]
+    actions: list[str]
+    predicted_states: list[str]
+    reached: int | None = Field(description="the first step after which the goal holds on the planned states")
+    steps: list[PlanStepResponse]
+    frames: list[str] = Field(default_factory=list, description="planned frames, base64 PNG")
+    timings: dict[str, float] = Field(default_factory=dict)

@@ -134,6 +134,8 @@ class Domain(Protocol):
 # Optional, for domains that can record data sets (`semworld world generate --domain NAME`):
 #     def generate(self, out, *, clips, seed, split, length, size, workers, progress, **options) -> Path
 # writes clips, frames and states.jsonl into `out` and returns the path of states.jsonl.
+# Optional, for planning (pipeline.goals, `semworld plan`): `fields`, the flat names of parse's fields ("ball x",
+# "score player"), which goals may compare; `goals`, the named goals (str -> pipeline.goals.GoalPredicate).
 def can_generate(domain: Domain) -> bool:
     """Whether `domain` records data sets (has the optional `generate`)."""
     return callable(getattr(domain, "generate", None))

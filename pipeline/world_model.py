@@ -38,6 +38,7 @@ from pipeline.loading import (
 )
 from pipeline.params import HORIZON_MAX, check_params
 from pipeline.placement import resolve_placement
+from pipeline.planning import PlanOutput, plan_world
 from pipeline.utils import MODEL_INDEX, STAGES, default_weights_dir
 from pipeline.video import SampledClip, VideoLimits, VideoSource, encode_mp4, read_video
 
@@ -558,6 +559,10 @@ class WorldModelPipeline:
             [*(g + [None] * len(h))[: len(h)], *u] for g, h, u in zip(given, histories, used, strict=True)
         ]
         return [list(r) for r in rollouts], read
+
+    def plan(self, video: VideoSource | None = None, **options: Any) -> PlanOutput:
+        """Actions towards a goal in words, planned with the predictor: pipeline.planning.plan_world's options."""
+        return plan_world(self, video, **options)
 
     def predict(self, states: Sequence[str], horizon: int, truncate: bool = False) -> list[str]:
         """The next `horizon` states after `states` (`truncate`: cut states longer than the predictor reads)."""

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "pipeline.cli.eval",
     "pipeline.cli.demo",
     "pipeline.cli.predict",
+    "pipeline.cli.plan",
     "pipeline.cli.batch",
 )
 

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from pipeline.cli.eval_actions import add_actions_parser
+from pipeline.cli.eval_plan import add_plan_parser
 from pipeline.cli.flags import add_result_flags
 from pipeline.evaluation.world import PARTS, EvalWorldArgs
 from pipeline.utils import default_weights_dir
@@ -26,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_world_parser(ev_sub)  # `semworld eval world`: all three shipped stages on a generated world split
     add_compare_parser(ev_sub)  # `semworld eval compare`: semworld against the pixel-space baseline
     add_actions_parser(ev_sub)  # `semworld eval actions`: a predictor with actions in its domain's emulator
+    add_plan_parser(ev_sub)  # `semworld eval plan`: the planner playing whole games in the emulator
 
     p = ev_sub.add_parser(
         "predictor",

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from pipeline.domains.atari.games import ACTIONS, GAMES, Game
+from pipeline.domains.atari.goals import goals_of
 from pipeline.domains.atari.record import (
     FPS,
     Emulator,
@@ -27,6 +28,7 @@ from pipeline.domains.atari.record import (
     record_clip,
     start,
 )
+from pipeline.domains.atari.tally import TALLIES
 
 
 class SampleClip(NamedTuple):
@@ -59,6 +61,8 @@ class AtariDomain:
         self.max_tokens: int | None = self.game.max_tokens
         self.caption_tokens: int | None = self.game.max_tokens + 2
         self.controlled = self.game.controlled  # the parse field the actions move
+        self.fields: tuple[str, ...] = self.game.fields  # flat field names, for goals (pipeline.goals)
+        self.goals = goals_of(self.name)  # the named goals a plan can aim at ("return the ball")
 
     def spell(self, text: str) -> str:
         """Lowercase words separated by single spaces."""
@@ -86,6 +90,11 @@ class AtariDomain:
         """Test episode `index` of `seed`, warmed up and ready to record (`semworld eval actions`): the emulator
         (state(), step(action), clone(), restore()) and its behaviour policy (called with emulator.ram())."""
         return start(self.game, clip_seed("test", seed, index), policy, sticky)
+
+    def new_game(self, index: int, seed: int = 0, sticky: float = 0.0) -> tuple[Emulator, Any]:
+        """A whole game from the console's reset (`semworld eval plan`): test episode `index` of `seed`, and the
+        tally that scores it (update(ram, action, reward) after each step; summary())."""
+        return Emulator(self.game, clip_seed("test", seed, index), sticky), TALLIES[self.name]()
 
     def generate(self, out: str | Path, **options: Any) -> Path:
         """Record a data set (`semworld world generate --domain NAME`); options as atari.record.generate."""

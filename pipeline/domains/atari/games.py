@@ -59,6 +59,9 @@ class Game:
     max_tokens: ClassVar[int]
     ale_actions: ClassVar[Mapping[str, str]]  # action word -> ale_py.Action member name
     controlled: ClassVar[str]  # the field of `parse` that the actions move
+    fields: ClassVar[
+        tuple[str, ...]
+    ]  # the flat names of parse's fields, for goals ("ball x", "score player")
 
     def read(self, ram: np.ndarray) -> dict[str, Any]:
         """The state's fields from the 128 RAM bytes (quantised)."""
@@ -116,6 +119,7 @@ class Pong(Game):
     # In the emulator's Pong RIGHT moves the player's paddle up the screen and LEFT down.
     ale_actions: ClassVar[Mapping[str, str]] = {"stay": "NOOP", "up": "RIGHT", "down": "LEFT"}
     controlled: ClassVar[str] = "player"
+    fields: ClassVar[tuple[str, ...]] = ("ball x", "ball y", "player", "enemy", "score player", "score enemy")
     aim: ClassVar[int] = 8  # RAM units from paddle_y to the point of the paddle the scripted player aims with
 
     def read(self, ram: np.ndarray) -> dict[str, Any]:
@@ -179,6 +183,7 @@ class Freeway(Game):
     ale_actions: ClassVar[Mapping[str, str]] = {"stay": "NOOP", "up": "UP", "down": "DOWN"}
     controlled: ClassVar[str] = "chicken"
     lanes: ClassVar[int] = 10
+    fields: ClassVar[tuple[str, ...]] = ("chicken", "score", *(f"cars {i}" for i in range(10)))
 
     def read(self, ram: np.ndarray) -> dict[str, Any]:
         return {

@@ -1,0 +1,58 @@
+"""POST /v1/plan: states in words and a goal in words in, the actions that lead there (and their states) out."""
+
+from __future__ import annotations
+
+import torch
+from fastapi import HTTPException, status
+
+from api.deps import EngineDep, PipelineDep, SettingsDep, keyed_router
+from api.routes.predict import run_model
+from api.schemas import ErrorResponse, PlanRequest, PlanResponse, b64png
+from api.uploads import ERROR_RESPONSES, check_sync_cost
+from pipeline.goals import parse_goal
+from pipeline.interfaces import ProgressCallback
+from pipeline.loading import NotLoaded
+from pipeline.planning import PlanConfig
+
+router = keyed_router("/v1", "plan")
+
+
+@router.post(
+    "/plan",
+    response_model=PlanResponse,
+    summary="Plan actions towards a goal in words",
+    responses={
+        **{k: v for k, v in ERROR_RESPONSES.items() if k not in (413, 415)},
+        413: {"model": ErrorResponse, "description": "body larger than 1 MB"},
+        504: {"model": ErrorResponse, "description": "past the request time limit (the planner stops too)"},
+    },
+)
+async def plan(
+    body: PlanRequest, pipeline: PipelineDep, engine: EngineDep, settings: SettingsDep
+) -> PlanResponse:
+    """Plan `steps` actions from `states` towards `goal` with the weights' predictor (model-predictive control:
+    each step searches `candidates` action sequences of `horizon` steps and takes the best one's first action)."""
+    try:  # a goal, states or actions that mean nothing here: refused before any work is queued
+        parse_goal(body.goal, pipeline.domain)
+        config = PlanConfig(body.horizon, body.candidates, body.method, body.iterations, seed=body.seed)
+        pipeline.check_states([s.strip() for s in body.states])
+        pipeline.check_actions(body.actions)
+        if not pipeline.actions:
+            raise ValueError("plan: these weights forecast from states alone; planning needs actions")
+    except ValueError as err:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
+    has_renderer = not isinstance(pipeline.renderer, NotLoaded)
+    render = has_renderer if body.render is None else body.render
+    if render:
+        try:  # (weights without a renderer say so here)
+            check_sync_cost(body.steps, None, pipeline, settings)
+        except ValueError as err:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
+
+    def work(callback: ProgressCallback):  # type: ignore[no-untyped-def]
+        generator = torch.Generator("cpu").manual_seed(body.seed)
+        return pipeline.plan(states=body.states, actions=body.actions, goal=body.goal, steps=body.steps,
+                             config=config, render=render, generator=generator, callback=callback)  # fmt: skip
+
+    out = await run_model(engine, settings, work, "plan")
+    return PlanResponse(**out.document(), frames=[b64png(f) for f in out.predicted_frames])

@@ -1,0 +1,97 @@
+"""`semworld eval plan`: the planner plays whole games in the domain's emulator; the scoring lives in
+pipeline.evaluation.plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from pipeline.cli.eval_actions import load_predictor_with_domain
+from pipeline.cli.flags import add_result_flags
+from pipeline.cli.plan import add_search_flags, search_config
+from pipeline.utils import UserError
+
+SCRIPTED = ("tracker", "random", "up")
+
+
+def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `eval plan`."""
+    p = eval_subparsers.add_parser(
+        "plan",
+        help="play whole games in the domain's emulator with the planner (closed loop), beside scripted players",
+        description="The planner plays held-out games in the emulator from their reset: each step it reads the "
+        "true state (RAM, in words), plans towards --goal with the predictor and the emulator executes the "
+        "first action. Beside it, the same games under --references (the game's scripted player reading RAM, "
+        "random play, always 'up') and, with --baseline, the planner with another predictor. Pong reports points "
+        "and the share of balls reaching the paddle that it returns; Freeway crossings and knock-backs.",
+    )
+    p.add_argument(
+        "--weights", required=True, help="a weights folder whose predictor forecasts under actions"
+    )
+    p.add_argument("--domain", default=None, help="the domain, when --weights is a predictor folder")
+    p.add_argument("--goal", default=None, help="the planner's goal (default: the domain's first named goal)")
+    p.add_argument("--baseline", default=None, help="another predictor folder to plan with, scored beside")
+    p.add_argument("--references", nargs="*", default=["tracker", "random"], choices=SCRIPTED,
+                   help="scripted players scored on the same games (default: tracker random)")  # fmt: skip
+    p.add_argument("--games", type=int, default=4, help="games per controller (default %(default)s)")
+    p.add_argument("--max-steps", type=int, default=2000, help="agent steps at most per game (default 2000: "
+                   "about 2 minutes of play)")  # fmt: skip
+    p.add_argument("--game-seed", type=int, default=0, help="the test games' seed (default %(default)s)")
+    p.add_argument("--sticky", type=float, default=0.0, help="sticky-action probability (0.25: the protocol)")
+    p.add_argument("--video", type=Path, default=None, help="write the planner's first game as MP4 here")
+    add_search_flags(p)
+    add_result_flags(p)
+    p.set_defaults(func=run_eval_plan)
+    return p
+
+
+def run_eval_plan(ns: argparse.Namespace) -> int:
+    from pipeline.evaluation.plan import evaluate_plan, make_planner, markdown
+    from pipeline.goals import parse_goal
+    from pipeline.placement import set_threads
+    from pipeline.predictor import Predictor
+
+    if ns.games < 1 or ns.max_steps < 1:
+        raise UserError("--games and --max-steps must be >= 1")
+    if not 0.0 <= ns.sticky < 1.0:
+        raise UserError(f"--sticky {ns.sticky}: a probability in [0, 1)")
+    config = search_config(ns)
+    set_threads(ns.threads)
+    predictor, domain = load_predictor_with_domain(ns.weights, ns.domain)
+    if not callable(getattr(domain, "new_game", None)):
+        raise UserError(f"the {domain.name} domain has no emulator to play in")
+    goal = ns.goal or next(iter(getattr(domain, "goals", {}) or {}), None)
+    if goal is None:
+        raise UserError(f"the {domain.name} domain names no goal; give --goal")
+    parse_goal(goal, domain)
+    controllers: dict = {"planner": make_planner(predictor, domain, goal, config)}
+    if ns.baseline:
+        base = Predictor.from_pretrained(ns.baseline, domain=domain)
+        controllers["baseline-planner"] = make_planner(base, domain, goal, config)
+    import numpy as np
+
+    from pipeline.evaluation.plan import scripted_controller
+
+    for name in ns.references:
+        controllers[name] = scripted_controller(name, domain, np.random.default_rng(ns.game_seed))
+    frames: list = []
+    result = evaluate_plan(domain, goal, controllers, ns.games, ns.game_seed, ns.sticky, ns.max_steps,
+                           video=("planner", frames) if ns.video else None)  # fmt: skip
+    result["search"] = vars(config)
+    if ns.video and frames:
+        from pipeline.video import encode_mp4
+
+        ns.video.parent.mkdir(parents=True, exist_ok=True)
+        ns.video.write_bytes(encode_mp4(frames, 15.0, "threads=1:sliced-threads=0"))
+    if ns.out:
+        Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(ns.out).write_text(json.dumps(result, indent=1) + "\n")
+    if ns.json:
+        print(json.dumps(result))
+        return 0
+    print(
+        f"{domain.name}: goal {goal!r}, {ns.games} games of at most {ns.max_steps} steps, sticky {ns.sticky}"
+    )
+    print(markdown(result), end="")
+    return 0

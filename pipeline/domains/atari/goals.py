@@ -1,0 +1,128 @@
+"""The named goals each Atari game registers for planning (`semworld plan --goal "return the ball"`).
+
+Each judges a forecast: states[0] is the current state's fields, states[1:] the forecast's (None where a
+forecast state does not parse), actions[j] the action after states[j]. A cost is 0 exactly when the goal is
+reached within the forecast, and otherwise says how far it is, so that a search prefers the near misses: in
+Pong, how far the paddle is from the ball's line where the ball comes closest; in Freeway, how far the chicken
+still has to go. Positions are in state units (RAM // 4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pipeline.goals import Fields, GoalPredicate
+
+PADDLE_X = 47  # the ball's x where the player's (right) paddle sends it back
+BALL_ON_PADDLE = (0, 5)  # ball y - paddle y over which the paddle meets the ball (read from recorded returns)
+MISS = 100.0  # a point lost inside the forecast
+ROAD_TOP = 44  # the chicken's y at the far side of the road
+FOLLOW = 0.3  # the weight of the paddle's gap to the ball along the whole forecast in "return the ball"
+
+
+def _rose(states: Sequence[Fields | None], field: str) -> int | None:
+    """The forecast index (1..) at which `field` first rises above its current value, None if it does not."""
+    now = states[0].get(field) if states[0] else None
+    for j, s in enumerate(states[1:], start=1):
+        if now is not None and s is not None and s.get(field) is not None and s[field] > now:
+            return j
+    return None
+
+
+def _misalignment(s: Fields) -> float:
+    """How far the paddle is from meeting the ball in state s (0 over the band it hits with; a small pull to its
+    middle so that the search keeps a margin)."""
+    gap = s["ball y"] - s["player"]
+    low, high = BALL_ON_PADDLE
+    return max(0.0, low - gap, gap - high) + 0.05 * abs(gap - (low + high) / 2)
+
+
+def _returned(states: Sequence[Fields | None]) -> bool:
+    """Whether the ball turns back from the player's paddle within the states (x rising, then falling there)."""
+    xs = [s.get("ball x") if s else None for s in states]
+    for j in range(1, len(xs) - 1):
+        a, b, c = xs[j - 1 : j + 2]
+        if None not in (a, b, c) and b >= PADDLE_X - 1 and a < b and c < b:  # type: ignore[operator]
+            return True
+    return False
+
+
+def return_the_ball(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
+    """0 when the paddle sends the ball back in the forecast; a lost point costs MISS (more the sooner); else
+    1 + how far the paddle is from the ball's line where the ball comes nearest to it (+ FOLLOW x the mean gap)."""
+    lost = _rose(states, "score enemy")
+    if lost is not None:
+        return MISS + len(states) - lost
+    if _returned(states):
+        return 0.0
+    present = [s for s in states[1:] if s is not None and s.get("ball x") is not None]
+    if not present:  # between points: wait near the middle
+        last = next((s for s in reversed(states) if s is not None), None) or {}
+        return 1.0 + 0.1 * abs((last.get("player") or 0) - 28)
+    # Where the ball comes nearest to the paddle (going away: the last state, to be on its line when it comes
+    # back), plus a share of the gap all along, so that the paddle follows the ball early rather than late.
+    coming = present[-1]["ball x"] > present[0]["ball x"]
+    target = max(present, key=lambda s: s["ball x"]) if coming else present[-1]
+    along = sum(_misalignment(s) for s in present) / len(present)
+    return 1.0 + _misalignment(target) + FOLLOW * along
+
+
+def score_a_point(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
+    """0 when the player's score rises in the forecast; else 1 + a tenth of `return the ball`'s cost (a point is
+    won by returning balls until the computer misses one)."""
+    if _rose(states, "score player") is not None:
+        return 0.0
+    return 1.0 + 0.1 * return_the_ball(states, actions)
+
+
+def follow_the_ball(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
+    """0 when the paddle meets the ball's line at every forecast step the ball is in play; else the mean gap."""
+    gaps = [_misalignment(s) for s in states[1:] if s is not None and s.get("ball y") is not None]
+    gaps = [0.0 if g < 0.2 else g for g in gaps]  # inside the band: the centring pull alone is no miss
+    return sum(gaps) / len(gaps) if gaps else 0.0
+
+
+def cross_the_road(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
+    """0 when the score rises (the chicken reached the far side) in the forecast; else 1 + the share of the road
+    left after the last forecast state."""
+    if _rose(states, "score") is not None:
+        return 0.0
+    last = next((s for s in reversed(states) if s is not None and s.get("chicken") is not None), None) or {}
+    return 1.0 + (ROAD_TOP - (last.get("chicken") or 0)) / ROAD_TOP
+
+
+def avoid_the_cars(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
+    """The number of forecast steps at which a car knocks the chicken back (it goes down without 'down')."""
+    hits = 0
+    for j in range(1, len(states)):
+        before, after = states[j - 1], states[j]
+        if before is None or after is None or before.get("chicken") is None or after.get("chicken") is None:
+            continue
+        drop = before["chicken"] - after["chicken"]
+        action = actions[j - 1] if j - 1 < len(actions) else None
+        if 0 < drop < ROAD_TOP // 2 and action != "down":  # a crossing resets it to the bottom: no hit
+            hits += 1
+    return float(hits)
+
+
+GOALS: dict[str, tuple[GoalPredicate, ...]] = {
+    "pong": (
+        GoalPredicate(
+            "return the ball", "the player's paddle sends the ball back, no point lost", return_the_ball
+        ),
+        GoalPredicate("score a point", "the player's score rises", score_a_point),
+        GoalPredicate(
+            "follow the ball", "the paddle stays on the ball's line while it is in play", follow_the_ball
+        ),
+    ),
+    "freeway": (
+        GoalPredicate("cross the road", "the chicken reaches the far side (the score rises)", cross_the_road),
+        GoalPredicate("avoid the cars", "no car knocks the chicken back", avoid_the_cars),
+    ),
+}
+
+
+def goals_of(game: str) -> dict[str, Any]:
+    """The predicates of `game` by name."""
+    return {g.name: g for g in GOALS.get(game, ())}

@@ -1,0 +1,72 @@
+"""`semworld plan` and `semworld eval plan` on tiny real Pong weights (a random predictor with actions): the plan
+is printed and written, and every bad input is one line and exit 2 before any search."""
+
+import json
+
+import pytest
+
+from pipeline.cli import main
+from pipeline.domains.atari.record import ale_available
+from tests.fakes import build_action_weights
+
+STATES = ["ball 30 20 player 40 enemy 20 score 0 0 .", "ball 31 21 player 40 enemy 21 score 0 0 ."]
+
+
+@pytest.fixture(scope="module")
+def pong_weights(tmp_path_factory):
+    return build_action_weights(tmp_path_factory.mktemp("pong-weights"))
+
+
+@pytest.fixture
+def history(tmp_path):
+    (tmp_path / "h.txt").write_text("\n".join(STATES) + "\n")
+    (tmp_path / "a.txt").write_text("up\n")
+    return tmp_path
+
+
+def test_plan_prints_and_writes_the_plan(pong_weights, history, capsys):
+    out = history / "plan"
+    rc = main(["plan", "--states", str(history / "h.txt"), "--actions", str(history / "a.txt"), "--goal",
+               "player < 20", "--steps", "3", "--horizon", "3", "--candidates", "9", "--weights", str(pong_weights),
+               "--out", str(out), "--threads", "1"])  # fmt: skip
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "goal: player < 20  (pong)" in text and "planning" in text
+    doc = json.loads((out / "plan.json").read_text())
+    assert len(doc["actions"]) == 3 and set(doc["actions"]) <= {"stay", "up", "down"}
+    assert doc["observed_states"] == STATES and len(doc["steps"]) == 3
+    assert all(len(s["forecast"]) == 3 and s["candidates"] == 9 for s in doc["steps"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--goal", "paddle < 3"], "'paddle' is not a field of the pong domain"),
+        (["--goal", "player < 3", "--horizon", "40"], "--horizon: horizon must be an integer in 1..16"),
+        (["--goal", "player < 3", "--steps", "0"], "steps must be an integer"),
+    ],
+)
+def test_plan_refuses_bad_input_in_one_line(pong_weights, history, capsys, extra, says):
+    rc = main(["plan", "--states", str(history / "h.txt"), "--weights", str(pong_weights), *extra])
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_needs_a_predictor_with_actions(tiny_weights, history, capsys):
+    (history / "w.txt").write_text("red ball top left .\n")
+    rc = main(["plan", "--states", str(history / "w.txt"), "--weights", str(tiny_weights), "--goal", "x < 3"])
+    assert rc == 2 and "no fields or predicates" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not ale_available(), reason="the Atari emulator (the atari extra) is not installed")
+def test_eval_plan_plays_games_in_the_emulator(pong_weights, tmp_path, capsys):
+    rc = main(["eval", "plan", "--weights", str(pong_weights), "--games", "1", "--max-steps", "30", "--horizon",
+               "2", "--candidates", "3", "--references", "tracker", "--out", str(tmp_path / "r.json"),
+               "--video", str(tmp_path / "g.mp4"), "--threads", "1"])  # fmt: skip
+    assert rc == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert set(result["controllers"]) == {"planner", "tracker"}
+    planner = result["controllers"]["planner"]
+    assert planner["total"]["steps"] == 30 and planner["plan_ms"]["steps"] == 30
+    assert (tmp_path / "g.mp4").stat().st_size > 1000
+    assert "| planner |" in capsys.readouterr().out

@@ -1,0 +1,83 @@
+"""The Atari games' named goals (what a plan aims at) and the tallies that score a closed-loop game from RAM."""
+
+import numpy as np
+import pytest
+
+from pipeline.domain import get_domain
+from pipeline.domains.atari.goals import MISS
+from pipeline.domains.atari.tally import FreewayTally, PongTally
+from pipeline.goals import parse_goal, state_fields
+
+PONG, FREEWAY = get_domain("pong"), get_domain("freeway")
+
+
+def cost(domain, goal: str, states: list[str], actions: list[str] | None = None) -> float:
+    parsed = [state_fields(domain, s) for s in states]
+    return parse_goal(goal, domain).cost(parsed[0], parsed[1:], actions or ["stay"] * (len(states) - 1))
+
+
+def pong(x, y, player, lost=0, won=0):
+    ball = "none" if x is None else f"{x} {y}"
+    return f"ball {ball} player {player} enemy 30 score {won} {lost} ."
+
+
+def test_return_the_ball_is_reached_by_a_return_and_missed_by_a_lost_point():
+    returned = [pong(45, 30, 28), pong(46, 31, 28), pong(47, 32, 28), pong(46, 33, 28)]
+    assert cost(PONG, "return the ball", returned) == 0.0
+    lost = [pong(45, 30, 10), pong(46, 31, 10), pong(None, None, 10, lost=1)]
+    assert cost(PONG, "return the ball", lost) >= MISS
+    near, far = [pong(40, 30, 28), pong(41, 31, 28)], [pong(40, 30, 10), pong(41, 31, 10)]
+    assert 1.0 <= cost(PONG, "return the ball", near) < cost(PONG, "return the ball", far)
+
+
+def test_score_a_point_and_follow_the_ball():
+    assert cost(PONG, "score a point", [pong(20, 30, 28), pong(None, None, 28, won=1)]) == 0.0
+    assert cost(PONG, "score a point", [pong(20, 30, 28), pong(19, 30, 28)]) > 1.0
+    assert cost(PONG, "follow the ball", [pong(20, 30, 28), pong(21, 31, 28)]) == 0.0
+    assert cost(PONG, "follow the ball", [pong(20, 30, 28), pong(21, 31, 10)]) > 10
+
+
+def freeway(chicken, score=0):
+    return f"chicken {chicken} score {score} cars 1 2 3 4 5 6 7 8 9 10 ."
+
+
+def test_cross_the_road_and_avoid_the_cars():
+    assert cost(FREEWAY, "cross the road", [freeway(43), freeway(1, score=1)], ["up"]) == 0.0
+    halfway, start = (
+        cost(FREEWAY, "cross the road", [freeway(20), freeway(22)]),
+        cost(FREEWAY, "cross the road", [freeway(2), freeway(3)]),
+    )
+    assert 1.0 < halfway < start
+    knocked = [freeway(20), freeway(21), freeway(19), freeway(18)]
+    assert cost(FREEWAY, "avoid the cars", knocked, ["up", "up", "up"]) == 2.0
+    assert cost(FREEWAY, "avoid the cars", knocked, ["up", "down", "down"]) == 0.0  # it walked down
+    assert cost(FREEWAY, "cross the road and avoid the cars", [freeway(43), freeway(1, 1)], ["up"]) == 0.0
+
+
+def ram(**at: int) -> np.ndarray:
+    r = np.zeros(128, dtype=np.uint8)
+    for k, v in at.items():
+        r[int(k[1:])] = v
+    return r
+
+
+def test_pong_tally_counts_returns_at_the_paddle_and_points():
+    t = PongTally()
+    for x in (150, 170, 188, 180, 160):  # to the paddle and back: one return
+        t.update(ram(a49=x, a54=100), "stay", 0.0)
+    for x in (60, 80, 70):  # turning at the computer's side is not the player's return
+        t.update(ram(a49=x, a54=100), "stay", 0.0)
+    for x in (150, 170):
+        t.update(ram(a49=x, a54=100), "stay", 0.0)
+    t.update(ram(a49=0, a54=0), "stay", -1.0)  # missed: the computer scores
+    t.update(ram(a49=0, a54=0), "stay", 1.0)
+    assert t.summary() == {"points_won": 1, "points_lost": 1, "balls_reached": 2, "balls_returned": 1,
+                           "return_rate": pytest.approx(0.5)}  # fmt: skip
+
+
+def test_freeway_tally_counts_crossings_and_one_hit_per_knock_back():
+    t = FreewayTally()
+    for y, action, reward in [(6, "up", 0), (10, "up", 0), (8, "up", 0), (6, "up", 0), (9, "up", 0),
+                              (7, "down", 0), (177, "up", 0), (6, "up", 1.0)]:  # fmt: skip
+        t.update(ram(a14=y), action, reward)
+    assert t.summary() == {"crossings": 1, "hits": 1}
