@@ -207,7 +207,8 @@ class TrainArgs:
         count, part = getattr(self, steps), getattr(self, share)
         if count < 0 or not 0.0 <= part <= 1.0:
             raise UserError(
-                f"need --{steps.replace('_', '-')} >= 0 and --{share.replace('_', '-')} in [0, 1], got {count}, {part}"
+                f"need --{steps.replace('_', '-')} >= 0 and --{share.replace('_', '-')} in [0, 1], "
+                f"got {count}, {part}"
             )
 
     def _check_memory(self) -> None:
