@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple, cast
 
 import torch
@@ -36,7 +35,6 @@ from einops import einsum, rearrange
 from torch import Tensor, nn
 
 from models.baseline import BaselineConfig, BaselineModel
-from models.hub import load_model, save_model
 
 MODEL_KIND = "attentime_lm"
 ATTENTION_KINDS = ("four_tensor", "attentime")  # the 4-tensor model's `attention` config field
@@ -369,6 +367,8 @@ class AttentimeLM(BaselineModel):
     scoring, greedy decoding and files; only `transformer` differs. Decoding uses the separable cache when the
     form allows it and recomputes otherwise."""
 
+    kind = MODEL_KIND
+    config_class = AttentimeLMConfig
     config: AttentimeLMConfig
 
     def __init__(self, config: AttentimeLMConfig) -> None:
@@ -389,14 +389,6 @@ class AttentimeLM(BaselineModel):
     def can_cache(self) -> bool:
         """The cache holds only for the separable form; the original recomputes every step."""
         return self.config.dv_form == "separable"
-
-    def save_pretrained(self, directory: str | Path) -> None:
-        """Write config.json ("semworld_model": "attentime_lm") and model.safetensors into `directory`."""
-        save_model(self, directory, MODEL_KIND)
-
-    @classmethod
-    def from_pretrained(cls, directory: str | Path, map_location: str | torch.device = "cpu") -> AttentimeLM:
-        return load_model(cls, AttentimeLMConfig, directory, MODEL_KIND, map_location)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,7 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import GPT2Config, GPT2Model
 
-from models.hub import load_model, save_model
+from models.hub import SavedModel
 from models.shape import SHAPE_FIELDS, PredictorConfig
 
 logger = logging.getLogger(__name__)
@@ -199,8 +198,11 @@ def _add_gold_ce(
     return loss_sum, loss_count, content_sum, content_count
 
 
-class BaselineModel(nn.Module):
+class BaselineModel(SavedModel):
     """Decoder-only causal transformer over [BOS] + S(0)..S(T-1), asked for S(T) + [EOS] (paper section 7)."""
+
+    kind = MODEL_KIND
+    config_class = BaselineConfig
 
     def __init__(self, config: BaselineConfig) -> None:
         super().__init__()
@@ -471,17 +473,6 @@ class BaselineModel(nn.Module):
         res = self.free_run(self.pack(token_ids), n_steps=cfg.N, return_logits=True)
         assert res.logits is not None
         return res.logits[:, :, : cfg.vocab_size], None  # (B, N, V)
-
-    # Save / load -----------------------------------------------------------------------------------------------
-    def save_pretrained(self, directory: str | Path) -> None:
-        """Write config.json ("semworld_model": "baseline") and model.safetensors into `directory`."""
-        save_model(self, directory, MODEL_KIND)
-
-    @classmethod
-    def from_pretrained(
-        cls, directory: str | Path, map_location: str | torch.device = "cpu"
-    ) -> BaselineModel:
-        return load_model(cls, BaselineConfig, directory, MODEL_KIND, map_location)
 
 
 def count_parameters(config: BaselineConfig, include_positions: bool = True) -> int:

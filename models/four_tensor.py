@@ -13,7 +13,6 @@ the readout matrix M. Activations are stored as (B, N, T, d_x, d_t); token ids a
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -23,6 +22,7 @@ from torch import Tensor, nn
 
 from models.four_tensor_input import FourTensorConfig, InputConstruction, fiber_norm
 from models.four_tensor_layers import FourTensorLayer, LayerStep, SlotGrid, pack_slots
+from models.hub import SavedModel
 from models.tensor_memory import (
     MemoryState,
     MemoryTap,
@@ -74,13 +74,16 @@ def cut_at_end(ids: Tensor, end_ids: tuple[int, ...], padding_idx: int) -> Tenso
     return ids.masked_fill(after, padding_idx)
 
 
-class FourTensorModel(nn.Module):
+class FourTensorModel(SavedModel):
     """The 4-tensor predictor: logits (B, N, T, V) for S(1..T) from the window prefix S(0..T-1) in one forward.
 
     forward() is the dense path, every slot on the (B, N, T) grid, as the paper writes it. training_step, score
     and predict_next compute the same numbers on a packed list of only the slots their result depends on
     (packed_hidden_states): no logits for padding targets or unused slices, no stream for slots nobody reads.
     """
+
+    kind = MODEL_KIND
+    config_class = FourTensorConfig
 
     future_mask: Tensor  # (NT, NT) buffer, True where key sentence t' > query sentence t
 
@@ -522,22 +525,6 @@ class FourTensorModel(nn.Module):
             logits = (X_norm.flatten(-2) @ M).view(B, N, self.config.vocab_size)
             ids = self._decode(logits)
         return ids.clone(), state  # a normal tensor again, free to be edited by the caller
-
-    # --- files ----------------------------------------------------------------------------------------------------
-    def save_pretrained(self, directory: str | Path) -> None:
-        """Write config.json (with "semworld_model": "four_tensor") and model.safetensors into directory."""
-        from models.hub import save_model
-
-        save_model(self, directory, MODEL_KIND)
-
-    @classmethod
-    def from_pretrained(
-        cls, directory: str | Path, map_location: str | torch.device = "cpu"
-    ) -> FourTensorModel:
-        """Rebuild the model from config.json and model.safetensors in directory."""
-        from models.hub import load_model
-
-        return load_model(cls, FourTensorConfig, directory, MODEL_KIND, map_location)
 
 
 def count_parameters(config: FourTensorConfig) -> int:

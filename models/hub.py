@@ -1,12 +1,14 @@
-"""Loading a saved predictor of either kind from its directory (config.json + model.safetensors), and the one
-reader of a JSON file in a weights folder that every stage's loader uses (one-line errors naming what is missing)."""
+"""The files of a saved model (config.json + model.safetensors) and `SavedModel`, which gives the predictors and the
+pixel baseline their save_pretrained / from_pretrained; loading a saved predictor of either kind from its directory;
+and the one reader of a JSON file in a weights folder that every stage's loader uses (one-line errors naming what is
+missing)."""
 
 from __future__ import annotations
 
 import importlib
 import json
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 import torch
 from torch import nn
@@ -82,6 +84,24 @@ def load_model(
             f"{weights}: weights do not match {CONFIG_NAME}: {str(err).splitlines()[0]}"
         ) from None
     return model.to(map_location)
+
+
+class SavedModel(nn.Module):
+    """A model saved as config.json ({"semworld_model": kind, ...its config}) and model.safetensors, as diffusers'
+    models are: `save_pretrained` writes the two files, `from_pretrained` rebuilds the model from them. A subclass
+    names its `kind` and its `config_class` (whose `to_dict` / `from_dict` are what config.json holds)."""
+
+    kind: ClassVar[str]
+    config_class: ClassVar[Any]
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """Write config.json (with "semworld_model": this model's kind) and model.safetensors into `directory`."""
+        save_model(self, directory, self.kind)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, map_location: str | torch.device = "cpu") -> Self:
+        """Rebuild the model from config.json and model.safetensors in `directory` (see load_model)."""
+        return load_model(cls, cls.config_class, directory, cls.kind, map_location)
 
 
 def predictor_kind(directory: str | Path) -> str:

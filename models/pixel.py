@@ -12,7 +12,6 @@ Notation used for tensor shapes:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,7 +20,7 @@ from einops import rearrange
 from torch import nn
 
 from models.checks import check_at_least
-from models.hub import load_model, save_model
+from models.hub import SavedModel
 
 MODEL_KIND = "pixel_simvp"
 
@@ -152,8 +151,11 @@ class Decoder(nn.Module):
         return self.head(self.fuse(torch.cat([h, skip], dim=1)))  # (B, 2Cs, S, S) -> (B, C, S, S)
 
 
-class PixelModel(nn.Module):
+class PixelModel(SavedModel):
     """SimVP-style next-frame predictor; `rollout` feeds its own frames back for K steps."""
+
+    kind = MODEL_KIND
+    config_class = PixelConfig
 
     def __init__(self, config: PixelConfig) -> None:
         super().__init__()
@@ -195,14 +197,6 @@ class PixelModel(nn.Module):
             out.append(nxt)
             window = torch.cat([window[:, 1:], nxt[:, None]], dim=1)  # slide: (B, T, C, S, S)
         return torch.stack(out, dim=1)  # (B, K, C, S, S)
-
-    def save_pretrained(self, directory: str | Path) -> None:
-        """Write config.json ("semworld_model": "pixel_simvp") and model.safetensors into `directory`."""
-        save_model(self, directory, MODEL_KIND)
-
-    @classmethod
-    def from_pretrained(cls, directory: str | Path, map_location: str | torch.device = "cpu") -> PixelModel:
-        return load_model(cls, PixelConfig, directory, MODEL_KIND, map_location)
 
 
 def resize_frames(frames: torch.Tensor, size: int) -> torch.Tensor:

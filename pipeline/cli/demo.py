@@ -35,39 +35,31 @@ DEMO_FILES = (
 )
 
 
+# The demo's knobs as --help lists them: (flag, default, help); each takes a value of its default's type.
+KNOBS: tuple[tuple[str, str | int, str], ...] = (
+    ("--out", "runs/demo", "output directory (default %(default)s)"),
+    ("--scenarios", "bounce,fast,gravity,collide", "world scenarios to train on (default %(default)s)"),
+    ("--clips", 200, "training sequences (default %(default)s)"),
+    ("--length", 12, "states per sequence (default %(default)s)"),
+    ("--preset", "small", "model shape: %(choices)s (`semworld presets` shows their sizes; default %(default)s)"),
+    ("--epochs", 10, "epoch budget (default %(default)s)"),
+    ("--batch-size", 32, "windows per optimizer step (default %(default)s)"),
+    ("--seed", 0, "seeds the data, the split and the weights (default %(default)s)"),
+    ("--threads", 1, "torch CPU threads (default %(default)s: fastest for this small model on 2 shared cores)"),
+    ("--rollouts", 4, "held-out histories to roll out (default %(default)s)"),
+    ("--k", 3, "states to predict per history (default %(default)s)"),
+)  # fmt: skip
+KNOB_OPTIONS = {"--preset": {"choices": PRESETS, "metavar": "PRESET"}}
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo",
         help="train a small 4-tensor predictor on the built-in world for about a minute, then roll it out",
         description=__doc__,
     )
-    p.add_argument("--out", default="runs/demo", help="output directory (default %(default)s)")
-    p.add_argument(
-        "--scenarios",
-        default="bounce,fast,gravity,collide",
-        help="world scenarios to train on (default %(default)s)",
-    )
-    p.add_argument("--clips", type=int, default=200, help="training sequences (default %(default)s)")
-    p.add_argument("--length", type=int, default=12, help="states per sequence (default %(default)s)")
-    p.add_argument("--preset", default="small", choices=PRESETS, metavar="PRESET",
-                   help="model shape: %(choices)s (`semworld presets` shows their sizes; default %(default)s)")  # fmt: skip
-    p.add_argument("--epochs", type=int, default=10, help="epoch budget (default %(default)s)")
-    p.add_argument(
-        "--batch-size", type=int, default=32, help="windows per optimizer step (default %(default)s)"
-    )
-    p.add_argument(
-        "--seed", type=int, default=0, help="seeds the data, the split and the weights (default %(default)s)"
-    )
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch CPU threads (default %(default)s: fastest for this small model on 2 shared cores)",
-    )
-    p.add_argument(
-        "--rollouts", type=int, default=4, help="held-out histories to roll out (default %(default)s)"
-    )
-    p.add_argument("--k", type=int, default=3, help="states to predict per history (default %(default)s)")
+    for flag, default, text in KNOBS:
+        p.add_argument(flag, type=type(default), default=default, help=text, **KNOB_OPTIONS.get(flag, {}))
     p.add_argument(
         "--fresh", action="store_true", help="discard an earlier demo run in --out instead of resuming"
     )

@@ -188,18 +188,10 @@ class TrainArgs:
         """Check the arguments beyond the paper: the schedule, the loss slots, rollout-aware training."""
         if self.lr_schedule not in ("constant", "cosine"):
             raise UserError(f"--lr-schedule {self.lr_schedule!r}: expected constant or cosine")
-        if self.warmup_steps < 0 or not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise UserError(
-                f"need --warmup-steps >= 0 and --min-lr-ratio in [0, 1], got {self.warmup_steps}, "
-                f"{self.min_lr_ratio}"
-            )
+        self._check_steps_and_share("warmup_steps", "min_lr_ratio")
         if self.target_slices not in ("all", "last"):
             raise UserError(f"--target-slices {self.target_slices!r}: expected all or last")
-        if self.rollout_steps < 0 or not 0.0 <= self.rollout_prob <= 1.0:
-            raise UserError(
-                f"need --rollout-steps >= 0 and --rollout-prob in [0, 1], got {self.rollout_steps}, "
-                f"{self.rollout_prob}"
-            )
+        self._check_steps_and_share("rollout_steps", "rollout_prob")
         if self.min_history is not None and self.min_history < 1:
             raise UserError(f"--min-history must be >= 1, got {self.min_history}")
         if self.target_slices != "all" and self.model != "four_tensor":
@@ -208,6 +200,15 @@ class TrainArgs:
             raise UserError(
                 "--rollout-steps needs --target-slices last (earlier slots of a rolled-out window "
                 "would be trained on the model's own states)"
+            )
+
+    def _check_steps_and_share(self, steps: str, share: str) -> None:
+        """A count of steps (>= 0) and the share in [0, 1] that goes with it, refused together by their flags."""
+        count, part = getattr(self, steps), getattr(self, share)
+        if count < 0 or not 0.0 <= part <= 1.0:
+            raise UserError(
+                f"need --{steps.replace('_', '-')} >= 0 and --{share.replace('_', '-')} in [0, 1], "
+                f"got {count}, {part}"
             )
 
     def _check_memory(self) -> None:

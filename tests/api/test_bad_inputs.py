@@ -54,6 +54,26 @@ random_bytes = os.urandom(30_000)
 mp4_header_only = CLIP[:64]
 ok_states = ["a red ball ."]
 
+# Sample names that try to leave the samples folder, or name no sample: GET /v1/samples/NAME finds nothing.
+BAD_SAMPLE_NAMES = {
+    "dotdot": "..%2F..%2Fpyproject.toml",
+    "dotdot-plain": "../conftest.py",
+    "absolute": "%2Fetc%2Fpasswd",
+    "hidden": ".hidden.mp4",
+    "backslash": "..%5C..%5Cpyproject.toml",
+    "nul": "a%00.mp4",
+}
+# Job ids that are not ids, or name no job: GET /v1/jobs/ID finds nothing.
+BAD_JOB_IDS = {
+    "unknown": "0123456789abcdef0123456789abcdef",
+    "8000-chars": "a" * 8000,
+    "dotdot": "..%2F..%2Fjobs.sqlite3",
+    "sql": "' OR '1'='1",
+    "unicode": "%E2%98%83",
+    "nul": "a%00b",
+    "result-unknown": "nope/result",
+}
+
 CATALOGUE: dict[str, tuple[tuple, int]] = {
     # ---- clips ----
     "zero-bytes": (clip(b""), 422),
@@ -136,21 +156,12 @@ CATALOGUE: dict[str, tuple[tuple, int]] = {
     "stride-and-state-rate": (clip(stride="2", state_rate="1"), 422),
     "too-much-work": (clip(horizon="32", steps="1000"), 422),
     # ---- traversal names ----
-    "sample-dotdot": (("GET", "/v1/samples/..%2F..%2Fpyproject.toml", {}), 404),
-    "sample-dotdot-plain": (("GET", "/v1/samples/../conftest.py", {}), 404),
-    "sample-absolute": (("GET", "/v1/samples/%2Fetc%2Fpasswd", {}), 404),
-    "sample-hidden": (("GET", "/v1/samples/.hidden.mp4", {}), 404),
-    "sample-backslash": (("GET", "/v1/samples/..%5C..%5Cpyproject.toml", {}), 404),
-    "sample-nul": (("GET", "/v1/samples/a%00.mp4", {}), 404),
+    **{
+        f"sample-{case}": (("GET", f"/v1/samples/{name}", {}), 404) for case, name in BAD_SAMPLE_NAMES.items()
+    },
     "static-dotdot": (("GET", "/static/..%2F..%2Fpyproject.toml", {}), 404),
     # ---- job ids ----
-    "job-unknown": (("GET", "/v1/jobs/0123456789abcdef0123456789abcdef", {}), 404),
-    "job-8000-chars": (("GET", "/v1/jobs/" + "a" * 8000, {}), 404),
-    "job-dotdot": (("GET", "/v1/jobs/..%2F..%2Fjobs.sqlite3", {}), 404),
-    "job-sql": (("GET", "/v1/jobs/' OR '1'='1", {}), 404),
-    "job-unicode": (("GET", "/v1/jobs/%E2%98%83", {}), 404),
-    "job-nul": (("GET", "/v1/jobs/a%00b", {}), 404),
-    "job-result-unknown": (("GET", "/v1/jobs/nope/result", {}), 404),
+    **{f"job-{case}": (("GET", f"/v1/jobs/{job_id}", {}), 404) for case, job_id in BAD_JOB_IDS.items()},
     "job-result-bad-format": (("GET", "/v1/jobs/nope/result?format=gif", {}), 422),
     "job-delete-unknown": (("DELETE", "/v1/jobs/" + "b" * 500, {}), 404),
     # ---- rollout bodies ----
