@@ -42,6 +42,13 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     }.items()
 }
 
+# The errors of a JSON endpoint that runs a model within the request's deadline (/v1/rollout, /v1/plan).
+JSON_RUN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **{k: v for k, v in ERROR_RESPONSES.items() if k not in (413, 415)},
+    413: {"model": ErrorResponse, "description": "body larger than 1 MB"},
+    504: {"model": ErrorResponse, "description": "past the request time limit (the model stops too)"},
+}
+
 FORM_FIELDS = ("horizon", "stride", "state_rate", "seed", "steps", "guidance", "output", "actions")
 
 

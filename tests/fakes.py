@@ -150,61 +150,52 @@ class ActionEchoPredictor:
         out, used = [], []
         for b, history in enumerate(states):
             acts = [*(actions[b] if actions else []), *[None] * (len(history) + k)]
-            out.append([f"after {acts[len(history) - 1 + j] or 'unknown'}" for j in range(k)])
+            out.append(self.forecast(history, acts[len(history) - 1 : len(history) - 1 + k]))
             used.append(acts[len(history) : len(history) + k - 1])
         return out, used
 
+    def forecast(self, history: list[str], actions: list[str | None]) -> list[str]:
+        """One history's forecast, a state per action (actions[j] leads to forecast state j)."""
+        return [f"after {a or 'unknown'}" for a in actions]
 
-class PongPhysicsPredictor:
+
+class PongPhysicsPredictor(ActionEchoPredictor):
     """A stand-in Pong predictor with simple known physics in the pong domain's words: the player's paddle moves 3
     a step under "down" (3 up under "up"), the ball keeps the velocity of its last two states (else +1, +1) and
     bounces off y 11 and 51, comes back off the paddle when it meets it at x 47 (ball y - paddle y in 0..5) and
-    otherwise gives the computer a point; the computer's paddle sits on the ball's y."""
+    otherwise gives the computer a point; the computer's paddle sits on the ball's y. A history that is not Pong
+    (the service's warm-up reads a blank frame) stays as it is."""
 
-    actions = ("stay", "up", "down")
-
-    def predict(self, states: list[list[str]], k: int, truncate: bool = False) -> list[list[str]]:
-        return self.predict_under(states, k, None, truncate)[0]
-
-    def predict_under(
-        self, states: list[list[str]], k: int, actions: Any = None, truncate: bool = False
-    ) -> tuple[list[list[str]], list[list[str | None]]]:
+    def forecast(self, history: list[str], actions: list[str | None]) -> list[str]:
         from pipeline.domains.atari.games import GAMES
 
         pong = GAMES["pong"]
-        out, used = [], []
-        for b, history in enumerate(states):
-            acts = [*(actions[b] if actions else []), *[None] * (len(history) + k)]
-            try:
-                seen = [pong.parse(s) for s in history]
-            except ValueError:  # not a Pong state (the service's warm-up reads a blank frame): it stays
-                out.append([history[-1]] * k)
-                used.append(acts[len(history) : len(history) + k - 1])
-                continue
-            now, before = seen[-1], seen[-2] if len(seen) > 1 else None
-            v = (1, 1)
-            if now["ball"] and before and before["ball"]:
-                v = (now["ball"]["x"] - before["ball"]["x"] or 1, now["ball"]["y"] - before["ball"]["y"] or 1)
-            rollout = []
-            for j in range(k):
-                step = {"stay": 0, "up": -3, "down": 3}.get(acts[len(history) - 1 + j] or "stay", 0)
-                now = {**now, "player": min(max(now["player"] + step, 9), 50), "score": dict(now["score"])}
+        try:
+            seen = [pong.parse(s) for s in history]
+        except ValueError:
+            return [history[-1]] * len(actions)
+        now, before = seen[-1], seen[-2] if len(seen) > 1 else None
+        v = (1, 1)
+        if now["ball"] and before and before["ball"]:
+            v = (now["ball"]["x"] - before["ball"]["x"] or 1, now["ball"]["y"] - before["ball"]["y"] or 1)
+        rollout = []
+        for action in actions:
+            step = {"stay": 0, "up": -3, "down": 3}.get(action or "stay", 0)
+            now = {**now, "player": min(max(now["player"] + step, 9), 50), "score": dict(now["score"])}
+            if now["ball"]:
+                x, y = now["ball"]["x"] + v[0], now["ball"]["y"] + v[1]
+                if not 11 <= y <= 51:
+                    v, y = (v[0], -v[1]), min(max(y, 11), 51)
+                if x >= 47 and v[0] > 0:
+                    if 0 <= y - now["player"] <= 5:
+                        v, x = (-v[0], v[1]), 94 - x  # off the paddle at 47
+                    else:
+                        now["score"]["enemy"] += 1
+                        now = {**now, "ball": None}
                 if now["ball"]:
-                    x, y = now["ball"]["x"] + v[0], now["ball"]["y"] + v[1]
-                    if not 11 <= y <= 51:
-                        v, y = (v[0], -v[1]), min(max(y, 11), 51)
-                    if x >= 47 and v[0] > 0:
-                        if 0 <= y - now["player"] <= 5:
-                            v, x = (-v[0], v[1]), 94 - x  # off the paddle at 47
-                        else:
-                            now["score"]["enemy"] += 1
-                            now = {**now, "ball": None}
-                    if now["ball"]:
-                        now = {**now, "ball": {"x": x, "y": y}, "enemy": y}
-                rollout.append(pong.spell(now))
-            out.append(rollout)
-            used.append(acts[len(history) : len(history) + k - 1])
-        return out, used
+                    now = {**now, "ball": {"x": x, "y": y}, "enemy": y}
+            rollout.append(pong.spell(now))
+        return rollout
 
 
 def make_pipeline(

@@ -7,8 +7,8 @@ from fastapi import HTTPException, status
 
 from api.deps import EngineDep, PipelineDep, SettingsDep, keyed_router
 from api.routes.predict import run_model
-from api.schemas import ErrorResponse, PlanRequest, PlanResponse, b64png
-from api.uploads import ERROR_RESPONSES, check_sync_cost
+from api.schemas import PlanRequest, PlanResponse, b64png
+from api.uploads import JSON_RUN_RESPONSES, check_sync_cost
 from pipeline.goals import parse_goal
 from pipeline.interfaces import ProgressCallback
 from pipeline.loading import NotLoaded
@@ -21,11 +21,7 @@ router = keyed_router("/v1", "plan")
     "/plan",
     response_model=PlanResponse,
     summary="Plan actions towards a goal in words",
-    responses={
-        **{k: v for k, v in ERROR_RESPONSES.items() if k not in (413, 415)},
-        413: {"model": ErrorResponse, "description": "body larger than 1 MB"},
-        504: {"model": ErrorResponse, "description": "past the request time limit (the planner stops too)"},
-    },
+    responses=JSON_RUN_RESPONSES,
 )
 async def plan(
     body: PlanRequest, pipeline: PipelineDep, engine: EngineDep, settings: SettingsDep

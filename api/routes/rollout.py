@@ -7,8 +7,8 @@ from fastapi import HTTPException, status
 
 from api.deps import EngineDep, PipelineDep, SettingsDep, keyed_router
 from api.routes.predict import run_model
-from api.schemas import ErrorResponse, RolloutRequest, RolloutResponse, b64png, states_fields
-from api.uploads import ERROR_RESPONSES, check_params, check_sync_cost
+from api.schemas import RolloutRequest, RolloutResponse, b64png, states_fields
+from api.uploads import JSON_RUN_RESPONSES, check_params, check_sync_cost
 from pipeline.interfaces import ProgressCallback
 
 router = keyed_router("/v1", "rollout")
@@ -18,11 +18,7 @@ router = keyed_router("/v1", "rollout")
     "/rollout",
     response_model=RolloutResponse,
     summary="Continue states written in words",
-    responses={
-        **{k: v for k, v in ERROR_RESPONSES.items() if k not in (413, 415)},
-        413: {"model": ErrorResponse, "description": "body larger than 1 MB"},
-        504: {"model": ErrorResponse, "description": "past the request time limit (the model stops too)"},
-    },
+    responses=JSON_RUN_RESPONSES,
 )
 async def rollout(
     body: RolloutRequest, pipeline: PipelineDep, engine: EngineDep, settings: SettingsDep

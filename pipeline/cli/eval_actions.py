@@ -21,9 +21,7 @@ def add_actions_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
         "under the logged actions and under each action held throughout; every forecast state is compared with "
         "the emulator's. Copy-last and constant-velocity references (and --baseline) read the same histories.",
     )
-    p.add_argument("--weights", required=True, help="a weights folder (model_index.json naming its domain and "
-                   "predictor, e.g. weights/pong) or a predictor folder with --domain")  # fmt: skip
-    p.add_argument("--domain", default=None, help="the domain, when --weights is a predictor folder")
+    add_game_weights_flags(p)
     p.add_argument(
         "--baseline", default=None, help="another predictor folder (the 1-D baseline) scored beside"
     )
@@ -36,6 +34,13 @@ def add_actions_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
     add_result_flags(p)
     p.set_defaults(func=run_eval_actions)
     return p
+
+
+def add_game_weights_flags(p: argparse.ArgumentParser) -> None:
+    """--weights (a game's weights folder, or a predictor folder) and --domain (for the latter)."""
+    p.add_argument("--weights", required=True, help="a weights folder (model_index.json naming its domain and "
+                   "predictor, e.g. weights/pong) or a predictor folder with --domain")  # fmt: skip
+    p.add_argument("--domain", default=None, help="the domain, when --weights is a predictor folder")
 
 
 def load_predictor_with_domain(weights: str, domain: str | None) -> tuple[Any, Any]:

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from pipeline.cli.eval_actions import load_predictor_with_domain
+from pipeline.cli.eval_actions import add_game_weights_flags, load_predictor_with_domain
 from pipeline.cli.flags import add_result_flags
 from pipeline.cli.plan import add_search_flags, search_config
 from pipeline.utils import UserError
@@ -26,10 +26,7 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
         "random play, always 'up') and, with --baseline, the planner with another predictor. Pong reports points "
         "and the share of balls reaching the paddle that it returns; Freeway crossings and knock-backs.",
     )
-    p.add_argument(
-        "--weights", required=True, help="a weights folder whose predictor forecasts under actions"
-    )
-    p.add_argument("--domain", default=None, help="the domain, when --weights is a predictor folder")
+    add_game_weights_flags(p)
     p.add_argument("--goal", default=None, help="the planner's goal (default: the domain's first named goal)")
     p.add_argument("--baseline", default=None, help="another predictor folder to plan with, scored beside")
     p.add_argument("--references", nargs="*", default=["tracker", "random"], choices=SCRIPTED,

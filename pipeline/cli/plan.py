@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.cli.predict import read_actions_file, read_states_file
+from pipeline.cli.predict import add_history_flags, read_actions_file, read_states_file
 from pipeline.utils import UserError, default_weights_dir
 
 
@@ -46,10 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "A goal is a domain's named goal ('return the ball'), a condition on a field ('player < 20', 'player = "
         "ball y - 2'), a partial state with '*' for any word, or several joined by 'and' (docs/planning.md).",
     )
-    p.add_argument("clip", nargs="?", type=Path, help="a video file (omit with --states)")
-    p.add_argument("--states", type=Path, help="start from states in words, one per line, instead of a clip")
-    p.add_argument("--actions", type=Path, help="the action after each observed state, one word per line ('?': "
-                   "unknown)")  # fmt: skip
+    add_history_flags(p)
     p.add_argument("--goal", required=True, help="the goal in words, e.g. 'return the ball'")
     p.add_argument("--steps", type=int, default=8, help="actions to plan (default %(default)s)")
     add_search_flags(p)

@@ -192,6 +192,14 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def add_history_flags(p: argparse.ArgumentParser, more_actions: str = "") -> None:
+    """CLIP, --states FILE and --actions FILE: where a forecast (or a plan) starts."""
+    p.add_argument("clip", nargs="?", type=Path, help="a video file (omit with --states)")
+    p.add_argument("--states", type=Path, help="start from states in words, one per line, instead of a clip")
+    p.add_argument("--actions", type=Path, help="a predictor with actions (docs/atari.md): one action word per "
+                   f"line, the action after each observed state ('?': unknown){more_actions}")  # fmt: skip
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `predict` and `serve` to the CLI."""
     register_predict(sub)
@@ -210,10 +218,7 @@ def register_predict(sub: argparse._SubParsersAction) -> None:
         "world: the forecast beside the true frames), states.json (every state, its confidence and what changed) "
         "and strip.png (all of it in one picture).",
     )
-    p.add_argument("clip", nargs="?", type=Path, help="a video file (omit with --states)")
-    p.add_argument("--states", type=Path, help="start from states in words, one per line, instead of a clip")
-    p.add_argument("--actions", type=Path, help="a predictor with actions (docs/atari.md): one action word per "
-                   "line, the action after each observed state ('?': unknown), then one per forecast step")  # fmt: skip
+    add_history_flags(p, ", then one per forecast step")
     p.add_argument("--out", type=Path, required=True, help="output directory (created if missing)")
     add_param_flags(p, {"context": "hold the rest out, e.g. for --truth"})
     p.add_argument(
