@@ -139,12 +139,24 @@ class Clause:
     def cost(self, states: Sequence[Fields | None], actions: Sequence[str]) -> float:
         if self.predicate is not None:
             return float(self.predicate.cost(states, actions))
+        if self.partial:  # every field it fixes at one and the same step
+            steps = states[1:]
+            if not steps:
+                return MISSING
+            return min(
+                sum(c.violation(s) for c in self.conditions) + EARLIER * j for j, s in enumerate(steps)
+            )
         return sum(c.cost(states) for c in self.conditions)
+
+    @property
+    def partial(self) -> bool:
+        """A partial state that must hold at some step (its conditions at the same step), not one condition."""
+        return len(self.conditions) > 1 and self.conditions[0].mode == "eventually"
 
     def holds(self, states: Sequence[Fields | None], actions: Sequence[str]) -> bool:
         if self.predicate is not None:
             return self.predicate.cost(states, actions) == 0
-        if len(self.conditions) > 1 and self.conditions[0].mode == "eventually":  # a partial state: one step
+        if self.partial:
             return any(all(c.violation(s) == 0 for c in self.conditions) for s in states[1:])
         return all(c.holds(states) for c in self.conditions)
 

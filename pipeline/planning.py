@@ -20,9 +20,9 @@ only as many as there are actions).
 
 from __future__ import annotations
 
-import logging
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +32,6 @@ import torch
 from pipeline.goals import Goal, parse_goal, state_fields
 from pipeline.interfaces import ProgressCallback
 from pipeline.utils import UserError
-
-logger = logging.getLogger(__name__)
 
 METHODS = ("shooting", "cem")
 MAX_PLAN_HORIZON = 16
@@ -112,10 +110,16 @@ class Planner:
         self.goal = goal if isinstance(goal, Goal) else parse_goal(goal, domain)
         self.config = config or PlanConfig()
         self.rng = np.random.default_rng(self.config.seed)
-        self._fields: dict[
-            str, dict[str, Any] | None
-        ] = {}  # state text -> its fields (forecasts repeat a lot)
-        self._fast = all(hasattr(predictor, a) for a in ("encode_histories", "predict_ids", "action_slot"))
+        self._fields: dict[str, dict[str, Any] | None] = {}  # state text -> its fields (forecasts repeat)
+        # The shared-prefix rollout drives the adapter's window step by step; a model with a tensor memory (whose
+        # state runs through the whole history) and stand-ins take predict_under.
+        self._fast = all(
+            hasattr(predictor, a) for a in ("encode_histories", "predict_ids", "action_slot")
+        ) and not getattr(predictor, "has_memory", False)
+
+    def reseed(self) -> None:
+        """Restart the search's random draws from the config's seed."""
+        self.rng = np.random.default_rng(self.config.seed)
 
     # ---- scoring --------------------------------------------------------------------------------------------
     def fields(self, state: str) -> dict[str, Any] | None:
@@ -167,8 +171,10 @@ class Planner:
             states, _ = self.predictor.predict_under([history] * len(sequences), sequences.shape[1], acts)
             return [list(s) for s in states]
         p, slot = self.predictor, self.predictor.action_slot
-        ids = torch.tensor(p.tokenizer.action_ids(list(self.actions)), dtype=torch.long)  # (A,)
-        base = p.encode_histories([history], actions=[[*past, None]])  # (1, T, N)
+        ids = torch.tensor(
+            p.tokenizer.action_ids(list(self.actions)), dtype=torch.long, device=p.device
+        )  # (A,)
+        base = p.encode_histories([history], actions=[[*past, None]]).to(p.device)  # (1, T, N)
         C, H = sequences.shape
         _, rows = np.unique(sequences[:, :1], axis=0, return_inverse=True)
         first = np.unique(sequences[:, 0])
@@ -185,7 +191,7 @@ class Planner:
             )
             parent = torch.as_tensor(rows.reshape(-1)[pick])  # each new prefix's row at this step
             state = nxt[parent, 0].clone()  # (U', N)
-            state[:, slot] = ids[torch.as_tensor(keys[:, -1])].to(state.device)
+            state[:, slot] = ids[torch.as_tensor(keys[:, -1])]
             windows = torch.cat([windows[parent, 1:], state[:, None]], dim=1)  # (U', T, N)
             rows = new_rows
         spelled: dict[tuple[int, ...], str] = {}
@@ -201,9 +207,15 @@ class Planner:
         return forecasts
 
     # ---- one step -------------------------------------------------------------------------------------------
-    def step(self, history: Sequence[str], past: Sequence[str | None] | None = None) -> PlanStep:
+    def step(
+        self,
+        history: Sequence[str],
+        past: Sequence[str | None] | None = None,
+        check: Callable[[], None] | None = None,
+    ) -> PlanStep:
         """Plan from `history` (past: the action after each history state but the last, None where unknown):
-        the first action of the best sequence found, with its forecast."""
+        the first action of the best sequence found, with its forecast. check() runs after each round of the
+        search and may raise (a deadline, a cancel) to stop there."""
         start = time.perf_counter()
         history = list(history)
         if not history:
@@ -228,6 +240,8 @@ class Planner:
             i = int(np.argmin(costs))  # ties: the earliest, so the structured (steady) sequences first
             if best is None or costs[i] < best[0]:
                 best = (float(costs[i]), seqs[i].copy(), forecasts[i], holds[i])
+            if check is not None:
+                check()
             if cfg.method == "cem":
                 elite = seqs[np.argsort(costs, kind="stable")[: max(1, round(cfg.elite * len(seqs)))]]
                 freq = np.stack([(elite == a).mean(axis=0) for a in range(A)], axis=1)  # (H, A)
@@ -257,7 +271,7 @@ class Planner:
         notify = callback or (lambda stage, done, total: None)
         notify("plan", 0, steps)
         for k in range(steps):
-            s = self.step(history, acts)
+            s = self.step(history, acts, functools.partial(notify, "plan", k, steps))
             plan.steps.append(s)
             plan.actions.append(s.action)
             plan.states.append(s.forecast[0])

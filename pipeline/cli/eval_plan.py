@@ -7,6 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
+
 from pipeline.cli.eval_actions import add_game_weights_flags, load_predictor_with_domain
 from pipeline.cli.flags import add_result_flags
 from pipeline.cli.plan import add_search_flags, search_config
@@ -44,9 +46,16 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
 
 
 def run_eval_plan(ns: argparse.Namespace) -> int:
-    from pipeline.evaluation.plan import evaluate_plan, make_planner, markdown
+    from pipeline.evaluation.plan import (
+        Controller,
+        evaluate_plan,
+        make_planner,
+        markdown,
+        scripted_controller,
+    )
     from pipeline.goals import parse_goal
     from pipeline.placement import set_threads
+    from pipeline.planning import Planner
     from pipeline.predictor import Predictor
 
     if ns.games < 1 or ns.max_steps < 1:
@@ -62,14 +71,12 @@ def run_eval_plan(ns: argparse.Namespace) -> int:
     if goal is None:
         raise UserError(f"the {domain.name} domain names no goal; give --goal")
     parse_goal(goal, domain)
-    controllers: dict = {"planner": make_planner(predictor, domain, goal, config)}
+    controllers: dict[str, Controller | tuple[Planner, int]] = {
+        "planner": make_planner(predictor, domain, goal, config)
+    }
     if ns.baseline:
         base = Predictor.from_pretrained(ns.baseline, domain=domain)
         controllers["baseline-planner"] = make_planner(base, domain, goal, config)
-    import numpy as np
-
-    from pipeline.evaluation.plan import scripted_controller
-
     for name in ns.references:
         controllers[name] = scripted_controller(name, domain, np.random.default_rng(ns.game_seed))
     frames: list = []

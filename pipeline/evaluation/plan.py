@@ -99,7 +99,7 @@ def evaluate_plan(
         timings: list[float] = []
         if isinstance(ctl, tuple):
             planner, window = ctl
-            planner.rng = np.random.default_rng(planner.config.seed)
+            planner.reseed()  # every controller's games start from the same draws
             ctl = planner_controller(planner, window, timings)
         start = time.perf_counter()
         results = []
@@ -107,8 +107,8 @@ def evaluate_plan(
             frames = video[1] if video is not None and video[0] == name and g == 0 else None
             results.append(play(domain, ctl, g, seed, sticky, max_steps, frames))
             logger.info("%s game %d/%d: %s", name, g + 1, games, _short(results[-1]))
-        total = {k: sum(r[k] for r in results) for k in results[0] if isinstance(results[0][k], (int, float))
-                 and not isinstance(results[0][k], bool)}  # fmt: skip
+        total = {k: sum(r[k] for r in results) for k in results[0]
+                 if k != "return_rate" and isinstance(results[0][k], (int, float)) and not isinstance(results[0][k], bool)}  # fmt: skip
         if "balls_reached" in total:
             total["return_rate"] = (
                 total["balls_returned"] / total["balls_reached"] if total["balls_reached"] else None

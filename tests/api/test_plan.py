@@ -4,7 +4,7 @@ weights' domain are a 422 before any work, and weights of states alone cannot pl
 import pytest
 
 from pipeline.world_model import WorldModelPipeline
-from tests.fakes import BrightnessCaptioner, NoiseRenderer, PongPhysicsPredictor
+from tests.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer, PongPhysicsPredictor
 
 STATES = ["ball 30 20 player 40 enemy 20 score 0 0 .", "ball 31 21 player 40 enemy 21 score 0 0 ."]
 
@@ -45,6 +45,11 @@ def test_api_plan_refuses_what_means_nothing_here(make_client, pong, change, say
     assert r.status_code == 422 and says in str(r.json()["detail"]), r.text
 
 
-def test_api_plan_needs_weights_with_actions(make_client):
+def test_api_plan_needs_a_domain_with_goals_and_a_predictor_with_actions(make_client):
     r = make_client().post("/v1/plan", json={"states": ["a ."], "goal": "return the ball"})
     assert r.status_code == 422 and "no fields or predicates" in r.json()["detail"]
+    states_alone = WorldModelPipeline(
+        BrightnessCaptioner(), EchoPredictor(), NoiseRenderer(0.0), domain="pong"
+    )
+    r = make_client(states_alone).post("/v1/plan", json={"states": STATES, "goal": "player < 3"})
+    assert r.status_code == 422 and "planning needs actions" in r.json()["detail"]

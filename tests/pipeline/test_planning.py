@@ -127,14 +127,30 @@ def test_the_planner_returns_a_ball_it_would_otherwise_miss():
     assert all(fields(s)["score enemy"] == 0 for s in plan.states)
 
 
-def test_the_same_seed_gives_the_same_plan():
-    plans = [
-        Planner(PongPhysicsPredictor(), PONG, "follow the ball", PlanConfig(horizon=5, candidates=40, seed=3))
-        .plan(HISTORY, None, 5)
-        .actions
-        for _ in range(2)
+def test_the_draws_follow_the_seed():
+    """The random candidates (and so a plan where they decide) repeat with the seed and differ without it."""
+
+    def draws(seed: int) -> np.ndarray:
+        planner = Planner(PongPhysicsPredictor(), PONG, "player < 3", PlanConfig(horizon=6, seed=seed))
+        return planner.draw(np.full((6, 3), 1 / 3), 50)
+
+    assert (draws(3) == draws(3)).all() and not (draws(3) == draws(4)).all()
+    planner = Planner(PongPhysicsPredictor(), PONG, "player < 3", PlanConfig(horizon=6, seed=3))
+    first = planner.draw(np.full((6, 3), 1 / 3), 5)
+    planner.reseed()
+    assert (planner.draw(np.full((6, 3), 1 / 3), 5) == first).all()
+
+
+def test_a_partial_state_costs_its_fields_at_one_step():
+    goal = parse_goal("ball * * player 29 enemy 31 score * * .", PONG)
+    now = fields("ball 20 30 player 30 enemy 30 score 0 0 .")
+    apart = [
+        fields("ball 21 31 player 29 enemy 30 score 0 0 ."),
+        fields("ball 22 31 player 30 enemy 31 score 0 0 ."),
     ]
-    assert plans[0] == plans[1]
+    together = [fields("ball 21 31 player 29 enemy 31 score 0 0 .")]
+    assert not goal.holds(now, apart, ["up", "down"]) and goal.cost(now, apart, ["up", "down"]) >= 1.0
+    assert goal.holds(now, together, ["up"]) and goal.cost(now, together, ["up"]) == 0.0
 
 
 def test_plan_config_limits():
@@ -147,6 +163,9 @@ def test_plan_config_limits():
 def test_planning_needs_a_predictor_with_actions():
     with pytest.raises(UserError, match="planning needs one with actions"):
         Planner(EchoPredictor(), PONG, "player < 3")
+    pipe = WorldModelPipeline(None, EchoPredictor(), NoiseRenderer(0.0), domain="pong")
+    with pytest.raises(UserError, match="planning needs one with actions"):
+        pipe.plan(states=HISTORY, goal="player < 3")
 
 
 def test_the_pipeline_plans_from_states_and_refuses_before_any_model_runs():

@@ -30,6 +30,8 @@ from pipeline.domains.atari.record import (
 )
 from pipeline.domains.atari.tally import TALLIES
 
+NOOP_STARTS = 30  # the most no-op steps before a game of `semworld eval plan` begins
+
 
 class SampleClip(NamedTuple):
     """pipeline.domain.GroundTruthClip's fields: frames (F, 210, 160, 3) uint8, fps, the states, stride 1."""
@@ -92,9 +94,17 @@ class AtariDomain:
         return start(self.game, clip_seed("test", seed, index), policy, sticky)
 
     def new_game(self, index: int, seed: int = 0, sticky: float = 0.0) -> tuple[Emulator, Any]:
-        """A whole game from the console's reset (`semworld eval plan`): test episode `index` of `seed`, and the
-        tally that scores it (update(ram, action, reward) after each step; summary())."""
-        return Emulator(self.game, clip_seed("test", seed, index), sticky), TALLIES[self.name]()
+        """A whole game from the console's reset (`semworld eval plan`): test episode `index` of `seed`, started
+        after 0..30 no-op steps, a different count for each of a seed's first 31 games (the no-op starts of Mnih
+        et al. 2015: without sticky actions the games are deterministic, so this is what makes one differ), and
+        the tally that scores it (update(ram, action, reward) after each step; summary())."""
+        game_seed = clip_seed("test", seed, index)
+        emu = Emulator(self.game, game_seed, sticky)
+        # Distinct no-op counts for the first NOOP_STARTS + 1 games of a seed (one shuffle of 0..30 per seed).
+        order = np.random.default_rng([seed, NOOP_STARTS]).permutation(NOOP_STARTS + 1)
+        for _ in range(int(order[index % len(order)])):
+            emu.step("stay")
+        return emu, TALLIES[self.name]()
 
     def generate(self, out: str | Path, **options: Any) -> Path:
         """Record a data set (`semworld world generate --domain NAME`); options as atari.record.generate."""

@@ -10,7 +10,6 @@ still has to go. Positions are in state units (RAM // 4).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from pipeline.goals import Fields, GoalPredicate
 
@@ -18,7 +17,6 @@ PADDLE_X = 47  # the ball's x where the player's (right) paddle sends it back
 BALL_ON_PADDLE = (0, 5)  # ball y - paddle y over which the paddle meets the ball (read from recorded returns)
 MISS = 100.0  # a point lost inside the forecast
 ROAD_TOP = 44  # the chicken's y at the far side of the road
-FOLLOW = 0.3  # the weight of the paddle's gap to the ball along the whole forecast in "return the ball"
 
 
 def _rose(states: Sequence[Fields | None], field: str) -> int | None:
@@ -50,22 +48,17 @@ def _returned(states: Sequence[Fields | None]) -> bool:
 
 def return_the_ball(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
     """0 when the paddle sends the ball back in the forecast; a lost point costs MISS (more the sooner); else
-    1 + how far the paddle is from the ball's line where the ball comes nearest to it (+ FOLLOW x the mean gap)."""
+    1 + `follow the ball`'s cost: a paddle that stays on the ball's line all along is there when it arrives, and
+    it corrects its course every step instead of trusting a long forecast of where the ball will meet it."""
     lost = _rose(states, "score enemy")
     if lost is not None:
         return MISS + len(states) - lost
     if _returned(states):
         return 0.0
-    present = [s for s in states[1:] if s is not None and s.get("ball x") is not None]
-    if not present:  # between points: wait near the middle
+    if not any(s is not None and s.get("ball x") is not None for s in states[1:]):  # between points
         last = next((s for s in reversed(states) if s is not None), None) or {}
-        return 1.0 + 0.1 * abs((last.get("player") or 0) - 28)
-    # Where the ball comes nearest to the paddle (going away: the last state, to be on its line when it comes
-    # back), plus a share of the gap all along, so that the paddle follows the ball early rather than late.
-    coming = present[-1]["ball x"] > present[0]["ball x"]
-    target = max(present, key=lambda s: s["ball x"]) if coming else present[-1]
-    along = sum(_misalignment(s) for s in present) / len(present)
-    return 1.0 + _misalignment(target) + FOLLOW * along
+        return 1.0 + 0.1 * abs((last.get("player") or 0) - 28)  # wait near the middle
+    return 1.0 + follow_the_ball(states, actions)
 
 
 def score_a_point(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
@@ -123,6 +116,6 @@ GOALS: dict[str, tuple[GoalPredicate, ...]] = {
 }
 
 
-def goals_of(game: str) -> dict[str, Any]:
+def goals_of(game: str) -> dict[str, GoalPredicate]:
     """The predicates of `game` by name."""
     return {g.name: g for g in GOALS.get(game, ())}

@@ -52,7 +52,7 @@ def test_plan_refuses_bad_input_in_one_line(pong_weights, history, capsys, extra
     assert rc == 2 and says in err and len(err.strip().splitlines()) == 1
 
 
-def test_plan_needs_a_predictor_with_actions(tiny_weights, history, capsys):
+def test_plan_needs_a_domain_with_goals(tiny_weights, history, capsys):
     (history / "w.txt").write_text("red ball top left .\n")
     rc = main(["plan", "--states", str(history / "w.txt"), "--weights", str(tiny_weights), "--goal", "x < 3"])
     assert rc == 2 and "no fields or predicates" in capsys.readouterr().err

@@ -39,3 +39,28 @@ def test_train_all_records_and_trains_a_game_predictor(tmp_path, capsys):
     assert len(rec["states"]) == len(rec["actions"]) == 40
     predictor, domain = load_predictor_with_domain(str(out), None)
     assert domain.name == "pong" and predictor.actions
+
+
+def test_the_shipped_pong_predictor_plans_with_shared_prefixes():
+    """With the shipped predictor, the shared-prefix rollout gives every candidate predict_under's forecast, the
+    first actions steer it, and a plan for a paddle far above its place goes up."""
+    import numpy as np
+
+    from pipeline.planning import PlanConfig, Planner
+
+    predictor, domain = load_predictor_with_domain(str(WEIGHTS / "pong"), None)
+    emu, _ = domain.new_game(0, seed=7)
+    history, past = [], []
+    for _ in range(8):
+        history.append(emu.state())
+        past.append("down")
+        emu.step("down")
+    planner = Planner(predictor, domain, "player < 12", PlanConfig(horizon=4, candidates=24))
+    seqs = np.concatenate([planner.structured(), planner.draw(np.full((4, 3), 1 / 3), 15)])
+    fast = planner.rollout(history, past[:-1], seqs)
+    slow, _ = predictor.predict_under(
+        [history] * len(seqs), 4, [[*past[:-1], *(planner.actions[a] for a in q)] for q in seqs]
+    )
+    assert fast == [list(x) for x in slow]
+    assert len({f[0] for f in fast}) > 1  # the first action changes the first forecast state
+    assert domain.parse(history[-1])["player"] > 20 and planner.step(history, past[:-1]).action == "up"
