@@ -249,7 +249,7 @@ class PlanRequest(BaseModel):
     )
     goal: str = Field(min_length=1, max_length=500, description="a goal in words, e.g. 'return the ball'")
     steps: int = Field(8, ge=1, le=64, description="actions to plan")
-    horizon: int = Field(6, ge=1, le=16, description="forecast steps per candidate sequence")
+    horizon: int = Field(4, ge=1, le=16, description="forecast steps per candidate sequence")
     candidates: int = Field(27, ge=1, le=256, description="candidate sequences per round")
     method: Literal["shooting", "cem"] = Field(
         "shooting", description="random shooting or the cross-entropy method"

@@ -14,7 +14,7 @@ The rollouts use the 4-tensor model's one forward per predicted state: candidate
 actions share their first j forecast states, so each forward runs once per distinct prefix (at step 1 there are
 only as many as there are actions).
 
-    planner = Planner(predictor, domain, "return the ball", PlanConfig(horizon=6, candidates=27))
+    planner = Planner(predictor, domain, "return the ball", PlanConfig(horizon=4, candidates=27))
     step = planner.step(history, past_actions)      # step.action, step.forecast, step.cost
 """
 
@@ -45,7 +45,7 @@ class PlanConfig:
     method: "shooting" (one round) or "cem"; iterations and elite: the cross-entropy method's rounds and the
     share of a round refitted to; seed: the draws (the same seed, the same plan)."""
 
-    horizon: int = 6
+    horizon: int = 4
     candidates: int = 27
     method: str = "shooting"
     iterations: int = 2

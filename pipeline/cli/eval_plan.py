@@ -15,6 +15,7 @@ from pipeline.cli.plan import add_search_flags, search_config
 from pipeline.utils import UserError
 
 SCRIPTED = ("tracker", "random", "up")
+VIDEO_STEPS = 450  # --video: the first 30 s of the planner's first game (15 states a second)
 
 
 def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -38,7 +39,12 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
                    "about 2 minutes of play)")  # fmt: skip
     p.add_argument("--game-seed", type=int, default=0, help="the test games' seed (default %(default)s)")
     p.add_argument("--sticky", type=float, default=0.0, help="sticky-action probability (0.25: the protocol)")
-    p.add_argument("--video", type=Path, default=None, help="write the planner's first game as MP4 here")
+    p.add_argument(
+        "--video",
+        type=Path,
+        default=None,
+        help="write the first 30 s of the planner's first game as MP4 here",
+    )
     add_search_flags(p)
     add_result_flags(p)
     p.set_defaults(func=run_eval_plan)
@@ -87,7 +93,7 @@ def run_eval_plan(ns: argparse.Namespace) -> int:
         from pipeline.video import encode_mp4
 
         ns.video.parent.mkdir(parents=True, exist_ok=True)
-        ns.video.write_bytes(encode_mp4(frames, 15.0, "threads=1:sliced-threads=0"))
+        ns.video.write_bytes(encode_mp4(frames[:VIDEO_STEPS], 15.0, "threads=1:sliced-threads=0"))
     if ns.out:
         Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
         Path(ns.out).write_text(json.dumps(result, indent=1) + "\n")

@@ -14,7 +14,7 @@ from pipeline.utils import UserError, default_weights_dir
 def add_search_flags(p: argparse.ArgumentParser) -> None:
     """The planner's search (pipeline.planning.PlanConfig): the same flags in `plan` and `eval plan`."""
     p.add_argument(
-        "--horizon", type=int, default=6, help="forecast steps per candidate sequence (default %(default)s)"
+        "--horizon", type=int, default=4, help="forecast steps per candidate sequence (default %(default)s)"
     )
     p.add_argument(
         "--candidates", type=int, default=27, help="candidate sequences per round (default %(default)s)"

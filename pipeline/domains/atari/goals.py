@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from pipeline.goals import Fields, GoalPredicate
 
 PADDLE_X = 47  # the ball's x where the player's (right) paddle sends it back
-BALL_ON_PADDLE = (0, 5)  # ball y - paddle y over which the paddle meets the ball (read from recorded returns)
+PADDLE_MIDDLE = (
+    2  # ball y - paddle y at the paddle's middle (recorded returns meet it at -1..7, most at 0..4)
+)
 MISS = 100.0  # a point lost inside the forecast
 ROAD_TOP = 44  # the chicken's y at the far side of the road
 
@@ -29,11 +31,13 @@ def _rose(states: Sequence[Fields | None], field: str) -> int | None:
 
 
 def _misalignment(s: Fields) -> float:
-    """How far the paddle is from meeting the ball in state s (0 over the band it hits with; a small pull to its
-    middle so that the search keeps a margin)."""
-    gap = s["ball y"] - s["player"]
-    low, high = BALL_ON_PADDLE
-    return max(0.0, low - gap, gap - high) + 0.05 * abs(gap - (low + high) / 2)
+    """How far the ball's line is from the middle of the paddle in state s, in state units."""
+    return abs(s["ball y"] - s["player"] - PADDLE_MIDDLE)
+
+
+def _gaps(states: Sequence[Fields | None]) -> list[float]:
+    """The paddle's misalignment at every forecast step with the ball in play."""
+    return [_misalignment(s) for s in states[1:] if s is not None and s.get("ball y") is not None]
 
 
 def _returned(states: Sequence[Fields | None]) -> bool:
@@ -47,18 +51,20 @@ def _returned(states: Sequence[Fields | None]) -> bool:
 
 
 def return_the_ball(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
-    """0 when the paddle sends the ball back in the forecast; a lost point costs MISS (more the sooner); else
-    1 + `follow the ball`'s cost: a paddle that stays on the ball's line all along is there when it arrives, and
-    it corrects its course every step instead of trusting a long forecast of where the ball will meet it."""
+    """0 when the paddle sends the ball back in the forecast; a lost point costs MISS (more the sooner); else 1 +
+    the paddle's mean distance from the ball's line at the forecast steps: a paddle that stays on the line all
+    along is there when the ball arrives, and it corrects its course every step instead of trusting a long
+    forecast of where they will meet."""
     lost = _rose(states, "score enemy")
     if lost is not None:
         return MISS + len(states) - lost
     if _returned(states):
         return 0.0
-    if not any(s is not None and s.get("ball x") is not None for s in states[1:]):  # between points
+    gaps = _gaps(states)
+    if not gaps:  # between points: wait near the middle
         last = next((s for s in reversed(states) if s is not None), None) or {}
-        return 1.0 + 0.1 * abs((last.get("player") or 0) - 28)  # wait near the middle
-    return 1.0 + follow_the_ball(states, actions)
+        return 1.0 + 0.1 * abs((last.get("player") or 0) - 28)
+    return 1.0 + sum(gaps) / len(gaps)
 
 
 def score_a_point(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
@@ -70,10 +76,12 @@ def score_a_point(states: Sequence[Fields | None], actions: Sequence[str]) -> fl
 
 
 def follow_the_ball(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
-    """0 when the paddle meets the ball's line at every forecast step the ball is in play; else the mean gap."""
-    gaps = [_misalignment(s) for s in states[1:] if s is not None and s.get("ball y") is not None]
-    gaps = [0.0 if g < 0.2 else g for g in gaps]  # inside the band: the centring pull alone is no miss
-    return sum(gaps) / len(gaps) if gaps else 0.0
+    """0 when the ball's line stays within one unit of the paddle's middle at every forecast step the ball is in
+    play; else the mean distance."""
+    gaps = _gaps(states)
+    if not gaps or max(gaps) <= 1:
+        return 0.0
+    return sum(gaps) / len(gaps)
 
 
 def cross_the_road(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
