@@ -38,7 +38,12 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
     p.add_argument("--max-steps", type=int, default=2000, help="agent steps at most per game (default 2000: "
                    "about 2 minutes of play)")  # fmt: skip
     p.add_argument("--game-seed", type=int, default=0, help="the test games' seed (default %(default)s)")
-    p.add_argument("--sticky", type=float, default=0.0, help="sticky-action probability (0.25: the protocol)")
+    p.add_argument(
+        "--sticky",
+        type=float,
+        default=0.0,
+        help="sticky-action probability (default 0; 0.25 is the agents' protocol)",
+    )
     p.add_argument(
         "--video",
         type=Path,
