@@ -81,3 +81,12 @@ def test_freeway_tally_counts_crossings_and_one_hit_per_knock_back():
                               (7, "down", 0), (177, "up", 0), (6, "up", 1.0)]:  # fmt: skip
         t.update(ram(a14=y), action, reward)
     assert t.summary() == {"crossings": 1, "hits": 1}
+
+
+def test_eval_plan_games_start_after_distinct_no_op_counts():
+    """Without sticky actions a game is the same every time; each of a seed's games starts after its own number of
+    no-op steps, so four games are four different games."""
+    pytest.importorskip("ale_py")
+    rams = [bytes(PONG.new_game(i, seed=0)[0].ram()) for i in range(4)]
+    assert len(set(rams)) == 4
+    assert bytes(PONG.new_game(2, seed=0)[0].ram()) == rams[2]  # and the same index is the same game
