@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import zipfile
 from collections.abc import Iterator
 
@@ -50,7 +51,9 @@ def rollout(body):
     return ("POST", "/v1/rollout", {"json": body})
 
 
-random_bytes = os.urandom(30_000)
+random_bytes = random.Random(0).randbytes(
+    30_000
+)  # seeded: some random bytes parse as a container with no video stream
 mp4_header_only = CLIP[:64]
 ok_states = ["a red ball ."]
 
