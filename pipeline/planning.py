@@ -94,6 +94,13 @@ class Plan:
         return sum(s.seconds for s in self.steps) / max(len(self.steps), 1)
 
 
+def aligned_past(history: Sequence[str], past: Sequence[str | None] | None) -> list[str | None]:
+    """One action after each history state but the last: `past` cut to that length, None (unknown) where short."""
+    n = max(len(history) - 1, 0)
+    got: list[str | None] = list(past or [])[:n]
+    return got + [None] * (n - len(got))
+
+
 class Planner:
     """Chooses actions for one goal with one predictor (a predictor with actions) in one domain."""
 
@@ -127,19 +134,14 @@ class Planner:
             self._fields[state] = state_fields(self.domain, state)
         return self._fields[state]
 
-    def score(
-        self, history: list[str], forecasts: list[list[str]], sequences: np.ndarray
-    ) -> tuple[np.ndarray, list[bool]]:
-        """The goal's cost of each forecast (C,) and whether the goal holds in it, judged from the latest state of
-        the history that parses (a model may write a state that does not, and a plan goes on from it)."""
+    def score(self, history: list[str], forecasts: list[list[str]], sequences: np.ndarray) -> np.ndarray:
+        """The goal's cost of each forecast (C,), judged from the latest state of the history that parses (a
+        model may write a state that does not, and a plan goes on from it)."""
         now = self.latest(history)
-        costs, holds = np.empty(len(forecasts)), []
+        costs = np.empty(len(forecasts))
         for c, (states, seq) in enumerate(zip(forecasts, sequences, strict=True)):
-            ahead = [self.fields(s) for s in states]
-            acts = [self.actions[a] for a in seq]
-            costs[c] = self.goal.cost(now, ahead, acts)
-            holds.append(self.goal.holds(now, ahead, acts))
-        return costs, holds
+            costs[c] = self.goal.cost(now, [self.fields(s) for s in states], [self.actions[a] for a in seq])
+        return costs
 
     def latest(self, history: Sequence[str]) -> dict[str, Any]:
         """The fields of the latest state of `history` that parses; a UserError when none does."""
@@ -176,8 +178,7 @@ class Planner:
         )  # (A,)
         base = p.encode_histories([history], actions=[[*past, None]]).to(p.device)  # (1, T, N)
         C, H = sequences.shape
-        _, rows = np.unique(sequences[:, :1], axis=0, return_inverse=True)
-        first = np.unique(sequences[:, 0])
+        first, rows = np.unique(sequences[:, 0], return_inverse=True)
         windows = base.expand(len(first), -1, -1).clone()  # (U, T, N): one per distinct first action
         windows[:, -1, slot] = ids[torch.as_tensor(first)]
         out = torch.empty(C, H, base.shape[-1], dtype=torch.long)  # (C, H, N)
@@ -220,11 +221,10 @@ class Planner:
         history = list(history)
         if not history:
             raise UserError("plan: needs at least one state to plan from")
-        past = list(past or [])[: len(history) - 1]
-        past += [None] * (len(history) - 1 - len(past))
+        past = aligned_past(history, past)
         cfg, A = self.config, len(self.actions)
         probs = np.full((cfg.horizon, A), 1.0 / A)
-        best: tuple[float, np.ndarray, list[str], bool] | None = None
+        best: tuple[float, np.ndarray, list[str]] | None = None
         scored = 0
         rounds = cfg.iterations if cfg.method == "cem" else 1
         for r in range(rounds):
@@ -235,11 +235,11 @@ class Planner:
                 seqs = np.concatenate([best[1][None], seqs])  # the best so far stays in the running
             seqs = np.concatenate([seqs, self.draw(probs, max(cfg.candidates - len(seqs), 0))])
             forecasts = self.rollout(history, past, seqs)
-            costs, holds = self.score(history, forecasts, seqs)
+            costs = self.score(history, forecasts, seqs)
             scored += len(seqs)
             i = int(np.argmin(costs))  # ties: the earliest, so the structured (steady) sequences first
             if best is None or costs[i] < best[0]:
-                best = (float(costs[i]), seqs[i].copy(), forecasts[i], holds[i])
+                best = (float(costs[i]), seqs[i].copy(), forecasts[i])
             if check is not None:
                 check()
             if cfg.method == "cem":
@@ -247,9 +247,10 @@ class Planner:
                 freq = np.stack([(elite == a).mean(axis=0) for a in range(A)], axis=1)  # (H, A)
                 probs = 0.3 * probs + 0.7 * freq
         assert best is not None
-        cost, seq, forecast, holds_ = best
+        cost, seq, forecast = best
         sequence = [self.actions[a] for a in seq]
-        return PlanStep(sequence[0], sequence, forecast, cost, holds_, scored, time.perf_counter() - start)
+        holds = self.goal.holds(self.latest(history), [self.fields(s) for s in forecast], sequence)
+        return PlanStep(sequence[0], sequence, forecast, cost, holds, scored, time.perf_counter() - start)
 
     def plan(
         self,
@@ -263,8 +264,8 @@ class Planner:
         after each; it may raise (a deadline, a cancel) to stop there."""
         if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= MAX_PLAN_STEPS:
             raise ValueError(f"steps must be an integer in 1..{MAX_PLAN_STEPS}, got {steps!r}")
-        history, acts = list(history), list(past or [])[: max(len(history) - 1, 0)]
-        acts += [None] * (len(history) - 1 - len(acts))
+        history = list(history)
+        acts = aligned_past(history, past)
         start = len(history)
         plan = Plan(self.goal.text, [], [])
         now = self.latest(history)
