@@ -18,15 +18,16 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_fastapi_instrumentator import Instrumentator
 from starlette.exceptions import HTTPException
 
 from api.deps import require_api_key
 from api.engine import Engine
 from api.jobs import JobStore, JobWorker
-from api.metrics import Metrics
+from api.metrics import Metrics, merge_expositions
 from api.routes import docs, health, jobs, pages, plan, predict, rollout, samples
 from api.routes.pages import STATIC_DIR
 from api.schemas import ErrorResponse, predict_payload
@@ -136,6 +137,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.load_error = None
     app.state.samples_dir = settings.samples_dir
     start = asyncio.create_task(_start(app, settings, app.state.metrics, store))
+    if getattr(app.state, "load_before_serving", False):
+        await start  # a Ray Serve replica takes traffic only once its models are loaded (or failed to)
     try:
         yield
     finally:
@@ -331,17 +334,21 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
     app.mount(docs.ASSETS_URL, docs.assets(), name="docs-assets")
     _add_middleware(app, settings)
     _add_error_handlers(app)
-    Instrumentator(registry=metrics.registry, excluded_handlers=["/metrics", "/static.*"]).instrument(
-        app
-    ).expose(
-        app,
-        include_in_schema=True,
+    Instrumentator(registry=metrics.registry, excluded_handlers=["/metrics", "/static.*"]).instrument(app)
+    app.state.gather_metrics = None  # Ray Serve: a coroutine giving every replica's exposition, by replica
+
+    @app.get(
+        "/metrics",
         tags=["health"],
         dependencies=[Depends(require_api_key)],
         response_class=PlainTextResponse,
         summary="Prometheus metrics (text exposition format)",
         responses={401: {"model": ErrorResponse, "description": "missing or wrong API key"}},
     )
+    async def exposition() -> Response:
+        gather = app.state.gather_metrics
+        body = merge_expositions(await gather()) if gather is not None else generate_latest(metrics.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

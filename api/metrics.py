@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 STAGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -128,3 +129,28 @@ class Metrics:
     def observe_timings(self, timings: Mapping[str, float]) -> None:
         for stage, seconds in timings.items():
             self.stage_seconds.labels(stage).observe(seconds)
+
+
+class _Merged(Collector):
+    """Metric families parsed from several expositions, each sample labelled with the source it came from."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families
+
+
+def merge_expositions(texts: Mapping[str, str], label: str = "replica") -> bytes:
+    """One Prometheus text exposition from several (`{source: text}`), every sample labelled `label=source`, so
+    one scrape of a service with several replicas sees all of them (sum or max over `label` in queries)."""
+    merged: dict[str, Metric] = {}
+    for source, text in sorted(texts.items()):
+        for family in text_string_to_metric_families(text):
+            into = merged.setdefault(
+                family.name, Metric(family.name, family.documentation, family.type, family.unit)
+            )
+            into.samples += [s._replace(labels={**s.labels, label: source}) for s in family.samples]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Merged(list(merged.values())))
+    return generate_latest(registry)

@@ -289,6 +289,15 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug", "trace"),
                    help="uvicorn's log level, requests included at info (default %(default)s)")  # fmt: skip
     s.add_argument(
+        "--ray", action="store_true",
+        help="run on Ray Serve: replicas of the whole pipeline behind one HTTP endpoint, on a local Ray instance "
+        "or the cluster SEMWORLD_RAY_ADDRESS names (the `distributed` extra; settings SEMWORLD_RAY_*, docs/scaling.md)",
+    )  # fmt: skip
+    s.add_argument(
+        "--replicas", type=_positive_int, default=None,
+        help="with --ray: replicas of the pipeline (SEMWORLD_RAY_REPLICAS; default 1)",
+    )  # fmt: skip
+    s.add_argument(
         "--serve-without-key", action="store_true", default=_env_flag(WITHOUT_KEY_ENV),
         help=f"listen on a non-loopback address without SEMWORLD_API_KEY: anyone who reaches the port may use "
         f"the service ({WITHOUT_KEY_ENV}=1)",
@@ -510,6 +519,23 @@ def run_serve(args: argparse.Namespace) -> int:
         read_model_index(
             settings.weights_dir
         )  # a missing folder or index: one line and exit 2, before serving
+    if args.ray:
+        return _run_ray(settings, args)
+    if args.replicas is not None:
+        raise UserError("--replicas needs --ray (the plain server is one process owning the models)")
     # One worker: one process owns the models (and the GPU); requests share it.
     uvicorn.run(create_app(settings), host=args.host, port=args.port, workers=1, log_level=args.log_level)
+    return 0
+
+
+def _run_ray(settings: Any, args: argparse.Namespace) -> int:
+    """`semworld serve --ray`: the same app as replicas of a Ray Serve deployment, until interrupted."""
+    from api.ray_serve import RaySettings, run
+
+    try:
+        import ray.serve  # noqa: F401
+    except ImportError as err:
+        raise UserError(f"--ray needs Ray Serve: pip install 'semworld[distributed]' ({err})") from None
+    ray_settings = RaySettings(**({"replicas": args.replicas} if args.replicas is not None else {}))
+    run(settings, ray_settings, args.host, args.port)
     return 0

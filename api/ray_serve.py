@@ -1,0 +1,143 @@
+"""The service on Ray Serve: the same FastAPI app (routes, limits, deadlines, auth, metrics, error bodies) as the
+plain server, run as the ingress of one Ray Serve deployment whose replicas each own a whole pipeline.
+
+Why one deployment, not one per stage: a request's stages run back to back on the same frames (decode, caption,
+predict, render, encode); split into deployments, each hop would copy the frames between processes, and on one
+GPU the stages would still take turns. A replica is one process with the models on its device, its own engine
+lock, and its own job worker; replicas share the job store (a SQLite file on one machine, PostgreSQL across
+machines: `SEMWORLD_DATABASE_URL`) and the data folder, so any replica answers for any job.
+
+Start it with `semworld serve --ray` (a local Ray instance, or `SEMWORLD_RAY_ADDRESS` of a running cluster).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from api.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+APP_NAME = "semworld"
+
+
+class RaySettings(BaseSettings):
+    """How the service runs on Ray Serve. Environment variable = `SEMWORLD_RAY_` + the field name in capitals."""
+
+    model_config = SettingsConfigDict(env_prefix="SEMWORLD_RAY_", env_file=".env", extra="ignore")
+
+    address: str | None = Field(
+        default=None,
+        description="a running Ray cluster to join ('auto', 'ray://head:10001'); default: start a local instance",
+    )
+    replicas: int = Field(default=1, ge=1, description="replicas of the pipeline deployment (fixed count)")
+    min_replicas: int | None = Field(
+        default=None, ge=0, description="with max_replicas: autoscale between the two instead of `replicas`"
+    )
+    max_replicas: int | None = Field(default=None, ge=1, description="the autoscaler's ceiling")
+    target_ongoing_requests: float = Field(
+        default=2.0, gt=0, description="requests per replica the autoscaler aims at"
+    )
+    max_ongoing_requests: int = Field(
+        default=8,
+        ge=1,
+        description="requests one replica holds at a time (Ray queues the rest at its proxy); past the app's "
+        "own max_sync_waiting a replica answers 429",
+    )
+    num_cpus: float = Field(default=1.0, ge=0, description="CPUs Ray reserves per replica")
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs Ray reserves per replica (1 on a GPU box)")
+    local_cpus: int | None = Field(
+        default=None, ge=1, description="CPUs of the local Ray instance (default: the machine's)"
+    )
+    dashboard: bool = Field(default=False, description="start Ray's dashboard with the local instance")
+
+    def deployment_options(self) -> dict[str, Any]:
+        """The keyword arguments of `serve.deployment` these settings give."""
+        options: dict[str, Any] = {
+            "name": APP_NAME,
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "ray_actor_options": {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus},
+            # a replica loads and warms its models before it takes traffic; allow for a slow disk or compile
+            "health_check_timeout_s": 60,
+            "graceful_shutdown_timeout_s": 30,
+        }
+        if self.max_replicas is not None:
+            options["autoscaling_config"] = {
+                "min_replicas": self.min_replicas if self.min_replicas is not None else 1,
+                "max_replicas": self.max_replicas,
+                "target_ongoing_requests": self.target_ongoing_requests,
+            }
+        else:
+            options["num_replicas"] = self.replicas
+        return options
+
+
+def build(settings: Settings, ray_settings: RaySettings) -> Any:
+    """The Ray Serve application: `SemworldReplica` deployments built with `settings` (bound, not yet run)."""
+    from ray import serve
+
+    @serve.ingress()
+    class SemworldReplica:
+        """One replica: the service's FastAPI app, built inside the replica's process. /metrics on any replica
+        answers for all of them (each sample labelled with its replica)."""
+
+        def __init__(self, settings: Settings) -> None:
+            self.settings = settings
+            self.service: Any = None
+
+        def __serve_build_asgi_app__(self) -> Any:
+            from api.main import create_app
+
+            self.service = create_app(self.settings)
+            self.service.state.load_before_serving = (
+                True  # Ray routes to a replica once its startup has returned
+            )
+            self.service.state.gather_metrics = gather_metrics
+            return self.service
+
+        def metrics_text(self) -> tuple[str, str]:
+            """(this replica's id, its own metrics in the text exposition format)."""
+            from prometheus_client import generate_latest
+
+            replica = serve.get_replica_context().replica_id.unique_id
+            return replica, generate_latest(self.service.state.metrics.registry).decode()
+
+    async def gather_metrics() -> dict[str, str]:
+        handle = serve.get_deployment_handle(APP_NAME, app_name=APP_NAME)
+        return dict(await handle.broadcast("metrics_text").results_async())
+
+    deployment = serve.deployment(**ray_settings.deployment_options())(SemworldReplica)
+    return deployment.bind(settings)
+
+
+def run(settings: Settings, ray_settings: RaySettings, host: str, port: int) -> None:
+    """Start (or join) Ray, deploy the service on host:port, and block until interrupted; then shut Serve down."""
+    import ray
+    from ray import serve
+
+    if ray_settings.address is None:
+        ray.init(
+            num_cpus=ray_settings.local_cpus,
+            include_dashboard=ray_settings.dashboard,
+            logging_level=logging.WARNING,
+        )
+    else:
+        ray.init(address=ray_settings.address, logging_level=logging.WARNING)
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # serve.run's wait ends; Serve and the local Ray instance shut down
+
+    signal.signal(signal.SIGTERM, stop)  # after ray.init, which installs a handler of its own
+    serve.start(http_options={"host": host, "port": port})
+    try:
+        serve.run(build(settings, ray_settings), name=APP_NAME, route_prefix="/", blocking=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        serve.shutdown()
+        ray.shutdown()
