@@ -352,9 +352,12 @@ RECIPES: dict[str, Recipe] = _by_name(
     # by the domain's `generate` under the mixed behaviour policy, sticky actions off.
     Recipe("pong-predictor-base", "predictor", "phase 1 of weights/pong/predictor: 4 epochs of 40,000 windows",
            "small-t8", _ATARI_TRAIN, {"clips": 340, "length": 256}),
-    Recipe("pong-predictor", "predictor", "weights/pong/predictor: phase 2, 3 epochs of every window at half the rate",
+    Recipe("pong-predictor-mid", "predictor", "phase 2 of weights/pong/predictor: 3 epochs of every window at half the rate",
            "small-t8", _ATARI_TRAIN | {"epochs": 3, "max_windows": None, "lr": 5e-4, "warmup_steps": 100},
            {"clips": 340, "length": 256}, init_from="pong-predictor-base"),
+    Recipe("pong-predictor", "predictor", "weights/pong/predictor: phase 3, 3 epochs of every window of 1,200 clips",
+           "small-t8", _ATARI_TRAIN | {"epochs": 3, "max_windows": None, "lr": 4e-4, "warmup_steps": 100},
+           {"clips": 1200, "length": 256}, init_from="pong-predictor-mid"),
     Recipe("freeway-predictor", "predictor", "weights/freeway/predictor: Freeway states under actions",
            "small-t8-n20", _ATARI_TRAIN, {"clips": 340, "length": 256}),
     Recipe("quick-pong-predictor", "predictor", "smoke test of an Atari predictor", "small-t8",
