@@ -96,6 +96,7 @@ class Job:
     warnings: list[str] = field(
         default_factory=list
     )  # the finished call's (e.g. a clip the models do not know)
+    owner: str | None = None  # the store that runs the job, or ran it last
 
 
 metadata = sa.MetaData()
@@ -313,6 +314,7 @@ class JobStore:
             cancel_requested=bool(m["cancel_requested"]),
             filename=m["filename"],
             warnings=json.loads(m["warnings"]) if m["warnings"] else [],
+            owner=m["owner"],
         )
 
     # ---- files ------------------------------------------------------------------------------------------------
