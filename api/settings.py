@@ -129,7 +129,11 @@ class Settings(BaseSettings):
         default=5.0, gt=0, description="seconds between heartbeats of a running job (below job_lease_s)"
     )
     retention_sweep_s: float = Field(default=60.0, gt=0, description="seconds between retention sweeps")
-    retry_after_s: int = Field(default=5, ge=1, description="Retry-After seconds sent with 429")
+    retry_after_s: int = Field(
+        default=5,
+        ge=1,
+        description="Retry-After seconds sent with 429, and with 503 while the job store is down",
+    )
 
     api_key: SecretStr | None = Field(
         default=None, description="if set, required as X-API-Key or Bearer token"
