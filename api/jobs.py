@@ -1,9 +1,11 @@
-"""Asynchronous jobs: a SQLite table of jobs, their inputs and results as files, and one worker thread.
+"""Asynchronous jobs: a table of jobs (embedded SQLite, or PostgreSQL shared by replicas), their inputs and
+results as files, and one worker thread per process.
 
 Durability rules: the upload is written (atomically) before its row exists; results are written into a
-`result.partial/` folder that is renamed to `result/` in one step before the row says `succeeded`. After a
-crash, `recover()` puts jobs left `running` back in the queue (or fails them after `max_attempts` runs), so a
-job is never left half-written.
+`result.partial-<owner>/` folder that is renamed to `result/` in one step before the row says `succeeded`. After
+a crash, `recover()` puts jobs left `running` back in the queue (or fails them after `max_attempts` runs), so a
+job is never left half-written. With several replicas, a claimed job carries its owner and a heartbeat: jobs
+whose heartbeat stops (their replica was killed) are recovered the same way once the lease expires.
 """
 
 from __future__ import annotations
@@ -12,16 +14,21 @@ import json
 import logging
 import os
 import shutil
-import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
 from api.engine import Engine, Stopped, user_error_detail
 from api.schemas import OutputFormat
@@ -89,25 +96,34 @@ class Job:
     warnings: list[str] = field(
         default_factory=list
     )  # the finished call's (e.g. a clip the models do not know)
+    owner: str | None = None  # the store that runs the job, or ran it last
 
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    state TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    params TEXT NOT NULL,
-    progress TEXT NOT NULL,
-    error TEXT,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    filename TEXT,
-    warnings TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, created_at);
-CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at, id);
-"""
+metadata = sa.MetaData()
+jobs_table = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("params", sa.Text, nullable=False),
+    sa.Column("progress", sa.Text, nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("cancel_requested", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("filename", sa.Text),
+    sa.Column("warnings", sa.Text),
+    sa.Column("owner", sa.Text),  # the store that runs the job, or ran it last
+    sa.Column("heartbeat_at", sa.Float),  # the database's clock, seconds since the epoch
+)
+_J = jobs_table.c
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+# pg_advisory_xact_lock keys: admission under max_queue, and schema migrations of replicas starting together.
+_ADMISSION_LOCK = 0x73656D01
+_MIGRATION_LOCK = 0x73656D02
+_PARTIAL = "result.partial"  # + "-<owner>": each run writes its own
 
 
 class UnknownCursor(LookupError):
@@ -122,6 +138,21 @@ class QueueFull(Exception):
         self.max_queue = max_queue
 
 
+def store_unavailable(err: BaseException) -> bool:
+    """Whether `err` says the database cannot be reached (down, restarting, its connections cut, no connection
+    free in time), as opposed to a bug in a query."""
+    if isinstance(err, sa_exc.TimeoutError | sa_exc.OperationalError | sa_exc.InterfaceError):
+        return True
+    return isinstance(err, sa_exc.DBAPIError) and err.connection_invalidated
+
+
+def short_reason(err: BaseException) -> str:
+    """The first line of the driver's message (never a query or its parameters)."""
+    orig = getattr(err, "orig", None) or err
+    lines = str(orig).strip().splitlines() or [type(orig).__name__]
+    return lines[0][:200]
+
+
 def _tree_bytes(path: Path) -> int:
     """Bytes of the files under `path` (0 if it vanished meanwhile)."""
     total = 0
@@ -134,50 +165,159 @@ def _tree_bytes(path: Path) -> int:
     return total
 
 
-class JobStore:
-    """Jobs in `data_dir/jobs.sqlite3`; each job's files in `data_dir/jobs/<id>/`. Safe across threads."""
+def _sqlite_engine(db_path: Path) -> sa.Engine:
+    """The embedded store: WAL, synchronous FULL, and transactions opened by SQLAlchemy's `begin` event, as
+    `BEGIN IMMEDIATE` for connections with the `immediate` execution option (writes that read first), so a
+    count-then-insert or select-then-update holds the write lock from its first statement."""
+    engine = sa.create_engine(
+        f"sqlite+pysqlite:///{db_path}",
+        connect_args={"timeout": 30, "check_same_thread": False},
+        pool_pre_ping=True,
+    )
 
-    def __init__(self, data_dir: Path) -> None:
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # pysqlite emits no BEGIN of its own: the hook below does
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("immediate") else "BEGIN")
+
+    return engine
+
+
+def _server_engine(url: str) -> sa.Engine:
+    """A database server (PostgreSQL): connections checked before use, so the store recovers by itself once the
+    server is back; a connection attempt gives up after a few seconds rather than hang a request."""
+    parsed = sa.make_url(url)
+    connect_args: dict[str, Any] = {}
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        connect_args["connect_timeout"] = 5
+    return sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+
+
+class _RawSQL:
+    """A connection for raw SQL written with `?` placeholders whatever the driver's (tests, one-off repairs)."""
+
+    def __init__(self, conn: Connection, paramstyle: str) -> None:
+        self._conn, self._paramstyle = conn, paramstyle
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> sa.CursorResult[Any]:
+        if self._paramstyle in ("format", "pyformat"):
+            sql = sql.replace("?", "%s")
+        return self._conn.exec_driver_sql(sql, tuple(params) if params else None)
+
+
+class JobStore:
+    """Jobs in a database: `data_dir/jobs.sqlite3` (embedded, one process), or the server `database_url` names
+    (PostgreSQL, shared by replicas); each job's files in `data_dir/jobs/<id>/`, which with a shared database
+    must be a folder every replica mounts. Safe across threads and, on PostgreSQL, across processes.
+
+    Each store has an `owner` id. A claimed job records its owner and a heartbeat; the owner's writes to a job
+    (`set_progress`, `finish`, `requeue`, `write_result`) apply only while the job is still its own, so a run
+    whose lease expired and was taken over cannot clobber the new run."""
+
+    def __init__(self, data_dir: Path, database_url: str | None = None, *, owner: str | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.jobs_dir = self.data_dir / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.db_path = self.data_dir / "jobs.sqlite3"
-        with self._db() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(_SCHEMA)
-            columns = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
-            if "warnings" not in columns:  # a store written before jobs carried their warnings
-                db.execute("ALTER TABLE jobs ADD COLUMN warnings TEXT")
+        self.owner = owner or uuid.uuid4().hex
+        self.engine = _sqlite_engine(self.db_path) if database_url is None else _server_engine(database_url)
+        self.is_postgres = self.engine.dialect.name == "postgresql"
+        self.migrate()
         self._disk_lock = threading.Lock()
         self.disk_bytes = sum(_tree_bytes(p) for p in self.jobs_dir.iterdir() if p.is_dir())
 
+    def __repr__(self) -> str:
+        return f"JobStore({self.data_dir}, {self.engine.dialect.name}, owner={self.owner})"
+
+    # ---- the database ---------------------------------------------------------------------------------------
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision (Alembic `upgrade head`, run at every open). A store written
+        before the schema had revisions (no alembic_version table) is stamped with the first revision, after
+        gaining the column it may lack, then upgraded: its jobs are kept. On PostgreSQL an advisory lock makes
+        replicas that start together migrate one after the other."""
+        from alembic import command
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS_DIR))
+        with self._write() as conn:
+            if self.is_postgres:
+                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
+            config.attributes["connection"] = conn
+            inspector = sa.inspect(conn)
+            tables = set(inspector.get_table_names())
+            if "jobs" in tables and "alembic_version" not in tables:
+                columns = {c["name"] for c in inspector.get_columns("jobs")}
+                if "warnings" not in columns:
+                    conn.exec_driver_sql("ALTER TABLE jobs ADD COLUMN warnings TEXT")
+                logger.info("job store without schema revisions: stamping it with the first")
+                command.stamp(config, "0001")
+            command.upgrade(config, "head")
+
+    def close(self) -> None:
+        """Close the pooled connections (the store works again on the next call)."""
+        self.engine.dispose()
+
+    def ping(self) -> None:
+        """Raise if the database cannot be reached now."""
+        with self.engine.connect() as conn:
+            conn.execute(sa.select(1))
+
     @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        # One short-lived connection per operation: simple, and safe from any thread.
-        db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        try:
-            db.execute("PRAGMA synchronous=FULL")
-            yield db
-        finally:
-            db.close()
+    def _write(self) -> Iterator[Connection]:
+        """One transaction that writes, committed at the end (BEGIN IMMEDIATE on SQLite)."""
+        with self.engine.connect().execution_options(immediate=True) as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def _db(self) -> Iterator[_RawSQL]:
+        """Raw SQL with `?` placeholders in one write transaction (tests and repairs; the store's own queries
+        are SQLAlchemy Core)."""
+        with self._write() as conn:
+            yield _RawSQL(conn, self.engine.dialect.paramstyle)
+
+    def _now(self) -> sa.ColumnElement[float]:
+        """The database's clock in seconds since the epoch: leases compare times of one clock, whatever the
+        replicas' clocks say."""
+        if self.is_postgres:
+            return sa.cast(sa.func.extract("epoch", sa.func.clock_timestamp()), sa.Float)
+        return sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Float)
+
+    def _mine(self) -> sa.ColumnElement[bool]:
+        """Rows this store may write as a job's runner: its own running jobs, and jobs no store ever claimed."""
+        return sa.or_(_J.owner.is_(None), sa.and_(_J.owner == self.owner, _J.state == JobState.running.value))
 
     @staticmethod
-    def _row(row: sqlite3.Row) -> Job:
+    def _row(row: sa.Row[Any]) -> Job:
+        m = row._mapping
         return Job(
-            id=row["id"],
-            state=JobState(row["state"]),
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-            params=JobParams.from_dict(json.loads(row["params"])),
-            progress=json.loads(row["progress"]),
-            error=row["error"],
-            attempts=row["attempts"],
-            cancel_requested=bool(row["cancel_requested"]),
-            filename=row["filename"],
-            warnings=json.loads(row["warnings"]) if row["warnings"] else [],
+            id=m["id"],
+            state=JobState(m["state"]),
+            created_at=m["created_at"],
+            updated_at=m["updated_at"],
+            params=JobParams.from_dict(json.loads(m["params"])),
+            progress=json.loads(m["progress"]),
+            error=m["error"],
+            attempts=m["attempts"],
+            cancel_requested=bool(m["cancel_requested"]),
+            filename=m["filename"],
+            warnings=json.loads(m["warnings"]) if m["warnings"] else [],
+            owner=m["owner"],
         )
 
+    # ---- files ------------------------------------------------------------------------------------------------
     def job_dir(self, job_id: str) -> Path:
         return self.jobs_dir / job_id
 
@@ -187,40 +327,42 @@ class JobStore:
     def result_path(self, job_id: str, name: str) -> Path:
         return self.job_dir(job_id) / "result" / name
 
+    # ---- jobs ---------------------------------------------------------------------------------------------------
     def create(
         self, data: bytes, params: JobParams, filename: str | None = None, max_queue: int | None = None
     ) -> Job:
         """Store the input, then queue the job. With `max_queue`, admission is atomic: the count of queued
-        jobs and the insert happen in one write transaction, so the queue never holds more than `max_queue`
-        (`QueueFull` otherwise, and the input is removed). Blocking (fsync): call it off the event loop."""
+        jobs and the insert happen in one write transaction (on PostgreSQL under an advisory lock), so the queue
+        never holds more than `max_queue` (`QueueFull` otherwise, and the input is removed). Blocking (fsync):
+        call it off the event loop."""
         job_id = uuid.uuid4().hex
         atomic_write_bytes(self.input_path(job_id), data)  # the file first: a row never points at nothing
         now = time.time()
         progress = {s: {"done": 0, "total": 0} for s in STAGES}
-        with self._db() as db:
-            db.execute("BEGIN IMMEDIATE")
-            if max_queue is not None:
-                (queued,) = db.execute(
-                    "SELECT COUNT(*) FROM jobs WHERE state = ?", (JobState.queued,)
-                ).fetchone()
-                if queued >= max_queue:
-                    db.execute("ROLLBACK")
-                    shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
-                    raise QueueFull(max_queue)
-            db.execute(
-                "INSERT INTO jobs (id, state, created_at, updated_at, params, progress, filename) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    job_id,
-                    JobState.queued,
-                    now,
-                    now,
-                    json.dumps(params.to_dict()),
-                    json.dumps(progress),
-                    filename,
-                ),
-            )
-            db.execute("COMMIT")
+        try:
+            with self._write() as db:
+                if max_queue is not None:
+                    if self.is_postgres:
+                        db.execute(sa.select(sa.func.pg_advisory_xact_lock(_ADMISSION_LOCK)))
+                    queued = db.execute(
+                        sa.select(sa.func.count()).where(_J.state == JobState.queued.value)
+                    ).scalar_one()
+                    if queued >= max_queue:
+                        raise QueueFull(max_queue)
+                db.execute(
+                    jobs_table.insert().values(
+                        id=job_id,
+                        state=JobState.queued.value,
+                        created_at=now,
+                        updated_at=now,
+                        params=json.dumps(params.to_dict()),
+                        progress=json.dumps(progress),
+                        filename=filename,
+                    )
+                )
+        except BaseException:
+            shutil.rmtree(self.job_dir(job_id), ignore_errors=True)  # refused, or the database failed
+            raise
         with self._disk_lock:
             self.disk_bytes += len(data)
         job = self.get(job_id)
@@ -231,9 +373,13 @@ class JobStore:
         """Remove a job that is not running (queued or finished): its row first (it is gone for readers and the
         worker at once), then its files. False if the job is unknown or running. A crash between the two
         leaves files that the retention sweep removes."""
-        with self._db() as db:
-            cur = db.execute("DELETE FROM jobs WHERE id = ? AND state != ?", (job_id, JobState.running))
-            deleted = cur.rowcount == 1
+        with self._write() as db:
+            deleted = (
+                db.execute(
+                    jobs_table.delete().where(_J.id == job_id, _J.state != JobState.running.value)
+                ).rowcount
+                == 1
+            )
         if deleted:
             freed = _tree_bytes(self.job_dir(job_id))
             shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
@@ -247,21 +393,21 @@ class JobStore:
         older than `orphan_age_s` (younger ones may be uploads whose row is being written). Queued and running
         jobs are never touched. Measures `disk_bytes` again; returns the ids deleted."""
         now = time.time()
-        with self._db() as db:
+        with self._read() as db:
             rows = db.execute(
-                f"SELECT id, updated_at FROM jobs WHERE state IN ({', '.join('?' * len(FINISHED))}) "
-                "ORDER BY updated_at",
-                FINISHED,
-            ).fetchall()
-            known = {r["id"] for r in db.execute("SELECT id FROM jobs").fetchall()}
+                sa.select(_J.id, _J.updated_at)
+                .where(_J.state.in_([s.value for s in FINISHED]))
+                .order_by(_J.updated_at)
+            ).all()
+            known = set(db.execute(sa.select(_J.id)).scalars())
         sizes = {p.name: _tree_bytes(p) for p in self.jobs_dir.iterdir() if p.is_dir()}
         total = sum(sizes.values())
         deleted: list[str] = []
         for row in rows:
-            if row["updated_at"] < now - max_age_s or total > max_bytes:
-                if self.delete(row["id"]):
-                    deleted.append(row["id"])
-                    total -= sizes.get(row["id"], 0)
+            if row.updated_at < now - max_age_s or total > max_bytes:
+                if self.delete(row.id):
+                    deleted.append(row.id)
+                    total -= sizes.get(row.id, 0)
         for name, size in sizes.items():
             path = self.jobs_dir / name
             if name not in known and name not in deleted and path.exists():
@@ -277,8 +423,8 @@ class JobStore:
         return deleted
 
     def get(self, job_id: str) -> Job | None:
-        with self._db() as db:
-            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        with self._read() as db:
+            row = db.execute(sa.select(jobs_table).where(_J.id == job_id)).first()
         return self._row(row) if row else None
 
     def list_jobs(
@@ -287,143 +433,196 @@ class JobStore:
         """Up to `limit` jobs, newest first (by creation, then id), those after the job `after` in that order
         when given, only those in `states` when given; and whether more follow. `UnknownCursor` if `after`
         names no job."""
-        where: list[str] = []
-        args: list[object] = []
+        query = sa.select(jobs_table)
         if states:
-            where.append(f"state IN ({', '.join('?' * len(states))})")
-            args += [str(s) for s in states]
-        with self._db() as db:
+            query = query.where(_J.state.in_([str(s) for s in states]))
+        with self._read() as db:
             if after is not None:
-                row = db.execute("SELECT created_at FROM jobs WHERE id = ?", (after,)).fetchone()
-                if row is None:
+                created = db.execute(sa.select(_J.created_at).where(_J.id == after)).scalar_one_or_none()
+                if created is None:
                     raise UnknownCursor(after)
-                where.append("(created_at < ? OR (created_at = ? AND id < ?))")
-                args += [row["created_at"], row["created_at"], after]
-            rows = db.execute(
-                "SELECT * FROM jobs" + (f" WHERE {' AND '.join(where)}" if where else "")
-                + " ORDER BY created_at DESC, id DESC LIMIT ?",
-                (*args, limit + 1),
-            ).fetchall()  # fmt: skip
+                query = query.where(
+                    sa.or_(_J.created_at < created, sa.and_(_J.created_at == created, _J.id < after))
+                )
+            rows = db.execute(query.order_by(_J.created_at.desc(), _J.id.desc()).limit(limit + 1)).all()
         return [self._row(r) for r in rows[:limit]], len(rows) > limit
 
     def counts(self) -> dict[str, int]:
-        with self._db() as db:
-            rows = db.execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state").fetchall()
+        with self._read() as db:
+            rows = db.execute(sa.select(_J.state, sa.func.count()).group_by(_J.state)).all()
         counts = {s.value: 0 for s in JobState}
-        counts.update({r["state"]: r["n"] for r in rows})
+        counts.update({state: n for state, n in rows})
         return counts
 
     def claim_next(self) -> Job | None:
-        """Mark the oldest queued job running (one more attempt) and return it; None if the queue is empty."""
-        with self._db() as db:
-            db.execute("BEGIN IMMEDIATE")
-            row = db.execute(
-                "SELECT id FROM jobs WHERE state = ? ORDER BY created_at LIMIT 1", (JobState.queued,)
-            ).fetchone()
-            if row is None:
-                db.execute("COMMIT")
+        """Mark the oldest queued job running (one more attempt), owned by this store with a fresh heartbeat,
+        and return it; None if the queue is empty. Exactly once across stores: on PostgreSQL the row is selected
+        `FOR UPDATE SKIP LOCKED` and updated in the same transaction; on SQLite the transaction holds the
+        write lock from its start."""
+        pick = (
+            sa.select(_J.id).where(_J.state == JobState.queued.value).order_by(_J.created_at, _J.id).limit(1)
+        )
+        if self.is_postgres:
+            pick = pick.with_for_update(skip_locked=True)
+        with self._write() as db:
+            job_id = db.execute(pick).scalar_one_or_none()
+            if job_id is None:
                 return None
-            db.execute(
-                "UPDATE jobs SET state = ?, attempts = attempts + 1, updated_at = ? WHERE id = ?",
-                (JobState.running, time.time(), row["id"]),
-            )
-            db.execute("COMMIT")
-        return self.get(row["id"])
+            claimed = db.execute(
+                jobs_table.update()
+                .where(_J.id == job_id, _J.state == JobState.queued.value)
+                .values(
+                    state=JobState.running.value,
+                    attempts=_J.attempts + 1,
+                    updated_at=time.time(),
+                    owner=self.owner,
+                    heartbeat_at=self._now(),
+                )
+            ).rowcount
+            if claimed != 1:
+                return None
+        return self.get(job_id)
 
-    def set_progress(self, job_id: str, progress: dict[str, dict[str, int]]) -> None:
-        with self._db() as db:
-            db.execute(
-                "UPDATE jobs SET progress = ?, updated_at = ? WHERE id = ?",
-                (json.dumps(progress), time.time(), job_id),
+    def heartbeat(self, job_id: str) -> bool:
+        """Renew this store's lease on a running job; False if the job is no longer its own (taken over,
+        finished, deleted)."""
+        with self._write() as db:
+            result = db.execute(
+                jobs_table.update()
+                .where(_J.id == job_id, _J.owner == self.owner, _J.state == JobState.running.value)
+                .values(heartbeat_at=self._now())
             )
+        return result.rowcount == 1
 
-    def finish(self, job_id: str, state: JobState, error: str | None = None, warnings: list[str] | None = None
-               ) -> None:  # fmt: skip
-        with self._db() as db:
-            db.execute(
-                "UPDATE jobs SET state = ?, error = ?, warnings = ?, updated_at = ? WHERE id = ?",
-                (state, error, json.dumps(warnings) if warnings else None, time.time(), job_id),
-            )
+    def owns(self, job_id: str) -> bool:
+        """Whether this store may still write the job as its runner."""
+        with self._read() as db:
+            return db.execute(sa.select(_J.id).where(_J.id == job_id, self._mine())).first() is not None
 
-    def requeue(self, job_id: str) -> None:
-        """Put a job interrupted by a shutdown back in the queue; that run does not count as an attempt."""
-        with self._db() as db:
-            db.execute(
-                "UPDATE jobs SET state = ?, attempts = MAX(attempts - 1, 0), updated_at = ? WHERE id = ?",
-                (JobState.queued, time.time(), job_id),
+    def set_progress(self, job_id: str, progress: dict[str, dict[str, int]]) -> bool:
+        """Record a run's progress; False (nothing written) if the job is no longer this store's."""
+        with self._write() as db:
+            result = db.execute(
+                jobs_table.update()
+                .where(_J.id == job_id, self._mine())
+                .values(progress=json.dumps(progress), updated_at=time.time())
             )
+        return result.rowcount == 1
+
+    def finish(
+        self, job_id: str, state: JobState, error: str | None = None, warnings: list[str] | None = None
+    ) -> bool:
+        """Record how a run ended; False (nothing written) if the job is no longer this store's."""
+        with self._write() as db:
+            result = db.execute(
+                jobs_table.update()
+                .where(_J.id == job_id, self._mine())
+                .values(
+                    state=str(state),
+                    error=error,
+                    warnings=json.dumps(warnings) if warnings else None,
+                    updated_at=time.time(),
+                )
+            )
+        return result.rowcount == 1
+
+    def requeue(self, job_id: str) -> bool:
+        """Put a job interrupted by a shutdown back in the queue; that run does not count as an attempt. False
+        (nothing written) if the job is no longer this store's."""
+        with self._write() as db:
+            result = db.execute(
+                jobs_table.update()
+                .where(_J.id == job_id, self._mine())
+                .values(
+                    state=JobState.queued.value,
+                    attempts=sa.case((_J.attempts > 0, _J.attempts - 1), else_=0),
+                    updated_at=time.time(),
+                )
+            )
+        return result.rowcount == 1
 
     def cancel(self, job_id: str) -> Job | None:
         """Cancel a queued job at once; ask a running one to stop at its next batch. None if unknown."""
-        with self._db() as db:
-            db.execute("BEGIN IMMEDIATE")
+        with self._write() as db:
             db.execute(
-                "UPDATE jobs SET state = ?, updated_at = ? WHERE id = ? AND state = ?",
-                (JobState.canceled, time.time(), job_id, JobState.queued),
+                jobs_table.update()
+                .where(_J.id == job_id, _J.state == JobState.queued.value)
+                .values(state=JobState.canceled.value, updated_at=time.time())
             )
             db.execute(
-                "UPDATE jobs SET cancel_requested = 1, updated_at = ? WHERE id = ? AND state = ?",
-                (time.time(), job_id, JobState.running),
+                jobs_table.update()
+                .where(_J.id == job_id, _J.state == JobState.running.value)
+                .values(cancel_requested=1, updated_at=time.time())
             )
-            db.execute("COMMIT")
         return self.get(job_id)
 
     def cancel_requested(self, job_id: str) -> bool:
-        with self._db() as db:
-            row = db.execute("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        return bool(row and row["cancel_requested"])
+        with self._read() as db:
+            flag = db.execute(sa.select(_J.cancel_requested).where(_J.id == job_id)).scalar_one_or_none()
+        return bool(flag)
 
-    def recover(self, max_attempts: int) -> tuple[int, int]:
-        """After a crash: jobs left `running` go back to the queue, or fail once they used `max_attempts` runs.
+    def recover(self, max_attempts: int, lease_s: float | None = None) -> tuple[int, int]:
+        """Jobs left `running` by a run that died go back to the queue, or fail once they used `max_attempts`
+        runs (canceled if a cancel was asked). Without `lease_s` (the embedded store at startup) every running
+        job is recovered; with it, only those whose heartbeat is older than `lease_s` seconds (their replica was
+        killed, or lost the database), so jobs other replicas run are left alone.
 
-        Returns (requeued, failed). Partial result folders are removed either way.
-        """
-        with self._db() as db:
-            db.execute("BEGIN IMMEDIATE")
-            stuck = db.execute(
-                "SELECT id, attempts, cancel_requested FROM jobs WHERE state = ?", (JobState.running,)
-            ).fetchall()
-            requeued = failed = 0
-            for row in stuck:
-                if row["cancel_requested"]:
-                    db.execute(
-                        "UPDATE jobs SET state = ?, updated_at = ? WHERE id = ?",
-                        (JobState.canceled, time.time(), row["id"]),
-                    )
-                elif row["attempts"] >= max_attempts:
-                    db.execute(
-                        "UPDATE jobs SET state = ?, error = ?, updated_at = ? WHERE id = ?",
-                        (
-                            JobState.failed,
-                            f"interrupted {row['attempts']} times (server stopped mid-run); not retried",
-                            time.time(),
-                            row["id"],
-                        ),
-                    )
-                    failed += 1
+        Returns (requeued, failed). The dead runs' partial result folders are removed either way."""
+        stale = _J.state == JobState.running.value
+        if lease_s is not None:
+            stale = sa.and_(stale, sa.or_(_J.heartbeat_at.is_(None), _J.heartbeat_at < self._now() - lease_s))
+        pick = sa.select(_J.id, _J.attempts, _J.cancel_requested, _J.owner).where(stale)
+        if self.is_postgres:
+            pick = pick.with_for_update(skip_locked=True)
+        requeued = failed = 0
+        recovered: list[Any] = []  # rows (id, attempts, cancel_requested, owner)
+        with self._write() as db:
+            for row in db.execute(pick).all():
+                if row.cancel_requested:
+                    values: dict[str, Any] = {"state": JobState.canceled.value}
+                elif row.attempts >= max_attempts:
+                    values = {
+                        "state": JobState.failed.value,
+                        "error": f"interrupted {row.attempts} times (server stopped mid-run); not retried",
+                    }
                 else:
-                    db.execute(
-                        "UPDATE jobs SET state = ?, updated_at = ? WHERE id = ?",
-                        (JobState.queued, time.time(), row["id"]),
-                    )
-                    requeued += 1
-            db.execute("COMMIT")
-        for row in stuck:
-            shutil.rmtree(self.job_dir(row["id"]) / "result.partial", ignore_errors=True)
-        if stuck:
+                    values = {"state": JobState.queued.value}
+                # the owner stays: that run's late writes are refused (see _mine) until another claim
+                changed = db.execute(
+                    jobs_table.update()
+                    .where(_J.id == row.id, _J.state == JobState.running.value)
+                    .values(**values, updated_at=time.time())
+                ).rowcount
+                if changed == 1:
+                    recovered.append(row)
+                    failed += values["state"] == JobState.failed.value
+                    requeued += values["state"] == JobState.queued.value
+        for row in recovered:
+            job_dir = self.job_dir(row.id)
+            if lease_s is None:  # nothing else runs: every partial folder is a dead run's
+                partials = list(job_dir.glob(f"{_PARTIAL}*"))
+            else:
+                partials = [job_dir / _PARTIAL, job_dir / f"{_PARTIAL}-{row.owner}"]
+            for path in partials:
+                shutil.rmtree(path, ignore_errors=True)
+        if recovered:
             logger.warning(
-                "recovered %d interrupted jobs: %d requeued, %d failed", len(stuck), requeued, failed
+                "recovered %d interrupted jobs: %d requeued, %d failed", len(recovered), requeued, failed
             )
         return requeued, failed
 
-    def write_result(self, job_id: str, files: dict[str, bytes]) -> None:
-        """Write all result files, then make them visible at once by renaming the folder."""
+    def write_result(self, job_id: str, files: dict[str, bytes]) -> bool:
+        """Write all result files into this run's own partial folder, then, if the job is still this store's,
+        make them visible at once by renaming the folder; False (nothing visible) if it was taken over."""
         job_dir = self.job_dir(job_id)
-        partial, final = job_dir / "result.partial", job_dir / "result"
+        partial, final = job_dir / f"{_PARTIAL}-{self.owner}", job_dir / "result"
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         for name, data in files.items():
             atomic_write_bytes(partial / name, data)
+        if not self.owns(job_id):
+            shutil.rmtree(partial, ignore_errors=True)
+            return False
         shutil.rmtree(final, ignore_errors=True)  # a previous run that crashed after its rename
         os.replace(partial, final)
         fd = os.open(job_dir, os.O_RDONLY)
@@ -433,10 +632,15 @@ class JobStore:
             os.close(fd)
         with self._disk_lock:
             self.disk_bytes += sum(len(d) for d in files.values())
+        return True
 
 
 class JobWorker:
-    """One thread that runs queued jobs through the engine, in order, and records progress and results."""
+    """One thread that runs queued jobs through the engine, in order, and records progress and results.
+
+    While a job runs, a heartbeat thread renews its lease every `heartbeat_s`; a run that finds its job taken
+    over stops and writes nothing more. With `lease_s`, between jobs the worker also recovers running jobs whose
+    lease expired (their replica died): back in the queue, or failed after `max_attempts` runs."""
 
     def __init__(
         self,
@@ -448,6 +652,9 @@ class JobWorker:
         poll_s: float = 0.5,
         retention: tuple[float, int] | None = None,
         sweep_s: float = 60.0,
+        lease_s: float | None = None,
+        heartbeat_s: float = 5.0,
+        max_attempts: int = 2,
     ) -> None:
         self.store = store
         self.engine = engine
@@ -456,7 +663,12 @@ class JobWorker:
         self.poll_s = poll_s
         self.retention = retention  # (max age in seconds, max bytes) of finished jobs, swept between jobs
         self.sweep_s = sweep_s
+        self.lease_s = lease_s
+        self.heartbeat_s = heartbeat_s
+        self.max_attempts = max_attempts
         self._last_sweep = float("-inf")
+        self._last_reclaim = float("-inf")
+        self._store_down = False
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -480,26 +692,88 @@ class JobWorker:
         if self.retention is not None:
             try:
                 self.store.sweep(*self.retention)
-            except (OSError, sqlite3.Error):
+            except SQLAlchemyError as err:
+                self._store_failed(err)
+            except OSError:
                 logger.exception("retention sweep failed")
+
+    def reclaim(self) -> None:
+        """Recover the running jobs whose lease expired (also run between jobs, every `heartbeat_s`)."""
+        self._last_reclaim = time.monotonic()
+        if self.lease_s is not None:
+            try:
+                self.store.recover(self.max_attempts, lease_s=self.lease_s)
+            except SQLAlchemyError as err:
+                self._store_failed(err)
+
+    def _store_failed(self, err: SQLAlchemyError) -> None:
+        if not store_unavailable(err):
+            logger.error("job store error", exc_info=err)
+        elif not self._store_down:  # once per outage, not once per poll
+            self._store_down = True
+            logger.warning("job store unavailable: %s; retrying", short_reason(err))
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             if time.monotonic() - self._last_sweep > self.sweep_s:
                 self.sweep()
+            if time.monotonic() - self._last_reclaim > self.heartbeat_s:
+                self.reclaim()
             try:
                 job = self.store.claim_next()
-            except sqlite3.Error:
-                logger.exception("job store unavailable")
+            except SQLAlchemyError as err:
+                self._store_failed(err)
                 job = None
+            else:
+                if self._store_down:
+                    self._store_down = False
+                    logger.info("job store reachable again")
             if job is None:
                 self._wake.wait(self.poll_s)
                 self._wake.clear()
                 continue
             self.run(job)
 
+    def _record(self, write: Callable[..., bool], *args: Any, **kwargs: Any) -> bool:
+        """A write that ends a run, retried while the database is unreachable (until the worker stops: the
+        job then stays running, and its lease or the next startup's recovery puts it back in the queue)."""
+        delay = self.poll_s
+        while True:
+            try:
+                return write(*args, **kwargs)
+            except SQLAlchemyError as err:
+                self._store_failed(err)
+                if not store_unavailable(err) or self._stop.wait(delay):
+                    return False
+                delay = min(2 * delay, 5.0)
+
+    def _heartbeat(self, job_id: str, done: threading.Event, lost: threading.Event) -> None:
+        while not done.wait(self.heartbeat_s):
+            try:
+                if not self.store.heartbeat(job_id):
+                    if not done.is_set():
+                        logger.warning(
+                            "job %s: lease lost (taken over or deleted); stopping this run", job_id
+                        )
+                        lost.set()
+                    return
+            except SQLAlchemyError as err:
+                self._store_failed(err)
+
     def run(self, job: Job) -> None:
         logger.info("job %s: run %d", job.id, job.attempts)
+        done, lost = threading.Event(), threading.Event()
+        beat = threading.Thread(
+            target=self._heartbeat, args=(job.id, done, lost), name="semworld-heartbeat", daemon=True
+        )
+        beat.start()
+        try:
+            self._run(job, lost)
+        finally:
+            done.set()
+            beat.join()
+
+    def _run(self, job: Job, lost: threading.Event) -> None:
         progress = {s: {"done": 0, "total": 0} for s in STAGES}
         stop = threading.Event()
         deadline = time.monotonic() + self.job_timeout_s
@@ -509,9 +783,15 @@ class JobWorker:
         def callback(stage: str, done: int, total: int) -> None:
             progress[stage] = {"done": done, "total": total}
             now = time.monotonic()
+            if lost.is_set():
+                raise Stopped("lost")
             if now - last_write[0] > 0.2 or done == total:
-                self.store.set_progress(job.id, progress)
                 last_write[0] = now
+                try:
+                    if not self.store.set_progress(job.id, progress):
+                        raise Stopped("lost")
+                except SQLAlchemyError as err:  # progress is advisory: the run goes on
+                    self._store_failed(err)
             if self._stop.is_set():
                 raise Stopped("shutdown")
             if now > deadline:
@@ -519,7 +799,12 @@ class JobWorker:
             # The callback runs per decoded frame and denoising step: ask the database at most every 50 ms.
             if now - last_cancel_check[0] > 0.05:
                 last_cancel_check[0] = now
-                if self.store.cancel_requested(job.id):
+                try:
+                    canceled = self.store.cancel_requested(job.id)
+                except SQLAlchemyError as err:
+                    self._store_failed(err)
+                    canceled = False
+                if canceled:
                     raise Stopped("canceled")
 
         params = job.params
@@ -537,26 +822,34 @@ class JobWorker:
             files = {RESULT_JSON: json.dumps(payload).encode(), RESULT_ZIP: zip_outputs(output)}
             if output.video is not None:
                 files[RESULT_MP4] = output.video
-            self.store.write_result(job.id, files)
-            self.store.set_progress(job.id, progress)
-            self.store.finish(job.id, JobState.succeeded, warnings=list(output.warnings))
+            if not self._record(self.store.write_result, job.id, files):
+                raise Stopped("lost")
+            self._record(self.store.set_progress, job.id, progress)
+            if not self._record(
+                self.store.finish, job.id, JobState.succeeded, warnings=list(output.warnings)
+            ):
+                raise Stopped("lost")
             self.engine.metrics.observe_timings(output.timings)
             self.engine.metrics.predictions.labels("job", "ok").inc()
             logger.info("job %s: succeeded in %.2f s", job.id, output.timings.get("total", 0.0))
         except Stopped as stopped:
-            if stopped.reason == "shutdown":
-                self.store.requeue(job.id)
+            if stopped.reason == "lost":
+                logger.warning("job %s: this run's result was dropped (the job is no longer ours)", job.id)
+            elif stopped.reason == "shutdown":
+                self._record(self.store.requeue, job.id)
                 logger.info("job %s: interrupted by shutdown, back in the queue", job.id)
             elif stopped.reason == "canceled":
-                self.store.finish(job.id, JobState.canceled)
+                self._record(self.store.finish, job.id, JobState.canceled)
                 self.engine.metrics.predictions.labels("job", "canceled").inc()
             else:
-                self.store.finish(job.id, JobState.failed, f"timed out after {self.job_timeout_s:g} s")
+                self._record(
+                    self.store.finish, job.id, JobState.failed, f"timed out after {self.job_timeout_s:g} s"
+                )
                 self.engine.metrics.predictions.labels("job", "timeout").inc()
         except (UserError, ValueError) as err:
-            self.store.finish(job.id, JobState.failed, user_error_detail(err))
+            self._record(self.store.finish, job.id, JobState.failed, user_error_detail(err))
             self.engine.metrics.predictions.labels("job", "bad_input").inc()
         except Exception:
             logger.exception("job %s failed", job.id)
-            self.store.finish(job.id, JobState.failed, "internal error while running the job")
+            self._record(self.store.finish, job.id, JobState.failed, "internal error while running the job")
             self.engine.metrics.predictions.labels("job", "error").inc()

@@ -22,11 +22,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_fastapi_instrumentator import Instrumentator
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 
 from api.deps import require_api_key
 from api.engine import Engine
-from api.jobs import JobStore, JobWorker
+from api.jobs import JobStore, JobWorker, short_reason, store_unavailable
 from api.metrics import Metrics, merge_expositions
 from api.routes import docs, health, jobs, pages, plan, predict, rollout, samples
 from api.routes.pages import STATIC_DIR
@@ -120,6 +121,9 @@ async def _start(app: FastAPI, settings: Settings, metrics: Metrics, store: JobS
         result_payload=lambda out, params: predict_payload(out),
         retention=(settings.job_retention_s, settings.job_retention_bytes),
         sweep_s=settings.retention_sweep_s,
+        lease_s=settings.job_lease_s,
+        heartbeat_s=settings.job_heartbeat_s,
+        max_attempts=settings.job_max_attempts,
     )
     app.state.worker = worker
     worker.start()
@@ -129,8 +133,13 @@ async def _start(app: FastAPI, settings: Settings, metrics: Metrics, store: JobS
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
-    store = JobStore(settings.data_dir)
-    store.recover(settings.job_max_attempts)
+    url = settings.database_url.get_secret_value() if settings.database_url is not None else None
+    store = await asyncio.to_thread(JobStore, settings.data_dir, url)
+    if not store.is_postgres and not getattr(app.state, "replicated", False):
+        # The embedded store of one process: whatever is left running, that process died. (A shared store's
+        # jobs, and those of Ray Serve replicas sharing a SQLite file, are recovered by their lease: other
+        # replicas may be running them.)
+        await asyncio.to_thread(store.recover, settings.job_max_attempts)
     app.state.store = store
     app.state.engine = None
     app.state.worker = None
@@ -148,6 +157,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await asyncio.to_thread(worker.stop)
         if app.state.engine is not None:
             app.state.engine.ready = False
+        store.close()
 
 
 class ApiKeyGate:
@@ -323,9 +333,20 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
     app.state.stages = stages
     metrics = Metrics()
     app.state.metrics = metrics
+
+    def job_counts() -> dict[str, int]:
+        store: JobStore | None = getattr(app.state, "store", None)
+        if store is None:
+            return {}
+        try:
+            return store.counts()
+        except SQLAlchemyError as err:  # the database is down: /metrics still answers, without job counts
+            if not store_unavailable(err):
+                raise
+            return {}
+
     metrics.watch_jobs(
-        lambda: app.state.store.counts() if getattr(app.state, "store", None) else {},
-        lambda: app.state.store.disk_bytes if getattr(app.state, "store", None) else 0,
+        job_counts, lambda: app.state.store.disk_bytes if getattr(app.state, "store", None) else 0
     )
     for router in (health.router, predict.router, rollout.router, plan.router, jobs.router, samples.router, pages.router,
                    docs.router):  # fmt: skip
@@ -390,7 +411,8 @@ def _add_middleware(app: FastAPI, settings: Settings) -> None:
 
 def _add_error_handlers(app: FastAPI) -> None:
     """Every error a client sees is `{"detail": str}`: a short 422 for bad input, the HTTP error's own message
-    (with every allowed method on a 405), and a bare 500 (the traceback only in the log)."""
+    (with every allowed method on a 405), a 503 with Retry-After while the job store's database cannot be
+    reached, and a bare 500 (the traceback only in the log)."""
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, err: RequestValidationError) -> JSONResponse:
@@ -411,6 +433,21 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def _user(request: Request, err: UserError) -> JSONResponse:
         # the caller's input, found past the routes' own checks (e.g. a stage the weights do not have)
         return JSONResponse({"detail": str(err)}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _store(request: Request, err: SQLAlchemyError) -> JSONResponse:
+        # The job store's database cannot be reached (down, restarting): a short 503 until it is back.
+        if not store_unavailable(err):
+            return await _internal(request, err)
+        logger.warning(
+            "%s %s: job store unavailable: %s", request.method, request.url.path, short_reason(err)
+        )
+        retry = str(app.state.settings.retry_after_s)
+        return JSONResponse(
+            {"detail": "job store unavailable; retry later"},
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": retry},
+        )
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, err: Exception) -> JSONResponse:

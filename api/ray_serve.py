@@ -98,6 +98,7 @@ def build(settings: Settings, ray_settings: RaySettings) -> Any:
                 True  # Ray routes to a replica once its startup has returned
             )
             self.service.state.gather_metrics = gather_metrics
+            self.service.state.replicated = True  # jobs left running are recovered by lease, not at startup
             return self.service
 
         def metrics_text(self) -> tuple[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from pipeline.params import HORIZON_MAX
@@ -65,7 +65,17 @@ class Settings(BaseSettings):
         "about 2.7x the predictor's time)",
     )
 
-    data_dir: Path = Field(default=Path("data/api"), description="jobs database, uploads and results")
+    data_dir: Path = Field(
+        default=Path("data/api"),
+        description="jobs database (SQLite, without database_url), uploads and results; with database_url, a "
+        "folder every replica mounts (the jobs' files live here whichever replica runs them)",
+    )
+    database_url: SecretStr | None = Field(
+        default=None,
+        description="the job store in a database server shared by replicas, e.g. "
+        "postgresql+psycopg://user@/semworld?host=/run/postgresql (the `postgres` extra); default: SQLite in "
+        "data_dir",
+    )
     samples_dir: Path | None = Field(default=None, description="built-in sample clips for the web page")
 
     max_upload_mb: float = Field(default=64.0, gt=0, description="largest upload to /v1/jobs (413 above)")
@@ -109,8 +119,21 @@ class Settings(BaseSettings):
         gt=0,
         description="past this many MB of job files, the oldest finished jobs are deleted first",
     )
+    job_lease_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="a running job whose heartbeat is older than this (its replica died) is queued again, or "
+        "failed after job_max_attempts runs",
+    )
+    job_heartbeat_s: float = Field(
+        default=5.0, gt=0, description="seconds between heartbeats of a running job (below job_lease_s)"
+    )
     retention_sweep_s: float = Field(default=60.0, gt=0, description="seconds between retention sweeps")
-    retry_after_s: int = Field(default=5, ge=1, description="Retry-After seconds sent with 429")
+    retry_after_s: int = Field(
+        default=5,
+        ge=1,
+        description="Retry-After seconds sent with 429, and with 503 while the job store is down",
+    )
 
     api_key: SecretStr | None = Field(
         default=None, description="if set, required as X-API-Key or Bearer token"
@@ -140,10 +163,18 @@ class Settings(BaseSettings):
             parse_dtype(name, f"stage_dtypes {stage}=")
         return v
 
-    @field_validator("api_key", mode="before")
+    @model_validator(mode="after")
+    def _check_lease(self) -> Settings:
+        if self.job_heartbeat_s >= self.job_lease_s:
+            raise ValueError(
+                f"job_heartbeat_s ({self.job_heartbeat_s:g}) must be less than job_lease_s ({self.job_lease_s:g})"
+            )
+        return self
+
+    @field_validator("api_key", "database_url", mode="before")
     @classmethod
     def _empty_key_is_none(cls, v: object) -> object:
-        # `SEMWORLD_API_KEY=` (as docker-compose passes an unset variable) means no key, not the empty key.
+        # `SEMWORLD_API_KEY=` (as docker-compose passes an unset variable) means none, not the empty string.
         return None if isinstance(v, str) and not v.strip() else v
 
     @property

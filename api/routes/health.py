@@ -1,10 +1,13 @@
-"""GET /health (the process answers) and GET /ready (models loaded and warmed): no API key needed."""
+"""GET /health (the process answers) and GET /ready (models loaded and warmed, the job store reachable): no API
+key needed."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 
+from api.jobs import JobStore, short_reason
 from api.schemas import HealthResponse, ReadyResponse
 
 router = APIRouter(tags=["health"])
@@ -20,16 +23,28 @@ def health() -> HealthResponse:
     "/ready",
     operation_id="ready_head",
     summary="Readiness, headers only",
-    responses={503: {"description": "still loading, or loading failed"}},
+    responses={503: {"description": "still loading, loading failed, or the job store unreachable"}},
 )
 @router.get(
     "/ready",
     response_model=ReadyResponse,
-    summary="Readiness: models loaded and warmed",
-    responses={503: {"model": ReadyResponse, "description": "still loading, or loading failed"}},
+    summary="Readiness: models loaded and warmed, the job store reachable",
+    responses={
+        503: {
+            "model": ReadyResponse,
+            "description": "still loading, loading failed, or the job store unreachable",
+        }
+    },
 )
 def ready(request: Request) -> JSONResponse:
     engine = getattr(request.app.state, "engine", None)
+    store: JobStore | None = getattr(request.app.state, "store", None)
+    if store is not None:
+        try:
+            store.ping()
+        except SQLAlchemyError as err:  # jobs can be neither queued nor run: not ready
+            detail = f"job store unavailable: {short_reason(err)}"
+            return JSONResponse(ReadyResponse(ready=False, detail=detail).model_dump(), status_code=503)
     if engine is not None and engine.ready:
         body = ReadyResponse(ready=True, warmup_seconds=engine.warmup_seconds)
         return JSONResponse(body.model_dump())

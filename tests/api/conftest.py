@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,9 +16,11 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from api.jobs import JobStore
 from api.main import create_app
 from api.settings import Settings
 from tests.fakes import make_pipeline
+from tests.pg import Cluster, start_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
@@ -69,12 +72,70 @@ def world_clip(tmp_path_factory) -> Path:
         pytest.skip(f"world package not available: {err}")
 
 
+# ---- the job store's database: embedded SQLite by default, a throwaway PostgreSQL where a test asks -----------
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """A PostgreSQL cluster on a unix socket for the whole session (skipped where there is no PostgreSQL)."""
+    cluster = start_cluster()
+    yield cluster
+    if cluster.running():
+        cluster.stop("immediate")
+    shutil.rmtree(cluster.root, ignore_errors=True)
+
+
 @pytest.fixture
-def make_client(tmp_path) -> Iterator[Callable[..., TestClient]]:
-    """make_client(pipeline=None, **settings) -> a started TestClient whose app is ready."""
+def pg_url(pg_cluster: Cluster) -> Iterator[str]:
+    """The URL of a fresh, empty database on the session's cluster (dropped after the test)."""
+    if not pg_cluster.running():  # a test stopped it and failed before starting it again
+        pg_cluster.start()
+    name = pg_cluster.create_database()
+    yield pg_cluster.url(name)
+    if not pg_cluster.running():
+        pg_cluster.start()
+    pg_cluster.drop_database(name)
+
+
+def database_for(request: pytest.FixtureRequest) -> str | None:
+    """None (SQLite in data_dir) for the "sqlite" parameter, a fresh PostgreSQL database for "postgres"."""
+    if getattr(request, "param", "sqlite") == "postgres":
+        return request.getfixturevalue("pg_url")
+    return None
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest) -> str | None:
+    """The job store make_client and make_store use: SQLite unless parametrized (indirectly) with "postgres";
+    a module overrides it with `params=STORES` to run all its tests on both."""
+    return database_for(request)
+
+
+STORES = ["sqlite", "postgres"]
+
+
+@pytest.fixture
+def make_store(tmp_path, database_url) -> Iterator[Callable[..., JobStore]]:
+    """make_store(data_dir=None, owner=None) -> a JobStore on the test's database (closed after the test)."""
+    stores: list[JobStore] = []
+
+    def make(data_dir: Path | None = None, owner: str | None = None) -> JobStore:
+        store = JobStore(data_dir or tmp_path / "data", database_url, owner=owner)
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        store.close()
+
+
+@pytest.fixture
+def make_client(tmp_path, database_url) -> Iterator[Callable[..., TestClient]]:
+    """make_client(pipeline=None, **settings) -> a started TestClient whose app is ready (its job store: the
+    `database_url` fixture's, unless given)."""
     clients: list[TestClient] = []
 
     def make(pipeline=None, data_dir: Path | None = None, **overrides) -> TestClient:
+        if database_url is not None:
+            overrides.setdefault("database_url", database_url)
         settings = Settings(data_dir=data_dir or tmp_path / "data", samples_dir=ASSETS, **overrides)
         app = create_app(settings, stages=pipeline or make_pipeline(0.0))
         client = TestClient(app, raise_server_exceptions=False)

@@ -17,7 +17,7 @@ from tests.fakes import make_pipeline as make_stand_in
 
 def _dying_write(path: str | Path, data: bytes) -> None:
     path = Path(path)
-    if path.parent.name != "result.partial" or not any(path.parent.iterdir()):
+    if not path.parent.name.startswith("result.partial") or not any(path.parent.iterdir()):
         atomic_write_bytes(path, data)  # job inputs, and the first result file, are written whole
         return
     fd, _tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -17,7 +17,7 @@ from api.jobs import JobParams, JobState, JobStore, QueueFull
 from api.main import create_app
 from api.settings import Settings
 from pipeline.world_model import WorldModelPipeline
-from tests.api.conftest import ASSETS, REAL_CLIP, wait_job, wait_state
+from tests.api.conftest import ASSETS, REAL_CLIP, STORES, wait_job, wait_state
 from tests.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
 
 STEP = 0.05  # seconds per denoising step of the stand-in renderer below
@@ -164,8 +164,9 @@ def test_invalid_json_without_key_is_401(make_client):
 
 
 # ---- 5. queue admission is atomic ------------------------------------------------------------------------------
-def test_store_admission_is_atomic_under_threads(tmp_path):
-    store = JobStore(tmp_path)
+@pytest.mark.parametrize("database_url", STORES, indirect=True)
+def test_store_admission_is_atomic_under_threads(make_store):
+    store = make_store()
     outcomes: list[str] = []
     barrier = threading.Barrier(8)
 

@@ -1,4 +1,5 @@
-"""Jobs: submit, progress, result formats, cancel, a full queue, and restarts (graceful and crashed)."""
+"""Jobs: submit, progress, result formats, cancel, a full queue, and restarts (graceful and crashed); each on
+the embedded SQLite store and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -8,10 +9,17 @@ import threading
 import time
 import zipfile
 
+import pytest
+
 from api.jobs import JobParams, JobState, JobStore
 from pipeline.world_model import WorldModelPipeline
-from tests.api.conftest import REAL_CLIP, wait_job, wait_state
+from tests.api.conftest import REAL_CLIP, STORES, database_for, wait_job, wait_state
 from tests.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
+
+
+@pytest.fixture(params=STORES)
+def database_url(request):
+    return database_for(request)
 
 
 def submit(client, data=None, **form):
@@ -129,8 +137,8 @@ def test_list_jobs_needs_the_api_key(make_client):
     assert client.get("/v1/jobs", headers={"Authorization": "Bearer s3cret"}).json()["data"] == []
 
 
-def test_pages_cover_jobs_created_at_the_same_instant_once_each(tmp_path):
-    store = JobStore(tmp_path)
+def test_pages_cover_jobs_created_at_the_same_instant_once_each(make_store):
+    store = make_store()
     ids = {store.create(b"clip", JobParams()).id for _ in range(7)}
     with store._db() as db:
         db.execute("UPDATE jobs SET created_at = 1000.0")  # a tie: the id orders them
@@ -186,7 +194,7 @@ def test_full_queue_is_429_with_retry_after(make_client):
     assert all(wait_job(client, i)["state"] == "succeeded" for i in ids)
 
 
-def test_graceful_restart_requeues_the_running_job(make_client, tmp_path):
+def test_graceful_restart_requeues_the_running_job(make_client, make_store, tmp_path):
     """Shut down while one job runs and one is queued; a new app on the same data runs both to the end."""
     gate = threading.Event()
     slow = WorldModelPipeline(
@@ -207,7 +215,7 @@ def test_graceful_restart_requeues_the_running_job(make_client, tmp_path):
 
     threading.Thread(target=release_after_stop, daemon=True).start()
     first.__exit__(None, None, None)
-    store = JobStore(data)
+    store = make_store(data)
     assert store.get(a).state is JobState.queued and store.get(b).state is JobState.queued
     assert not (data / "jobs" / a / "result").exists()
 
@@ -218,10 +226,11 @@ def test_graceful_restart_requeues_the_running_job(make_client, tmp_path):
         assert len(second.get(f"/v1/jobs/{job_id}/result").json()["frames"]) == 3
 
 
-def test_crash_recovery_retries_then_fails(tmp_path, make_client):
-    """Rows left `running` by a crash (with a half-written result) are rerun, or failed after max attempts."""
+def test_crash_recovery_retries_then_fails(tmp_path, make_client, make_store):
+    """Rows left `running` by a crash (with a half-written result) are rerun, or failed after max attempts: at
+    startup with SQLite, once their lease expires with PostgreSQL."""
     data = tmp_path / "crashed"
-    store = JobStore(data)
+    store = make_store(data)
     params = JobParams(horizon=2, stride=8)
     retry = store.create(REAL_CLIP.read_bytes(), params)
     spent = store.create(REAL_CLIP.read_bytes(), params)
@@ -233,7 +242,7 @@ def test_crash_recovery_retries_then_fails(tmp_path, make_client):
     with store._db() as db:
         db.execute("UPDATE jobs SET attempts = 2 WHERE id = ?", (spent.id,))
 
-    client = make_client(data_dir=data, job_max_attempts=2)
+    client = make_client(data_dir=data, job_max_attempts=2, job_lease_s=1.0, job_heartbeat_s=0.2)
     done = wait_job(client, retry.id)
     assert done["state"] == "succeeded" and done["attempts"] == 2
     assert len(client.get(done["result_url"]).json()["predicted_states"]) == 2
