@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import threading
 import time
 import uuid
@@ -226,7 +227,8 @@ class JobStore:
         self.jobs_dir = self.data_dir / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.db_path = self.data_dir / "jobs.sqlite3"
-        self.owner = owner or uuid.uuid4().hex
+        # host-pid-random: an operator (or a test) sees which process of which machine runs a job
+        self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.engine = _sqlite_engine(self.db_path) if database_url is None else _server_engine(database_url)
         self.is_postgres = self.engine.dialect.name == "postgresql"
         self.migrate()

@@ -159,6 +159,8 @@ def free_port() -> int:
 class Server:
     def __init__(self, proc: subprocess.Popen, url: str, log: Path) -> None:
         self.proc, self.url, self.log = proc, url, log
+        self.data_dir: Path | None = None
+        self.database_url: str | None = None
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30)
@@ -198,6 +200,8 @@ def launch(folder: Path, data_dir: Path | None = None, weights: Path | None = No
         cwd=REPO, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     server = Server(proc, f"http://127.0.0.1:{port}", log)
+    server.data_dir = Path(full_env["SEMWORLD_DATA_DIR"])
+    server.database_url = full_env.get("SEMWORLD_DATABASE_URL") or None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -13,20 +13,23 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from api.jobs import JobStore
 from tests.api.conftest import REAL_CLIP, Server, launch
 
 pytestmark = pytest.mark.integration
 
 KEY = "s3cret-key"
-ENGINES = {
-    "plain": [],
-    "ray": ["--ray", "--replicas", "2"],
+ENGINES = {  # engine: (arguments of `semworld serve`, the job store)
+    "plain": ([], "sqlite"),
+    "ray": (["--ray", "--replicas", "2"], "sqlite"),  # two replicas sharing one SQLite file
+    "ray-postgres": (["--ray", "--replicas", "2"], "postgres"),
 }
 
 
 @pytest.fixture(scope="module", params=list(ENGINES))
 def server(request, tmp_path_factory) -> Iterator[Server]:
-    if request.param == "ray":
+    args, store = ENGINES[request.param]
+    if "--ray" in args:
         pytest.importorskip("ray.serve", reason="Ray Serve is the optional `distributed` extra")
     folder = tmp_path_factory.mktemp(request.param)
     env = {
@@ -35,11 +38,18 @@ def server(request, tmp_path_factory) -> Iterator[Server]:
         "FAKE_RENDER_DELAY": "0.5",  # per render batch of 8 frames: horizon 32 takes 2 s, past the deadline
         "SEMWORLD_RAY_NUM_CPUS": "0.5",  # two replicas on a 2-core machine
         "SEMWORLD_RAY_LOCAL_CPUS": "2",
+        "SEMWORLD_JOB_LEASE_S": "2",  # a killed replica's job runs again within seconds
+        "SEMWORLD_JOB_HEARTBEAT_S": "0.5",
     }
-    s = launch(folder, args=ENGINES[request.param], **env)
+    cluster = None
+    if store == "postgres":
+        cluster = request.getfixturevalue("pg_cluster")
+        database = cluster.create_database()
+        env["SEMWORLD_DATABASE_URL"] = cluster.url(database)
+    s = launch(folder, args=args, **env)
     yield s
     s.stop(signal.SIGTERM)
-    assert s.proc.returncode == 0 and "Traceback" not in s.log.read_text()
+    assert s.proc.returncode in (0, -signal.SIGTERM) and "Traceback" not in s.log.read_text()  # a clean stop
 
 
 @pytest.fixture
@@ -113,3 +123,27 @@ def test_jobs_run_once_each_and_cancel(client):
     while client.get(f"/v1/jobs/{slow}").json()["state"] != "canceled" and time.monotonic() < deadline:
         time.sleep(0.1)
     assert client.get(f"/v1/jobs/{slow}").json()["state"] == "canceled"
+
+
+def test_a_killed_replica_s_job_finishes_on_the_other_once(client, server):
+    """kill -9 the replica running a job: the other replica runs it again after the job's lease; it ends
+    succeeded, run twice in all (attempts 2), one result, no partial folder."""
+    if "--ray" not in server.proc.args:
+        pytest.skip("one process: nothing survives a kill -9 (tests/api/test_server.py restarts it)")
+    job = post(client, REAL_CLIP.read_bytes(), path="/v1/jobs", horizon="32").json()["id"]
+    store = JobStore(server.data_dir, server.database_url)
+    deadline = time.monotonic() + 30
+    while (row := store.get(job)) is not None and row.state != "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert row is not None and row.state == "running" and row.owner
+    os.kill(int(row.owner.split("-")[-2]), signal.SIGKILL)  # owner: host-pid-random
+    deadline = time.monotonic() + 60
+    while client.get(f"/v1/jobs/{job}").json()["state"] != "succeeded" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    done = client.get(f"/v1/jobs/{job}").json()
+    assert done["state"] == "succeeded" and done["attempts"] == 2, done
+    assert (
+        len(client.get(f"/v1/jobs/{job}/result", params={"format": "json"}).json()["predicted_states"]) == 32
+    )
+    assert sorted(p.name for p in (server.data_dir / "jobs" / job).iterdir()) == ["input", "result"]
+    store.close()
