@@ -43,7 +43,7 @@ def free_port() -> int:
 class Server:
     repo = REPO  # the checkout whose server runs (--repo: a baseline checkout, side by side)
 
-    def __init__(self, data: Path, fake: bool, **env: str) -> None:
+    def __init__(self, data: Path, fake: bool, args: tuple[str, ...] = (), **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         full = {
@@ -58,7 +58,7 @@ class Server:
         self.log = data / "server.log"
         self.proc = subprocess.Popen(
             ["nice", "-n", "10", sys.executable, "-m", "pipeline.cli", "serve", "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning"],
+             "--port", str(self.port), "--log-level", "warning", *args],
             cwd=self.repo, env=full, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         atexit.register(self.stop)  # never leave a server behind, whatever the bench raises
