@@ -10,6 +10,7 @@ whose heartbeat stops (their replica was killed) are recovered the same way once
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -127,6 +128,22 @@ _MIGRATION_LOCK = 0x73656D02
 _PARTIAL = "result.partial"  # + "-<owner>": each run writes its own
 
 
+DISK_FULL = "no space left on the data disk: the job's results could not be written"
+
+
+def disk_full(err: OSError) -> bool:
+    """Whether an OSError says the disk (or the user's quota on it) is full."""
+    return err.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_mb(folder: Path) -> float:
+    """Free space of the filesystem that holds `folder` (or would, once made), in MB (MiB)."""
+    folder = Path(folder).absolute()
+    while not folder.exists() and folder.parent != folder:
+        folder = folder.parent
+    return shutil.disk_usage(folder).free / 2**20
+
+
 class UnknownCursor(LookupError):
     """`after` names no job (never, or deleted since the page that gave it)."""
 
@@ -222,10 +239,18 @@ class JobStore:
     (`set_progress`, `finish`, `requeue`, `write_result`) apply only while the job is still its own, so a run
     whose lease expired and was taken over cannot clobber the new run."""
 
-    def __init__(self, data_dir: Path, database_url: str | None = None, *, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        database_url: str | None = None,
+        *,
+        owner: str | None = None,
+        jobs_dir: Path | None = None,
+    ) -> None:
         self.data_dir = Path(data_dir)
-        self.jobs_dir = self.data_dir / "jobs"
+        self.jobs_dir = Path(jobs_dir) if jobs_dir is not None else self.data_dir / "jobs"
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         self.db_path = self.data_dir / "jobs.sqlite3"
         # host-pid-random: an operator (or a test) sees which process of which machine runs a job
         self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -338,7 +363,11 @@ class JobStore:
         never holds more than `max_queue` (`QueueFull` otherwise, and the input is removed). Blocking (fsync):
         call it off the event loop."""
         job_id = uuid.uuid4().hex
-        atomic_write_bytes(self.input_path(job_id), data)  # the file first: a row never points at nothing
+        try:
+            atomic_write_bytes(self.input_path(job_id), data)  # the file first: a row never points at nothing
+        except OSError:  # e.g. the disk is full: no folder without a row stays behind
+            shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+            raise
         now = time.time()
         progress = {s: {"done": 0, "total": 0} for s in STAGES}
         try:
@@ -619,9 +648,13 @@ class JobStore:
         job_dir = self.job_dir(job_id)
         partial, final = job_dir / f"{_PARTIAL}-{self.owner}", job_dir / "result"
         shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        for name, data in files.items():
-            atomic_write_bytes(partial / name, data)
+        try:
+            partial.mkdir(parents=True)
+            for name, data in files.items():
+                atomic_write_bytes(partial / name, data)
+        except OSError:  # e.g. the disk is full: nothing half-written stays behind
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
         if not self.owns(job_id):
             shutil.rmtree(partial, ignore_errors=True)
             return False
@@ -851,7 +884,17 @@ class JobWorker:
         except (UserError, ValueError) as err:
             self._record(self.store.finish, job.id, JobState.failed, user_error_detail(err))
             self.engine.metrics.predictions.labels("job", "bad_input").inc()
+        except OSError as err:
+            if not disk_full(err):
+                self._fail_internal(job)
+                return
+            logger.error("job %s: no space left for its results (%s)", job.id, err)
+            self._record(self.store.finish, job.id, JobState.failed, DISK_FULL)
+            self.engine.metrics.predictions.labels("job", "no_space").inc()
         except Exception:
-            logger.exception("job %s failed", job.id)
-            self._record(self.store.finish, job.id, JobState.failed, "internal error while running the job")
-            self.engine.metrics.predictions.labels("job", "error").inc()
+            self._fail_internal(job)
+
+    def _fail_internal(self, job: Job) -> None:
+        logger.exception("job %s failed", job.id)
+        self._record(self.store.finish, job.id, JobState.failed, "internal error while running the job")
+        self.engine.metrics.predictions.labels("job", "error").inc()

@@ -13,6 +13,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request, status
@@ -134,7 +135,9 @@ async def _start(app: FastAPI, settings: Settings, metrics: Metrics, store: JobS
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     url = settings.database_url.get_secret_value() if settings.database_url is not None else None
-    store = await asyncio.to_thread(JobStore, settings.data_dir, url)
+    store = await asyncio.to_thread(
+        partial(JobStore, settings.data_dir, url, jobs_dir=settings.job_files_dir)
+    )
     if not store.is_postgres and not getattr(app.state, "replicated", False):
         # The embedded store of one process: whatever is left running, that process died. (A shared store's
         # jobs, and those of Ray Serve replicas sharing a SQLite file, are recovered by their lease: other

@@ -70,6 +70,11 @@ class Settings(BaseSettings):
         description="jobs database (SQLite, without database_url), uploads and results; with database_url, a "
         "folder every replica mounts (the jobs' files live here whichever replica runs them)",
     )
+    jobs_dir: Path | None = Field(
+        default=None,
+        description="the jobs' uploads and results (default data_dir/jobs): a disk of their own, or a folder "
+        "every replica mounts",
+    )
     database_url: SecretStr | None = Field(
         default=None,
         description="the job store in a database server shared by replicas, e.g. "
@@ -127,6 +132,11 @@ class Settings(BaseSettings):
     )
     job_heartbeat_s: float = Field(
         default=5.0, gt=0, description="seconds between heartbeats of a running job (below job_lease_s)"
+    )
+    min_free_mb: float = Field(
+        default=64.0,
+        ge=0,
+        description="free space of the jobs' disk (jobs_dir) below which /ready says no and new jobs get 503",
     )
     retention_sweep_s: float = Field(default=60.0, gt=0, description="seconds between retention sweeps")
     retry_after_s: int = Field(
@@ -188,6 +198,11 @@ class Settings(BaseSettings):
     @property
     def max_sync_upload_bytes(self) -> int:
         return int(self.max_sync_upload_mb * 1024 * 1024)
+
+    @property
+    def job_files_dir(self) -> Path:
+        """Where the jobs' uploads and results live."""
+        return self.jobs_dir if self.jobs_dir is not None else self.data_dir / "jobs"
 
 
 @lru_cache

@@ -69,7 +69,9 @@ def main() -> None:
     ap.add_argument("--clients", default="1,4,16", help="concurrent clients per level (default 1,4,16)")
     ap.add_argument("--seconds", type=float, default=20.0, help="seconds per level (default 20)")
     ap.add_argument("--horizon", type=int, default=4, help="predicted states per request (default 4)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads per server process/replica (default 1)")
+    ap.add_argument(
+        "--threads", type=int, default=1, help="torch threads per server process/replica (default 1)"
+    )
     ap.add_argument("--device", default="cpu", help="torch device of every replica (default cpu)")
     ap.add_argument("--ray-cpus", type=float, default=1.0, help="CPUs Ray reserves per replica (default 1)")
     ap.add_argument("--ray-gpus", type=float, default=0.0, help="GPUs Ray reserves per replica (default 0)")

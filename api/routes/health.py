@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.jobs import JobStore, short_reason
+from api.jobs import JobStore, free_mb, short_reason
 from api.schemas import HealthResponse, ReadyResponse
 
 router = APIRouter(tags=["health"])
@@ -23,7 +23,11 @@ def health() -> HealthResponse:
     "/ready",
     operation_id="ready_head",
     summary="Readiness, headers only",
-    responses={503: {"description": "still loading, loading failed, or the job store unreachable"}},
+    responses={
+        503: {
+            "description": "still loading, loading failed, the job store unreachable, or the data disk full"
+        }
+    },
 )
 @router.get(
     "/ready",
@@ -32,7 +36,7 @@ def health() -> HealthResponse:
     responses={
         503: {
             "model": ReadyResponse,
-            "description": "still loading, loading failed, or the job store unreachable",
+            "description": "still loading, loading failed, the job store unreachable, or the data disk full",
         }
     },
 )
@@ -45,6 +49,11 @@ def ready(request: Request) -> JSONResponse:
         except SQLAlchemyError as err:  # jobs can be neither queued nor run: not ready
             detail = f"job store unavailable: {short_reason(err)}"
             return JSONResponse(ReadyResponse(ready=False, detail=detail).model_dump(), status_code=503)
+    settings = request.app.state.settings
+    free = free_mb(settings.job_files_dir)
+    if free < settings.min_free_mb:  # jobs could neither be stored nor give results
+        detail = f"data disk full: {free:.1f} MB free, below min_free_mb ({settings.min_free_mb:g})"
+        return JSONResponse(ReadyResponse(ready=False, detail=detail).model_dump(), status_code=503)
     if engine is not None and engine.ready:
         body = ReadyResponse(ready=True, warmup_seconds=engine.warmup_seconds)
         return JSONResponse(body.model_dump())

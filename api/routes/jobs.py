@@ -11,7 +11,18 @@ from fastapi import Depends, File, HTTPException, Query, Response, UploadFile, s
 from fastapi.responses import JSONResponse
 
 from api.deps import SettingsDep, StoreDep, WorkerDep, keyed_router
-from api.jobs import RESULT_JSON, RESULT_MP4, RESULT_ZIP, Job, JobParams, JobState, QueueFull, UnknownCursor
+from api.jobs import (
+    RESULT_JSON,
+    RESULT_MP4,
+    RESULT_ZIP,
+    Job,
+    JobParams,
+    JobState,
+    QueueFull,
+    UnknownCursor,
+    disk_full,
+    free_mb,
+)
 from api.schemas import (
     ErrorResponse,
     JobCreatedResponse,
@@ -63,6 +74,14 @@ def _queue_full(settings: SettingsDep) -> HTTPException:
     )
 
 
+def _disk_full(settings: SettingsDep) -> HTTPException:
+    return HTTPException(
+        status.HTTP_503_SERVICE_UNAVAILABLE,
+        "no space left on the data disk for another job; retry later",
+        {"Retry-After": str(settings.retry_after_s)},
+    )
+
+
 @router.post(
     "",
     status_code=status.HTTP_202_ACCEPTED,
@@ -86,11 +105,17 @@ async def create_job(
     if counts.get(JobState.queued, 0) >= settings.max_queue:
         raise _queue_full(settings)
     data = await read_upload(file, settings.max_upload_bytes)
+    if free_mb(settings.job_files_dir) - len(data) / 2**20 < settings.min_free_mb:
+        raise _disk_full(settings)
     try:
         # Writing and fsyncing a large upload blocks: in a thread, so the event loop keeps answering.
         job = await asyncio.to_thread(store.create, data, params, file.filename, settings.max_queue)
     except QueueFull:
         raise _queue_full(settings) from None
+    except OSError as err:
+        if disk_full(err):
+            raise _disk_full(settings) from None
+        raise
     if worker is not None:
         worker.wake()
     response.headers["Location"] = f"/v1/jobs/{job.id}"
