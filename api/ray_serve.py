@@ -16,7 +16,7 @@ import logging
 import signal
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.settings import Settings
@@ -55,6 +55,12 @@ class RaySettings(BaseSettings):
         default=None, ge=1, description="CPUs of the local Ray instance (default: the machine's)"
     )
     dashboard: bool = Field(default=False, description="start Ray's dashboard with the local instance")
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> RaySettings:
+        if self.max_replicas is not None and (self.min_replicas or 0) > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})")
+        return self
 
     def deployment_options(self) -> dict[str, Any]:
         """The keyword arguments of `serve.deployment` these settings give."""

@@ -77,6 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(err: Exception) -> str:
+    """An error as one line: a settings validation error (SEMWORLD_* variables) names each field and its problem."""
+    from pydantic import ValidationError
+
+    if not isinstance(err, ValidationError):
+        return str(err)
+    problems = []
+    for e in err.errors():
+        where = ".".join(str(x) for x in e.get("loc", ()))
+        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        problems.append(f"{where}: {msg}" if where else msg)
+    return f"{err.title}: " + "; ".join(problems)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -101,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         # One line for the user; SEMWORLD_DEBUG=1 shows the traceback for developers.
         if os.environ.get("SEMWORLD_DEBUG"):
             raise
-        print(f"semworld: error: {err}", file=sys.stderr)
+        print(f"semworld: error: {one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("semworld: interrupted", file=sys.stderr)

@@ -147,3 +147,35 @@ def test_a_killed_replica_s_job_finishes_on_the_other_once(client, server):
     )
     assert sorted(p.name for p in (server.data_dir / "jobs" / job).iterdir()) == ["input", "result"]
     store.close()
+
+
+def test_ray_settings_give_fixed_replicas_or_an_autoscaler(monkeypatch):
+    from api.ray_serve import RaySettings
+
+    fixed = RaySettings(replicas=3, num_gpus=1).deployment_options()
+    assert fixed["num_replicas"] == 3 and "autoscaling_config" not in fixed
+    assert fixed["ray_actor_options"] == {"num_cpus": 1.0, "num_gpus": 1.0}
+    monkeypatch.setenv("SEMWORLD_RAY_MAX_REPLICAS", "4")
+    monkeypatch.setenv("SEMWORLD_RAY_TARGET_ONGOING_REQUESTS", "3")
+    auto = RaySettings().deployment_options()
+    assert "num_replicas" not in auto
+    assert auto["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 3.0}
+
+
+def test_bad_ray_settings_are_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.api.conftest import REPO
+
+    def serve(*args: str, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", "serve", *args], cwd=REPO, capture_output=True,
+                              text=True, env={**os.environ, "PYTHONPATH": str(REPO), **env})  # fmt: skip
+
+    for run, says in [
+        (serve("--replicas", "2"), "--replicas needs --ray"),
+        (serve("--ray", SEMWORLD_RAY_MIN_REPLICAS="3", SEMWORLD_RAY_MAX_REPLICAS="2"),
+         "RaySettings: min_replicas (3) is above max_replicas (2)"),
+        (serve("--ray", SEMWORLD_RAY_NUM_GPUS="-1"), "RaySettings: num_gpus: Input should be greater than"),
+    ]:  # fmt: skip
+        assert run.returncode == 2 and run.stderr.count("\n") == 1 and says in run.stderr, run.stderr
