@@ -45,6 +45,29 @@ def make_deployment(size: int, wait: float, weights: Path, device: str, threads:
     return Forecaster.bind()
 
 
+def hop_ms(frames: int, side: int, calls: int = 50) -> tuple[float, float]:
+    """Median ms of a deployment call carrying nothing, and carrying `frames` RGB frames of side x side (what a
+    stage split into its own deployment would pass on per request): the price of one hop between stages."""
+    import numpy as np
+    from ray import serve
+
+    @serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0})
+    class Stage:
+        def take(self, payload: Any) -> int:
+            return 0 if payload is None else int(payload.shape[0])
+
+    handle = serve.run(Stage.bind(), name="hop-bench", route_prefix=None)
+    batch = np.random.default_rng(0).integers(0, 255, (frames, side, side, 3), dtype=np.uint8)
+    times: dict[str, list[float]] = {"empty": [], "frames": []}
+    for _ in range(calls):
+        for name, payload in (("empty", None), ("frames", batch)):
+            t = time.perf_counter()
+            handle.take.remote(payload).result()
+            times[name].append((time.perf_counter() - t) * 1000)
+    serve.delete("hop-bench")
+    return statistics.median(times["empty"]), statistics.median(times["frames"])
+
+
 async def drive(
     handle: Any, histories: list[list[str]], clients: int, seconds: float
 ) -> tuple[int, list[float]]:
@@ -86,6 +109,9 @@ def main() -> None:
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     rows = []
     try:
+        empty, full = hop_ms(frames=8, side=128)
+        print(f"one hop between deployments: {empty:.1f} ms empty, {full:.1f} ms carrying 8 frames of 128x128 "
+              "(a request's 4 clip frames and 4 drawn ones)", flush=True)  # fmt: skip
         for size in (int(x) for x in args.sizes.split(",")):
             for wait in (float(x) for x in args.waits.split(",")):
                 if size == 1 and wait > 0:
