@@ -134,9 +134,7 @@ class Settings(BaseSettings):
         default=5.0, gt=0, description="seconds between heartbeats of a running job (below job_lease_s)"
     )
     min_free_mb: float = Field(
-        default=64.0,
-        ge=0,
-        description="free space of the jobs' disk (jobs_dir) below which /ready says no and new jobs get 503",
+        default=64.0, ge=0, description="free MB on the jobs' disk below which /ready says no, new jobs 503"
     )
     retention_sweep_s: float = Field(default=60.0, gt=0, description="seconds between retention sweeps")
     retry_after_s: int = Field(
