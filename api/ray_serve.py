@@ -59,7 +59,9 @@ class RaySettings(BaseSettings):
     @model_validator(mode="after")
     def _check_bounds(self) -> RaySettings:
         if self.max_replicas is not None and (self.min_replicas or 0) > self.max_replicas:
-            raise ValueError(f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})")
+            raise ValueError(
+                f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})"
+            )
         return self
 
     def deployment_options(self) -> dict[str, Any]:
@@ -83,7 +85,16 @@ class RaySettings(BaseSettings):
         return options
 
 
-def build(settings: Settings, ray_settings: RaySettings) -> Any:
+def logging_config(level: str) -> dict[str, Any]:
+    """Ray Serve's logging for a `--log-level`: its level, and the per-request access log only at info or below
+    (as uvicorn logs requests at info)."""
+    name = {"critical": "CRITICAL", "error": "ERROR", "warning": "WARNING", "info": "INFO"}.get(
+        level, "DEBUG"
+    )
+    return {"log_level": name, "enable_access_log": name in ("INFO", "DEBUG")}
+
+
+def build(settings: Settings, ray_settings: RaySettings, log_level: str = "info") -> Any:
     """The Ray Serve application: `SemworldReplica` deployments built with `settings` (bound, not yet run)."""
     from ray import serve
 
@@ -118,11 +129,12 @@ def build(settings: Settings, ray_settings: RaySettings) -> Any:
         handle = serve.get_deployment_handle(APP_NAME, app_name=APP_NAME)
         return dict(await handle.broadcast("metrics_text").results_async())
 
-    deployment = serve.deployment(**ray_settings.deployment_options())(SemworldReplica)
+    options = ray_settings.deployment_options() | {"logging_config": logging_config(log_level)}
+    deployment = serve.deployment(**options)(SemworldReplica)
     return deployment.bind(settings)
 
 
-def run(settings: Settings, ray_settings: RaySettings, host: str, port: int) -> None:
+def run(settings: Settings, ray_settings: RaySettings, host: str, port: int, log_level: str = "info") -> None:
     """Start (or join) Ray, deploy the service on host:port, and block until interrupted; then shut Serve down."""
     import ray
     from ray import serve
@@ -140,9 +152,15 @@ def run(settings: Settings, ray_settings: RaySettings, host: str, port: int) -> 
         raise KeyboardInterrupt  # serve.run's wait ends; Serve and the local Ray instance shut down
 
     signal.signal(signal.SIGTERM, stop)  # after ray.init, which installs a handler of its own
-    serve.start(http_options={"host": host, "port": port})
+    serve.start(http_options={"host": host, "port": port}, logging_config=logging_config(log_level))
     try:
-        serve.run(build(settings, ray_settings), name=APP_NAME, route_prefix="/", blocking=True)
+        serve.run(
+            build(settings, ray_settings, log_level),
+            name=APP_NAME,
+            route_prefix="/",
+            blocking=True,
+            logging_config=logging_config(log_level),
+        )
     except KeyboardInterrupt:
         pass
     finally:

@@ -132,7 +132,9 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=4, help="client threads (default 4)")
     ap.add_argument("--before", type=float, default=6.0, help="seconds of load before the fault (default 6)")
     ap.add_argument("--after", type=float, default=10.0, help="seconds of load after it (default 10)")
-    ap.add_argument("--outage", type=float, default=5.0, help="pg-restart: seconds PostgreSQL is down (default 5)")
+    ap.add_argument(
+        "--outage", type=float, default=5.0, help="pg-restart: seconds PostgreSQL is down (default 5)"
+    )
     args = ap.parse_args()
 
     from tests.pg import start_cluster  # the tests' throwaway cluster (it raises Skipped where there is none)
@@ -162,7 +164,9 @@ def main() -> None:
                 owner = None
                 while owner is None and time.monotonic() < deadline:
                     with engine.connect() as db:
-                        owner = db.execute(text("SELECT owner FROM jobs WHERE state = 'running' LIMIT 1")).scalar()
+                        owner = db.execute(
+                            text("SELECT owner FROM jobs WHERE state = 'running' LIMIT 1")
+                        ).scalar()
                     time.sleep(0.05)
                 engine.dispose()
                 if owner is None:

@@ -537,5 +537,5 @@ def _run_ray(settings: Any, args: argparse.Namespace) -> int:
     except ImportError as err:
         raise UserError(f"--ray needs Ray Serve: pip install 'semworld[distributed]' ({err})") from None
     ray_settings = RaySettings(**({"replicas": args.replicas} if args.replicas is not None else {}))
-    run(settings, ray_settings, args.host, args.port)
+    run(settings, ray_settings, args.host, args.port, args.log_level)
     return 0
