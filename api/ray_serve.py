@@ -59,7 +59,9 @@ class RaySettings(BaseSettings):
     @model_validator(mode="after")
     def _check_bounds(self) -> RaySettings:
         if self.max_replicas is not None and (self.min_replicas or 0) > self.max_replicas:
-            raise ValueError(f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})")
+            raise ValueError(
+                f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})"
+            )
         return self
 
     def deployment_options(self) -> dict[str, Any]:

@@ -159,7 +159,11 @@ def test_ray_settings_give_fixed_replicas_or_an_autoscaler(monkeypatch):
     monkeypatch.setenv("SEMWORLD_RAY_TARGET_ONGOING_REQUESTS", "3")
     auto = RaySettings().deployment_options()
     assert "num_replicas" not in auto
-    assert auto["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 4, "target_ongoing_requests": 3.0}
+    assert auto["autoscaling_config"] == {
+        "min_replicas": 1,
+        "max_replicas": 4,
+        "target_ongoing_requests": 3.0,
+    }
 
 
 def test_bad_ray_settings_are_one_line(tmp_path):
