@@ -9,7 +9,7 @@ import signal
 import tempfile
 from pathlib import Path
 
-import api.jobs
+import api.jobs.store
 from pipeline.utils import atomic_write_bytes
 from pipeline.world_model import WorldModelPipeline
 from tests.fakes import make_pipeline as make_stand_in
@@ -28,5 +28,5 @@ def _dying_write(path: str | Path, data: bytes) -> None:
 
 def make_pipeline() -> WorldModelPipeline:
     if os.environ.get("FAULT") == "result-write":
-        api.jobs.atomic_write_bytes = _dying_write  # type: ignore[assignment]
+        api.jobs.store.atomic_write_bytes = _dying_write  # type: ignore[assignment]
     return make_stand_in()

@@ -167,8 +167,8 @@ def test_cancel_queued_and_running_jobs(make_client):
     r = client.delete(f"/v1/jobs/{running}")  # a running one is asked to stop
     assert r.status_code == 202
     assert r.json()["state"] == "running" and r.json()["cancel_requested"] is True
-    # The worker asks the database at most every 50 ms (api/jobs.py); the noise renderer's other batches take
-    # microseconds, so let that window pass before releasing the first one, or the job may finish unasked.
+    # The worker asks the database at most every 50 ms (api/jobs/worker.py); the noise renderer's other batches
+    # take microseconds, so let that window pass before releasing the first one, or the job may finish unasked.
     time.sleep(0.1)
     gate.set()
     assert wait_job(client, running)["state"] == "canceled"

@@ -1,16 +1,11 @@
-"""Asynchronous jobs: a table of jobs (embedded SQLite, or PostgreSQL shared by replicas), their inputs and
-results as files, and one worker thread per process.
-
-Durability rules: the upload is written (atomically) before its row exists; results are written into a
-`result.partial-<owner>/` folder that is renamed to `result/` in one step before the row says `succeeded`. After
-a crash, `recover()` puts jobs left `running` back in the queue (or fails them after `max_attempts` runs), so a
-job is never left half-written. With several replicas, a claimed job carries its owner and a heartbeat: jobs
-whose heartbeat stops (their replica was killed) are recovered the same way once the lease expires.
+"""The job store: jobs as rows of the `jobs` table and their inputs and results as files under `jobs_dir`,
+with the writes that keep both consistent across crashes and, on PostgreSQL, across replicas (atomic
+admission under `max_queue`, claims exactly once, leases with heartbeats, recovery of dead runs, results
+made visible in one rename). Schema migrations (Alembic, in `api/migrations/`) run when a store opens.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -19,156 +14,27 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import SQLAlchemyError
 
-from api.engine import Engine, Stopped, user_error_detail
-from api.schemas import OutputFormat
-from pipeline.outputs import zip_outputs
-from pipeline.utils import UserError, atomic_write_bytes
-from pipeline.world_model import WorldModelOutput
+from api.jobs.db import RawSQL, jobs_table, server_engine, sqlite_engine
+from api.jobs.model import FINISHED, STAGES, Job, JobParams, JobState, QueueFull, UnknownCursor
+from pipeline.utils import atomic_write_bytes
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("api.jobs")  # one logger for the package: its log lines keep one name
 
-STAGES = ("decode", "caption", "predict", "render", "encode")
-RESULT_JSON, RESULT_MP4, RESULT_ZIP = "result.json", "result.mp4", "result.zip"
-
-
-class JobState(StrEnum):
-    queued = "queued"
-    running = "running"
-    succeeded = "succeeded"
-    failed = "failed"
-    canceled = "canceled"
-
-
-FINISHED = (JobState.succeeded, JobState.failed, JobState.canceled)
-
-
-@dataclass(frozen=True)
-class JobParams:
-    """What a clip is run with: the form fields of /v1/predict and /v1/jobs, stored as JSON with each job."""
-
-    horizon: int = 8
-    stride: int | None = None
-    state_rate: float | None = None
-    seed: int | None = 0
-    steps: int | None = None
-    guidance: float | None = None
-    output: OutputFormat = OutputFormat.json
-    actions: list[str | None] | None = (
-        None  # a predictor with actions: after each state, then each forecast step
-    )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "output": self.output.value}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobParams:
-        known = {k: v for k, v in data.items() if k in {f.name for f in fields(cls)}}
-        return cls(**{**known, "output": OutputFormat(known.get("output", "json"))})
-
-    def pipeline_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of `WorldModelPipeline.__call__` these parameters set."""
-        return {k: v for k, v in asdict(self).items() if k != "output"}
-
-
-@dataclass
-class Job:
-    id: str
-    state: JobState
-    created_at: float
-    updated_at: float
-    params: JobParams
-    progress: dict[str, dict[str, int]] = field(default_factory=dict)
-    error: str | None = None
-    attempts: int = 0
-    cancel_requested: bool = False
-    filename: str | None = None
-    warnings: list[str] = field(
-        default_factory=list
-    )  # the finished call's (e.g. a clip the models do not know)
-    owner: str | None = None  # the store that runs the job, or ran it last
-
-
-metadata = sa.MetaData()
-jobs_table = sa.Table(
-    "jobs",
-    metadata,
-    sa.Column("id", sa.Text, primary_key=True),
-    sa.Column("state", sa.Text, nullable=False),
-    sa.Column("created_at", sa.Float, nullable=False),
-    sa.Column("updated_at", sa.Float, nullable=False),
-    sa.Column("params", sa.Text, nullable=False),
-    sa.Column("progress", sa.Text, nullable=False),
-    sa.Column("error", sa.Text),
-    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
-    sa.Column("cancel_requested", sa.Integer, nullable=False, server_default="0"),
-    sa.Column("filename", sa.Text),
-    sa.Column("warnings", sa.Text),
-    sa.Column("owner", sa.Text),  # the store that runs the job, or ran it last
-    sa.Column("heartbeat_at", sa.Float),  # the database's clock, seconds since the epoch
-)
 _J = jobs_table.c
 
-MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+MIGRATIONS_DIR = Path(__file__).parent.parent / "migrations"  # api/migrations, beside this package
 # pg_advisory_xact_lock keys: admission under max_queue, and schema migrations of replicas starting together.
 _ADMISSION_LOCK = 0x73656D01
 _MIGRATION_LOCK = 0x73656D02
 _PARTIAL = "result.partial"  # + "-<owner>": each run writes its own
-
-
-DISK_FULL = "no space left on the data disk: the job's results could not be written"
-
-
-def disk_full(err: OSError) -> bool:
-    """Whether an OSError says the disk (or the user's quota on it) is full."""
-    return err.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def free_mb(folder: Path) -> float:
-    """Free space of the filesystem that holds `folder` (or would, once made), in MB (MiB)."""
-    folder = Path(folder).absolute()
-    while not folder.exists() and folder.parent != folder:
-        folder = folder.parent
-    return shutil.disk_usage(folder).free / 2**20
-
-
-class UnknownCursor(LookupError):
-    """`after` names no job (never, or deleted since the page that gave it)."""
-
-
-class QueueFull(Exception):
-    """The queue already holds `max_queue` jobs."""
-
-    def __init__(self, max_queue: int) -> None:
-        super().__init__(f"the queue is full ({max_queue} jobs)")
-        self.max_queue = max_queue
-
-
-def store_unavailable(err: BaseException) -> bool:
-    """Whether `err` says the database cannot be reached (down, restarting, its connections cut, no connection
-    free in time), as opposed to a bug in a query."""
-    if isinstance(err, sa_exc.TimeoutError | sa_exc.OperationalError | sa_exc.InterfaceError):
-        return True
-    return isinstance(err, sa_exc.DBAPIError) and err.connection_invalidated
-
-
-def short_reason(err: BaseException) -> str:
-    """The first line of the driver's message (never a query or its parameters)."""
-    orig = getattr(err, "orig", None) or err
-    lines = str(orig).strip().splitlines() or [type(orig).__name__]
-    return lines[0][:200]
 
 
 def _tree_bytes(path: Path) -> int:
@@ -181,53 +47,6 @@ def _tree_bytes(path: Path) -> int:
             except FileNotFoundError:
                 pass
     return total
-
-
-def _sqlite_engine(db_path: Path) -> sa.Engine:
-    """The embedded store: WAL, synchronous FULL, and transactions opened by SQLAlchemy's `begin` event, as
-    `BEGIN IMMEDIATE` for connections with the `immediate` execution option (writes that read first), so a
-    count-then-insert or select-then-update holds the write lock from its first statement."""
-    engine = sa.create_engine(
-        f"sqlite+pysqlite:///{db_path}",
-        connect_args={"timeout": 30, "check_same_thread": False},
-        pool_pre_ping=True,
-    )
-
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # pysqlite emits no BEGIN of its own: the hook below does
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=FULL")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("immediate") else "BEGIN")
-
-    return engine
-
-
-def _server_engine(url: str) -> sa.Engine:
-    """A database server (PostgreSQL): connections checked before use, so the store recovers by itself once the
-    server is back; a connection attempt gives up after a few seconds rather than hang a request."""
-    parsed = sa.make_url(url)
-    connect_args: dict[str, Any] = {}
-    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
-        connect_args["connect_timeout"] = 5
-    return sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
-
-
-class _RawSQL:
-    """A connection for raw SQL written with `?` placeholders whatever the driver's (tests, one-off repairs)."""
-
-    def __init__(self, conn: Connection, paramstyle: str) -> None:
-        self._conn, self._paramstyle = conn, paramstyle
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> sa.CursorResult[Any]:
-        if self._paramstyle in ("format", "pyformat"):
-            sql = sql.replace("?", "%s")
-        return self._conn.exec_driver_sql(sql, tuple(params) if params else None)
 
 
 class JobStore:
@@ -254,7 +73,7 @@ class JobStore:
         self.db_path = self.data_dir / "jobs.sqlite3"
         # host-pid-random: an operator (or a test) sees which process of which machine runs a job
         self.owner = owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self.engine = _sqlite_engine(self.db_path) if database_url is None else _server_engine(database_url)
+        self.engine = sqlite_engine(self.db_path) if database_url is None else server_engine(database_url)
         self.is_postgres = self.engine.dialect.name == "postgresql"
         self.migrate()
         self._disk_lock = threading.Lock()
@@ -309,11 +128,11 @@ class JobStore:
             yield conn
 
     @contextmanager
-    def _db(self) -> Iterator[_RawSQL]:
+    def _db(self) -> Iterator[RawSQL]:
         """Raw SQL with `?` placeholders in one write transaction (tests and repairs; the store's own queries
         are SQLAlchemy Core)."""
         with self._write() as conn:
-            yield _RawSQL(conn, self.engine.dialect.paramstyle)
+            yield RawSQL(conn, self.engine.dialect.paramstyle)
 
     def _now(self) -> sa.ColumnElement[float]:
         """The database's clock in seconds since the epoch: leases compare times of one clock, whatever the
@@ -668,233 +487,3 @@ class JobStore:
         with self._disk_lock:
             self.disk_bytes += sum(len(d) for d in files.values())
         return True
-
-
-class JobWorker:
-    """One thread that runs queued jobs through the engine, in order, and records progress and results.
-
-    While a job runs, a heartbeat thread renews its lease every `heartbeat_s`; a run that finds its job taken
-    over stops and writes nothing more. With `lease_s`, between jobs the worker also recovers running jobs whose
-    lease expired (their replica died): back in the queue, or failed after `max_attempts` runs."""
-
-    def __init__(
-        self,
-        store: JobStore,
-        engine: Engine,
-        *,
-        job_timeout_s: float,
-        result_payload: Any,
-        poll_s: float = 0.5,
-        retention: tuple[float, int] | None = None,
-        sweep_s: float = 60.0,
-        lease_s: float | None = None,
-        heartbeat_s: float = 5.0,
-        max_attempts: int = 2,
-    ) -> None:
-        self.store = store
-        self.engine = engine
-        self.job_timeout_s = job_timeout_s
-        self.result_payload = result_payload  # (output, params) -> JSON-able dict
-        self.poll_s = poll_s
-        self.retention = retention  # (max age in seconds, max bytes) of finished jobs, swept between jobs
-        self.sweep_s = sweep_s
-        self.lease_s = lease_s
-        self.heartbeat_s = heartbeat_s
-        self.max_attempts = max_attempts
-        self._last_sweep = float("-inf")
-        self._last_reclaim = float("-inf")
-        self._store_down = False
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="semworld-jobs", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def sweep(self) -> None:
-        """Apply the retention policy now (also run between jobs, every `sweep_s` seconds)."""
-        self._last_sweep = time.monotonic()
-        if self.retention is not None:
-            try:
-                self.store.sweep(*self.retention)
-            except SQLAlchemyError as err:
-                self._store_failed(err)
-            except OSError:
-                logger.exception("retention sweep failed")
-
-    def reclaim(self) -> None:
-        """Recover the running jobs whose lease expired (also run between jobs, every `heartbeat_s`)."""
-        self._last_reclaim = time.monotonic()
-        if self.lease_s is not None:
-            try:
-                self.store.recover(self.max_attempts, lease_s=self.lease_s)
-            except SQLAlchemyError as err:
-                self._store_failed(err)
-
-    def _store_failed(self, err: SQLAlchemyError) -> None:
-        if not store_unavailable(err):
-            logger.error("job store error", exc_info=err)
-        elif not self._store_down:  # once per outage, not once per poll
-            self._store_down = True
-            logger.warning("job store unavailable: %s; retrying", short_reason(err))
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            if time.monotonic() - self._last_sweep > self.sweep_s:
-                self.sweep()
-            if time.monotonic() - self._last_reclaim > self.heartbeat_s:
-                self.reclaim()
-            try:
-                job = self.store.claim_next()
-            except SQLAlchemyError as err:
-                self._store_failed(err)
-                job = None
-            else:
-                if self._store_down:
-                    self._store_down = False
-                    logger.info("job store reachable again")
-            if job is None:
-                self._wake.wait(self.poll_s)
-                self._wake.clear()
-                continue
-            self.run(job)
-
-    def _record(self, write: Callable[..., bool], *args: Any, **kwargs: Any) -> bool:
-        """A write that ends a run, retried while the database is unreachable (until the worker stops: the
-        job then stays running, and its lease or the next startup's recovery puts it back in the queue)."""
-        delay = self.poll_s
-        while True:
-            try:
-                return write(*args, **kwargs)
-            except SQLAlchemyError as err:
-                self._store_failed(err)
-                if not store_unavailable(err) or self._stop.wait(delay):
-                    return False
-                delay = min(2 * delay, 5.0)
-
-    def _heartbeat(self, job_id: str, done: threading.Event, lost: threading.Event) -> None:
-        while not done.wait(self.heartbeat_s):
-            try:
-                if not self.store.heartbeat(job_id):
-                    if not done.is_set():
-                        logger.warning(
-                            "job %s: lease lost (taken over or deleted); stopping this run", job_id
-                        )
-                        lost.set()
-                    return
-            except SQLAlchemyError as err:
-                self._store_failed(err)
-
-    def run(self, job: Job) -> None:
-        logger.info("job %s: run %d", job.id, job.attempts)
-        done, lost = threading.Event(), threading.Event()
-        beat = threading.Thread(
-            target=self._heartbeat, args=(job.id, done, lost), name="semworld-heartbeat", daemon=True
-        )
-        beat.start()
-        try:
-            self._run(job, lost)
-        finally:
-            done.set()
-            beat.join()
-
-    def _run(self, job: Job, lost: threading.Event) -> None:
-        progress = {s: {"done": 0, "total": 0} for s in STAGES}
-        stop = threading.Event()
-        deadline = time.monotonic() + self.job_timeout_s
-        last_write = [0.0]
-        last_cancel_check = [0.0]
-
-        def callback(stage: str, done: int, total: int) -> None:
-            progress[stage] = {"done": done, "total": total}
-            now = time.monotonic()
-            if lost.is_set():
-                raise Stopped("lost")
-            if now - last_write[0] > 0.2 or done == total:
-                last_write[0] = now
-                try:
-                    if not self.store.set_progress(job.id, progress):
-                        raise Stopped("lost")
-                except SQLAlchemyError as err:  # progress is advisory: the run goes on
-                    self._store_failed(err)
-            if self._stop.is_set():
-                raise Stopped("shutdown")
-            if now > deadline:
-                raise Stopped("timeout")
-            # The callback runs per decoded frame and denoising step: ask the database at most every 50 ms.
-            if now - last_cancel_check[0] > 0.05:
-                last_cancel_check[0] = now
-                try:
-                    canceled = self.store.cancel_requested(job.id)
-                except SQLAlchemyError as err:
-                    self._store_failed(err)
-                    canceled = False
-                if canceled:
-                    raise Stopped("canceled")
-
-        params = job.params
-
-        def work(_cb: object) -> WorldModelOutput:
-            # The clip goes in as an open file, not a path: an error about it must not show the server's folders.
-            with self.store.input_path(job.id).open("rb") as clip:
-                return self.engine.pipeline(
-                    clip, **params.pipeline_kwargs(), encode_video=True, callback=callback
-                )
-
-        try:
-            output: WorldModelOutput = self.engine.call(work, stop, deadline)
-            payload = self.result_payload(output, params)
-            files = {RESULT_JSON: json.dumps(payload).encode(), RESULT_ZIP: zip_outputs(output)}
-            if output.video is not None:
-                files[RESULT_MP4] = output.video
-            if not self._record(self.store.write_result, job.id, files):
-                raise Stopped("lost")
-            self._record(self.store.set_progress, job.id, progress)
-            if not self._record(
-                self.store.finish, job.id, JobState.succeeded, warnings=list(output.warnings)
-            ):
-                raise Stopped("lost")
-            self.engine.metrics.observe_timings(output.timings)
-            self.engine.metrics.predictions.labels("job", "ok").inc()
-            logger.info("job %s: succeeded in %.2f s", job.id, output.timings.get("total", 0.0))
-        except Stopped as stopped:
-            if stopped.reason == "lost":
-                logger.warning("job %s: this run's result was dropped (the job is no longer ours)", job.id)
-            elif stopped.reason == "shutdown":
-                self._record(self.store.requeue, job.id)
-                logger.info("job %s: interrupted by shutdown, back in the queue", job.id)
-            elif stopped.reason == "canceled":
-                self._record(self.store.finish, job.id, JobState.canceled)
-                self.engine.metrics.predictions.labels("job", "canceled").inc()
-            else:
-                self._record(
-                    self.store.finish, job.id, JobState.failed, f"timed out after {self.job_timeout_s:g} s"
-                )
-                self.engine.metrics.predictions.labels("job", "timeout").inc()
-        except (UserError, ValueError) as err:
-            self._record(self.store.finish, job.id, JobState.failed, user_error_detail(err))
-            self.engine.metrics.predictions.labels("job", "bad_input").inc()
-        except OSError as err:
-            if not disk_full(err):
-                self._fail_internal(job)
-                return
-            logger.error("job %s: no space left for its results (%s)", job.id, err)
-            self._record(self.store.finish, job.id, JobState.failed, DISK_FULL)
-            self.engine.metrics.predictions.labels("job", "no_space").inc()
-        except Exception:
-            self._fail_internal(job)
-
-    def _fail_internal(self, job: Job) -> None:
-        logger.exception("job %s failed", job.id)
-        self._record(self.store.finish, job.id, JobState.failed, "internal error while running the job")
-        self.engine.metrics.predictions.labels("job", "error").inc()
