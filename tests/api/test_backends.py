@@ -125,11 +125,10 @@ def test_jobs_run_once_each_and_cancel(client):
     assert client.get(f"/v1/jobs/{slow}").json()["state"] == "canceled"
 
 
+@pytest.mark.parametrize("server", ["ray", "ray-postgres"], indirect=True)  # (one process: test_server.py)
 def test_a_killed_replica_s_job_finishes_on_the_other_once(client, server):
     """kill -9 the replica running a job: the other replica runs it again after the job's lease; it ends
     succeeded, run twice in all (attempts 2), one result, no partial folder."""
-    if "--ray" not in server.proc.args:
-        pytest.skip("one process: nothing survives a kill -9 (tests/api/test_server.py restarts it)")
     job = post(client, REAL_CLIP.read_bytes(), path="/v1/jobs", horizon="32").json()["id"]
     store = JobStore(server.data_dir, server.database_url)
     deadline = time.monotonic() + 30
