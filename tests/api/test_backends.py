@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import Iterator
 
@@ -167,7 +168,6 @@ def test_ray_settings_give_fixed_replicas_or_an_autoscaler(monkeypatch):
 
 def test_bad_ray_settings_are_one_line(tmp_path):
     import subprocess
-    import sys
 
     from tests.api.conftest import REPO
 
@@ -182,3 +182,12 @@ def test_bad_ray_settings_are_one_line(tmp_path):
         (serve("--ray", SEMWORLD_RAY_NUM_GPUS="-1"), "RaySettings: num_gpus: Input should be greater than"),
     ]:  # fmt: skip
         assert run.returncode == 2 and run.stderr.count("\n") == 1 and says in run.stderr, run.stderr
+
+
+def test_ray_missing_is_one_line(monkeypatch, capsys):
+    from pipeline.cli import main
+
+    monkeypatch.setitem(sys.modules, "ray.serve", None)  # as if the `distributed` extra were not installed
+    assert main(["serve", "--ray"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--ray needs Ray Serve: pip install 'semworld[distributed]'" in err
