@@ -63,6 +63,41 @@ def measure(engine: str, args: argparse.Namespace, folder: Path) -> list[dict]:
     return rows
 
 
+def plot(rows: list[dict], path: Path) -> None:
+    """Requests per second, and p50/p99 latency, by concurrent clients, one line per engine."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = {"plain": "plain server", "ray1": "Ray Serve, 1 replica", "ray2": "Ray Serve, 2 replicas"}
+    fig, (rate, latency) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for engine, label in names.items():
+        rs = [r for r in rows if r["engine"] == engine]
+        if not rs:
+            continue
+        clients = [r["clients"] for r in rs]
+        rate.plot(clients, [r["throughput"] for r in rs], marker="o", label=label)
+        (line,) = latency.plot(clients, [r["p50"] for r in rs], marker="o", label=f"{label} p50")
+        latency.plot(clients, [r["p99"] for r in rs], marker="x", linestyle=":", color=line.get_color(),
+                     label=f"{label} p99")  # fmt: skip
+    for ax in (rate, latency):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(
+            sorted({r["clients"] for r in rows}), [str(c) for c in sorted({r["clients"] for r in rows})]
+        )
+        ax.set_xlabel("concurrent clients")
+        ax.set_ylim(0, None)
+    rate.set_ylabel("requests / s")
+    rate.set_title("POST /v1/predict throughput")
+    latency.set_ylabel("latency, s")
+    latency.set_title("latency")
+    rate.legend(fontsize=8)
+    latency.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engines", default="plain,ray1,ray2", help="comma-separated: plain, ray1, ray2")
@@ -77,8 +112,13 @@ def main() -> None:
     ap.add_argument("--ray-gpus", type=float, default=0.0, help="GPUs Ray reserves per replica (default 0)")
     ap.add_argument("--fake", action="store_true", help="the stand-in stages of tests/fakes.py")
     ap.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
+    ap.add_argument("--figure", type=Path, default=None, help="also plot the rows to this PNG")
+    ap.add_argument("--replot", type=Path, default=None, help="plot the rows of this --out JSON; run nothing")
     args = ap.parse_args()
     args.clients = [int(c) for c in args.clients.split(",")]
+    if args.replot is not None:
+        plot(json.loads(args.replot.read_text()), args.figure or args.replot.with_suffix(".png"))
+        return
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for engine in args.engines.split(","):
@@ -92,6 +132,8 @@ def main() -> None:
               f"| {dict(sorted(r['codes'].items()))} |")  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
+    if args.figure:
+        plot(rows, args.figure)
 
 
 if __name__ == "__main__":
