@@ -85,12 +85,15 @@ def follow_the_ball(states: Sequence[Fields | None], actions: Sequence[str]) -> 
 
 
 def cross_the_road(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
-    """0 when the score rises (the chicken reached the far side) in the forecast; else 1 + the share of the road
-    left after the last forecast state."""
+    """0 when the score rises (the chicken reached the far side) in the forecast; else 1 + the mean share of the
+    road left over the forecast states, so that of two plans that end as high, the one that climbs first wins
+    (a plan that waits to climb is re-planned the next step, and waits again)."""
     if _rose(states, "score") is not None:
         return 0.0
-    last = next((s for s in reversed(states) if s is not None and s.get("chicken") is not None), None) or {}
-    return 1.0 + (ROAD_TOP - (last.get("chicken") or 0)) / ROAD_TOP
+    heights = [s.get("chicken") or 0 for s in states if s is not None and s.get("chicken") is not None]
+    if not heights:
+        return 2.0
+    return 1.0 + sum(ROAD_TOP - h for h in heights) / (len(heights) * ROAD_TOP)
 
 
 def avoid_the_cars(states: Sequence[Fields | None], actions: Sequence[str]) -> float:

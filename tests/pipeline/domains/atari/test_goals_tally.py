@@ -48,6 +48,9 @@ def test_cross_the_road_and_avoid_the_cars():
         cost(FREEWAY, "cross the road", [freeway(2), freeway(3)]),
     )
     assert 1.0 < halfway < start
+    up_now = cost(FREEWAY, "cross the road", [freeway(20), freeway(21), freeway(22)])
+    up_later = cost(FREEWAY, "cross the road", [freeway(20), freeway(20), freeway(22)])
+    assert up_now < up_later  # the same height at the end: climbing first is cheaper
     knocked = [freeway(20), freeway(21), freeway(19), freeway(18)]
     assert cost(FREEWAY, "avoid the cars", knocked, ["up", "up", "up"]) == 2.0
     assert cost(FREEWAY, "avoid the cars", knocked, ["up", "down", "down"]) == 0.0  # it walked down
