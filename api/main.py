@@ -150,7 +150,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.samples_dir = settings.samples_dir
     start = asyncio.create_task(_start(app, settings, app.state.metrics, store))
     if getattr(app.state, "load_before_serving", False):
-        await start  # a Ray Serve replica takes traffic only once its models are loaded (or failed to)
+        await start  # a Ray Serve replica takes traffic only once its models are loaded
+        if (
+            app.state.load_error
+        ):  # and a replica that cannot load them fails to start (Ray says so, and retries)
+            store.close()
+            raise RuntimeError(app.state.load_error)
     try:
         yield
     finally:
@@ -371,7 +376,11 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
     )
     async def exposition() -> Response:
         gather = app.state.gather_metrics
-        body = merge_expositions(await gather()) if gather is not None else generate_latest(metrics.registry)
+        # off the event loop: the job gauges read the store, which may be slow to answer or unreachable
+        if gather is not None:
+            body = await asyncio.to_thread(merge_expositions, await gather())
+        else:
+            body = await asyncio.to_thread(generate_latest, metrics.registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     def openapi() -> dict[str, Any]:

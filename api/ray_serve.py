@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.settings import Settings
+from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,10 @@ class RaySettings(BaseSettings):
     )
     replicas: int = Field(default=1, ge=1, description="replicas of the pipeline deployment (fixed count)")
     min_replicas: int | None = Field(
-        default=None, ge=0, description="with max_replicas: autoscale between the two instead of `replicas`"
+        default=None,
+        ge=1,
+        description="with max_replicas: autoscale between the two instead of `replicas` (at least 1: a replica "
+        "runs the job worker)",
     )
     max_replicas: int | None = Field(default=None, ge=1, description="the autoscaler's ceiling")
     target_ongoing_requests: float = Field(
@@ -58,7 +62,15 @@ class RaySettings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_bounds(self) -> RaySettings:
-        if self.max_replicas is not None and (self.min_replicas or 0) > self.max_replicas:
+        if self.max_replicas is None:
+            if self.min_replicas is not None:
+                raise ValueError(
+                    "min_replicas needs max_replicas (autoscaling); for a fixed count set replicas"
+                )
+            return self
+        if "replicas" in self.model_fields_set:
+            raise ValueError("replicas (a fixed count) and max_replicas (autoscaling) exclude each other")
+        if (self.min_replicas or 1) > self.max_replicas:
             raise ValueError(
                 f"min_replicas ({self.min_replicas}) is above max_replicas ({self.max_replicas})"
             )
@@ -70,9 +82,9 @@ class RaySettings(BaseSettings):
             "name": APP_NAME,
             "max_ongoing_requests": self.max_ongoing_requests,
             "ray_actor_options": {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus},
-            # a replica loads and warms its models before it takes traffic; allow for a slow disk or compile
-            "health_check_timeout_s": 60,
-            "graceful_shutdown_timeout_s": 30,
+            "health_check_timeout_s": 30,
+            # past the job worker's own stop (30 s): an interrupted job is put back in the queue before Ray kills
+            "graceful_shutdown_timeout_s": 45,
         }
         if self.max_replicas is not None:
             options["autoscaling_config"] = {
@@ -126,12 +138,38 @@ def build(settings: Settings, ray_settings: RaySettings, log_level: str = "info"
             return replica, generate_latest(self.service.state.metrics.registry).decode()
 
     async def gather_metrics() -> dict[str, str]:
+        """Every live replica's metrics; a replica that is down or does not answer in 3 s is left out (and
+        counted in `semworld_metrics_replicas_missing`), so a scrape never hangs on one."""
         handle = serve.get_deployment_handle(APP_NAME, app_name=APP_NAME)
-        return dict(await handle.broadcast("metrics_text").results_async())
+        results = await handle.broadcast("metrics_text").results_async(timeout_s=3, return_exceptions=True)
+        texts: dict[str, str] = dict(r for r in results if isinstance(r, tuple))
+        missing = len(results) - len(texts)
+        texts["all"] = (
+            "# HELP semworld_metrics_replicas_missing Replicas that did not answer this scrape\n"
+            "# TYPE semworld_metrics_replicas_missing gauge\n"
+            f"semworld_metrics_replicas_missing {missing}\n"
+        )
+        return texts
 
+    # folders as the starting process means them: a replica's working directory is Ray's, not the caller's
+    folders = ("weights_dir", "data_dir", "jobs_dir", "samples_dir")
+    settings = settings.model_copy(
+        update={f: getattr(settings, f).resolve() for f in folders if getattr(settings, f) is not None}
+    )
     options = ray_settings.deployment_options() | {"logging_config": logging_config(log_level)}
     deployment = serve.deployment(**options)(SemworldReplica)
     return deployment.bind(settings)
+
+
+def _deploy(app: Any, **options: Any) -> None:
+    """serve.run; a deployment that cannot start (e.g. its replicas fail to load the models) ends in one line."""
+    from ray import serve
+
+    try:
+        serve.run(app, **options)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"semworld did not start on Ray Serve ({first}); Ray's log above says why") from None
 
 
 def run(settings: Settings, ray_settings: RaySettings, host: str, port: int, log_level: str = "info") -> None:
@@ -154,7 +192,7 @@ def run(settings: Settings, ray_settings: RaySettings, host: str, port: int, log
     signal.signal(signal.SIGTERM, stop)  # after ray.init, which installs a handler of its own
     serve.start(http_options={"host": host, "port": port}, logging_config=logging_config(log_level))
     try:
-        serve.run(
+        _deploy(
             build(settings, ray_settings, log_level),
             name=APP_NAME,
             route_prefix="/",

@@ -173,10 +173,15 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_lease(self) -> Settings:
-        if self.job_heartbeat_s >= self.job_lease_s:
+        if 3 * self.job_heartbeat_s > self.job_lease_s:
             raise ValueError(
-                f"job_heartbeat_s ({self.job_heartbeat_s:g}) must be less than job_lease_s ({self.job_lease_s:g})"
+                f"job_lease_s ({self.job_lease_s:g}) must be at least 3 x job_heartbeat_s ({self.job_heartbeat_s:g}): "
+                "a lease that one late heartbeat can miss reruns live jobs"
             )
+        url = self.database_url.get_secret_value() if self.database_url is not None else ""
+        if url and not url.startswith(("postgresql:", "postgresql+")):
+            raise ValueError("database_url must name a PostgreSQL database (postgresql+psycopg://...); "
+                             "without it jobs stay in the embedded SQLite file")  # fmt: skip
         return self
 
     @field_validator("api_key", "database_url", mode="before")

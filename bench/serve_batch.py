@@ -109,8 +109,8 @@ def main() -> None:
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     rows = []
     try:
-        empty, full = hop_ms(frames=8, side=128)
-        print(f"one hop between deployments: {empty:.1f} ms empty, {full:.1f} ms carrying 8 frames of 128x128 "
+        empty, full = hop_ms(frames=8, side=210)
+        print(f"one hop between deployments: {empty:.1f} ms empty, {full:.1f} ms carrying 8 frames of 210x210 "
               "(a request's 4 clip frames and 4 drawn ones)", flush=True)  # fmt: skip
         for size in (int(x) for x in args.sizes.split(",")):
             for wait in (float(x) for x in args.waits.split(",")):

@@ -37,9 +37,15 @@ jobs_table = sa.Table(
 def store_unavailable(err: BaseException) -> bool:
     """Whether `err` says the database cannot be reached (down, restarting, its connections cut, no connection
     free in time), as opposed to a bug in a query."""
+    if isinstance(err, sa_exc.OperationalError) and type(getattr(err, "orig", None)).__module__ == "sqlite3":
+        # SQLite says OperationalError for a query's bug too ("no such column"): only these are the file's state
+        return any(m in str(err.orig).lower() for m in _SQLITE_UNAVAILABLE)
     if isinstance(err, sa_exc.TimeoutError | sa_exc.OperationalError | sa_exc.InterfaceError):
         return True
     return isinstance(err, sa_exc.DBAPIError) and err.connection_invalidated
+
+
+_SQLITE_UNAVAILABLE = ("locked", "busy", "disk i/o", "unable to open", "disk is full", "readonly")
 
 
 def short_reason(err: BaseException) -> str:
@@ -79,8 +85,12 @@ def server_engine(url: str) -> sa.Engine:
     server is back; a connection attempt gives up after a few seconds rather than hang a request."""
     parsed = sa.make_url(url)
     connect_args: dict[str, Any] = {}
-    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
-        connect_args["connect_timeout"] = 5
+    if parsed.get_backend_name() == "postgresql":
+        if "connect_timeout" not in parsed.query:
+            connect_args["connect_timeout"] = 5
+        # a statement never hangs a worker or its heartbeat on a half-open connection
+        connect_args.setdefault("options", "-c statement_timeout=15000")
+        connect_args.update(keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3)
     return sa.create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
 
 

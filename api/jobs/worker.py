@@ -149,6 +149,8 @@ class JobWorker:
                     return
             except SQLAlchemyError as err:
                 self._store_failed(err)
+            except Exception:  # never a silent end: a dead heartbeat would let the live run be taken over
+                logger.exception("job %s: heartbeat failed; retrying", job_id)
 
     def run(self, job: Job) -> None:
         logger.info("job %s: run %d", job.id, job.attempts)
@@ -161,7 +163,7 @@ class JobWorker:
             self._run(job, lost)
         finally:
             done.set()
-            beat.join()
+            beat.join(timeout=self.heartbeat_s + 20)  # a beat's statement times out in 15 s
 
     def _progress_callback(
         self, job_id: str, progress: dict[str, dict[str, int]], deadline: float, lost: threading.Event

@@ -39,7 +39,7 @@ def server(request, tmp_path_factory) -> Iterator[Server]:
         "FAKE_RENDER_DELAY": "0.5",  # per render batch of 8 frames: horizon 32 takes 2 s, past the deadline
         "SEMWORLD_RAY_NUM_CPUS": "0.5",  # two replicas on a 2-core machine
         "SEMWORLD_RAY_LOCAL_CPUS": "2",
-        "SEMWORLD_JOB_LEASE_S": "2",  # a killed replica's job runs again within seconds
+        "SEMWORLD_JOB_LEASE_S": "4",  # a killed replica's job runs again within seconds
         "SEMWORLD_JOB_HEARTBEAT_S": "0.5",
     }
     cluster = None
@@ -93,10 +93,12 @@ def test_auth_deadline_and_metrics(client, server):
     r = post(client, REAL_CLIP.read_bytes(), horizon="32")
     assert r.status_code == 504 and "longer than 1.5 s" in r.json()["detail"], r.text
     assert time.monotonic() - t < 10
+    assert post(client, REAL_CLIP.read_bytes()).status_code == 200  # some stage timings to scrape
     text = client.get("/metrics").text
     assert "semworld_stage_seconds_bucket" in text
     if "--ray" in server.proc.args:  # one scrape answers for every replica, each sample labelled with its own
-        assert len(set(re.findall(r'replica="([^"]+)"', text))) == 2
+        assert len(set(re.findall(r'replica="([^"]+)"', text)) - {"all"}) == 2
+        assert 'semworld_metrics_replicas_missing{replica="all"} 0.0' in text
 
 
 def test_jobs_run_once_each_and_cancel(client):
@@ -127,9 +129,10 @@ def test_jobs_run_once_each_and_cancel(client):
 
 
 @pytest.mark.parametrize("server", ["ray", "ray-postgres"], indirect=True)  # (one process: test_server.py)
-def test_a_killed_replica_s_job_finishes_on_the_other_once(client, server):
-    """kill -9 the replica running a job: the other replica runs it again after the job's lease; it ends
-    succeeded, run twice in all (attempts 2), one result, no partial folder."""
+def test_a_killed_replica_s_job_runs_again_after_its_lease(client, server):
+    """kill -9 the replica running a job: after the job's lease a live replica (the other one, or the killed
+    one restarted by Ray) runs it again; it ends succeeded, run twice in all (attempts 2), by another process,
+    one result, no partial folder."""
     job = post(client, REAL_CLIP.read_bytes(), path="/v1/jobs", horizon="32").json()["id"]
     store = JobStore(server.data_dir, server.database_url)
     deadline = time.monotonic() + 30
@@ -142,6 +145,7 @@ def test_a_killed_replica_s_job_finishes_on_the_other_once(client, server):
         time.sleep(0.2)
     done = client.get(f"/v1/jobs/{job}").json()
     assert done["state"] == "succeeded" and done["attempts"] == 2, done
+    assert store.get(job).owner != row.owner
     assert (
         len(client.get(f"/v1/jobs/{job}/result", params={"format": "json"}).json()["predicted_states"]) == 32
     )
@@ -191,3 +195,21 @@ def test_ray_missing_is_one_line(monkeypatch, capsys):
     assert main(["serve", "--ray"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--ray needs Ray Serve: pip install 'semworld[distributed]'" in err
+
+
+def test_replicas_that_cannot_load_the_models_end_the_server_in_one_line(tmp_path):
+    pytest.importorskip("ray.serve", reason="Ray Serve is the optional `distributed` extra")
+    import subprocess
+
+    from tests.api.conftest import REPO, free_port
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SEMWORLD_DATA_DIR": str(tmp_path / "data"),
+           "SEMWORLD_PIPELINE_FACTORY": "tests.fakes:no_such_factory", "SEMWORLD_RAY_LOCAL_CPUS": "2"}  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "serve", "--ray", "--port", str(free_port()), "--log-level", "error"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    last = run.stderr.strip().splitlines()[-1]
+    assert run.returncode == 2 and last.startswith("semworld: error: semworld did not start on Ray Serve"), (
+        last
+    )

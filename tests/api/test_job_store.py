@@ -260,3 +260,34 @@ def test_postgres_down_is_a_short_503_and_the_service_recovers_by_itself(make_cl
     assert {p.name for p in store.jobs_dir.iterdir()} == {held, queued}
     later = submit(client).json()["id"]
     assert wait_job(client, later)["state"] == "succeeded"
+
+
+def test_a_query_bug_on_sqlite_is_not_an_unavailable_store(tmp_path):
+    import sqlite3
+
+    from sqlalchemy import exc
+
+    from api.jobs import store_unavailable
+
+    def err(message: str) -> exc.OperationalError:
+        return exc.OperationalError("SELECT 1", {}, sqlite3.OperationalError(message))
+
+    assert store_unavailable(err("database is locked")) and store_unavailable(
+        err("unable to open database file")
+    )
+    assert not store_unavailable(
+        err("no such column: nope")
+    )  # a bug: a 500 in the log, not a 503 "retry later"
+
+
+def test_settings_refuse_a_lease_one_late_beat_can_miss_and_a_database_that_is_not_postgresql(tmp_path):
+    import pydantic
+    import pytest
+
+    from api.settings import Settings
+
+    with pytest.raises(pydantic.ValidationError, match="at least 3 x job_heartbeat_s"):
+        Settings(job_lease_s=5.1, job_heartbeat_s=5)
+    with pytest.raises(pydantic.ValidationError, match="must name a PostgreSQL database"):
+        Settings(database_url="sqlite:///jobs.db")
+    assert Settings(database_url="postgresql+psycopg://u@/db?host=/tmp").database_url is not None
