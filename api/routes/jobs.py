@@ -11,18 +11,8 @@ from fastapi import Depends, File, HTTPException, Query, Response, UploadFile, s
 from fastapi.responses import JSONResponse
 
 from api.deps import SettingsDep, StoreDep, WorkerDep, keyed_router
-from api.jobs import (
-    RESULT_JSON,
-    RESULT_MP4,
-    RESULT_ZIP,
-    Job,
-    JobParams,
-    JobState,
-    QueueFull,
-    UnknownCursor,
-    disk_full,
-    free_mb,
-)
+from api.jobs import Job, JobParams, JobState, QueueFull, UnknownCursor
+from api.jobs.model import RESULT_JSON, RESULT_MP4, RESULT_ZIP, disk_full, free_mb
 from api.schemas import (
     ErrorResponse,
     JobCreatedResponse,
