@@ -134,11 +134,12 @@ async def _start(app: FastAPI, settings: Settings, metrics: Metrics, store: JobS
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
-    url = settings.database_url.get_secret_value() if settings.database_url is not None else None
+    # `replicated`: one of several replicas behind a router (Ray Serve), which set it before the lifespan runs
+    replicated = getattr(app.state, "replicated", False)
     store = await asyncio.to_thread(
-        partial(JobStore, settings.data_dir, url, jobs_dir=settings.job_files_dir)
+        partial(JobStore, settings.data_dir, settings.database_url_value, jobs_dir=settings.job_files_dir)
     )
-    if not store.is_postgres and not getattr(app.state, "replicated", False):
+    if not store.is_postgres and not replicated:
         # The embedded store of one process: whatever is left running, that process died. (A shared store's
         # jobs, and those of Ray Serve replicas sharing a SQLite file, are recovered by their lease: other
         # replicas may be running them.)
@@ -149,11 +150,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.load_error = None
     app.state.samples_dir = settings.samples_dir
     start = asyncio.create_task(_start(app, settings, app.state.metrics, store))
-    if getattr(app.state, "load_before_serving", False):
-        await start  # a Ray Serve replica takes traffic only once its models are loaded
-        if (
-            app.state.load_error
-        ):  # and a replica that cannot load them fails to start (Ray says so, and retries)
+    if replicated:
+        # A replica takes traffic only once its models are loaded; one that cannot load them fails to start
+        # (the router says so, and retries).
+        await start
+        if app.state.load_error:
             store.close()
             raise RuntimeError(app.state.load_error)
     try:

@@ -123,11 +123,10 @@ def build(settings: Settings, ray_settings: RaySettings, log_level: str = "info"
             from api.main import create_app
 
             self.service = create_app(self.settings)
-            self.service.state.load_before_serving = (
-                True  # Ray routes to a replica once its startup has returned
-            )
+            # one of several replicas: its startup waits for the models (Ray routes to it once startup returns),
+            # and jobs left running are recovered by lease, never at its start
+            self.service.state.replicated = True
             self.service.state.gather_metrics = gather_metrics
-            self.service.state.replicated = True  # jobs left running are recovered by lease, not at startup
             return self.service
 
         def metrics_text(self) -> tuple[str, str]:

@@ -178,7 +178,7 @@ class Settings(BaseSettings):
                 f"job_lease_s ({self.job_lease_s:g}) must be at least 3 x job_heartbeat_s ({self.job_heartbeat_s:g}): "
                 "a lease that one late heartbeat can miss reruns live jobs"
             )
-        url = self.database_url.get_secret_value() if self.database_url is not None else ""
+        url = self.database_url_value
         if url and not url.startswith(("postgresql:", "postgresql+")):
             raise ValueError("database_url must name a PostgreSQL database (postgresql+psycopg://...); "
                              "without it jobs stay in the embedded SQLite file")  # fmt: skip
@@ -201,6 +201,11 @@ class Settings(BaseSettings):
     @property
     def max_sync_upload_bytes(self) -> int:
         return int(self.max_sync_upload_mb * 1024 * 1024)
+
+    @property
+    def database_url_value(self) -> str | None:
+        """The job store's database URL in clear (None: the embedded SQLite file)."""
+        return self.database_url.get_secret_value() if self.database_url is not None else None
 
     @property
     def job_files_dir(self) -> Path:
