@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeline.params import check_params
 from pipeline.utils import UserError
+from pipeline.wordfiles import actions_beside, read_actions_file
 
 logger = logging.getLogger(__name__)
 
@@ -255,6 +256,9 @@ def _read_manifest(path: Path, settings: BatchSettings) -> list[tuple[Path, dict
 def _job(source: Path, root: Path, settings: BatchSettings, overrides: dict[str, Any]) -> ClipJob:
     where = overrides.pop("_where", "")
     actions = overrides.pop("actions", None)
+    beside = actions_beside(source) if actions is None else None
+    if beside is not None:  # a game clip with its actions file beside it
+        actions = read_actions_file(beside, "actions file")
     if actions is not None and (
         not isinstance(actions, list)
         or not all(a is None or (isinstance(a, str) and a.strip()) for a in actions)

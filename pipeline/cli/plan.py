@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.cli.predict import add_history_flags, read_actions_file, read_states_file
+from pipeline.cli.predict import add_history_flags
 from pipeline.utils import UserError, default_weights_dir
+from pipeline.wordfiles import read_actions_file, read_states_file
 
 
 def add_search_flags(p: argparse.ArgumentParser) -> None:

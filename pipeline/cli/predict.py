@@ -12,38 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.cli.flags import add_pydantic_flags, check_pydantic_flags
 from pipeline.utils import UserError, default_weights_dir, read_model_index
+from pipeline.wordfiles import read_actions_file, read_states_file
 
 if TYPE_CHECKING:
     from pipeline.video import SampledClip, VideoLimits
     from pipeline.world_model import WorldModelOutput
 
 logger = logging.getLogger(__name__)
-
-
-def _lines(path: Path, flag: str, what: str) -> list[str]:
-    """The non-empty lines of a file given to `flag` (lines starting with '#' are comments); one line of error
-    when it is missing or holds none of `what`."""
-    if not path.is_file():
-        raise UserError(f"{flag} {path}: no such file")
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    lines = [s for s in lines if s and not s.startswith("#")]
-    if not lines:
-        raise UserError(f"{flag} {path}: no {what}s in the file (write one {what} per line)")
-    return lines
-
-
-def read_states_file(path: Path) -> list[str]:
-    """One state per non-empty line; lines starting with '#' are comments."""
-    return _lines(path, "--states", "state")
-
-
-def read_actions_file(path: Path) -> list[str | None]:
-    """One action word per non-empty line ('?': unknown); lines starting with '#' are comments."""
-    words = _lines(path, "--actions", "action")
-    bad = [w for w in words if len(w.split()) != 1]
-    if bad:
-        raise UserError(f"--actions {path}: {bad[0]!r} is not one word (one action per line)")
-    return [None if w == "?" else w for w in words]
 
 
 def read_truth(path: Path, clip: Path | None) -> list[str]:
