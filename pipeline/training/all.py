@@ -57,7 +57,7 @@ def build_captioner(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
     from pipeline.training.captioner import train_captioner
 
     recipe = _recipe(args, "captioner")
-    common = {"seed": args.seed, "threads": args.threads, "progress": args.progress}
+    common = {"seed": args.seed, "threads": args.threads, "progress": args.progress, "domain": args.domain}
     phases: dict[str, Any] = {}
     init_from = None
     if recipe.init_from is not None:

@@ -38,6 +38,10 @@ class TrainCaptionerArgs:
         renderer's low-resolution frames) / given Gaussian pixel noise; both only from epoch `augment_from`
         on (a curriculum: clean frames first, then the harder ones).
     eval_frames: size of the seeded held-out set, balanced over object counts; evaluated by exact match.
+    domain: the domain whose frames the captioner learns to read: "shapes" (the built-in world, drawn fresh
+        every step) or a domain that records clips (an Atari game), whose frames come from `clips` train-split
+        clips of `clip_length` states recorded once into run_dir/data-train (MP4, decoded as a user's clip is);
+        its held-out set is val-split clips, its test set `test_clips` test-split clips.
     attn_weight: weight of the attention-supervision loss: while it writes an object's words, the decoder's
         cross-attention (mean over layers and heads) is pulled onto that object's cell (-log of its share).
         Without it the decoder reads colours and shapes from the whole image but learns *where* only after a
@@ -73,6 +77,10 @@ class TrainCaptionerArgs:
     jitter_prob: float = 0.0
     resize_prob: float = 0.0
     augment_from: int = 12
+    # the domain, and a recorded domain's clips
+    domain: str = "shapes"
+    clips: int = 300
+    clip_length: int = 64
     # where it starts, how it is judged
     init_from: str | None = None
     eval_frames: int = 800
@@ -89,7 +97,8 @@ class TrainCaptionerArgs:
         if isinstance(self.model, dict):
             self.model = CaptionerConfig(**self.model)
         self.count_weights = tuple(float(w) for w in self.count_weights)
-        check_at_least(self, ("epochs", "steps_per_epoch", "batch_size", "eval_frames", "threads"))
+        check_at_least(self, ("epochs", "steps_per_epoch", "batch_size", "eval_frames", "threads", "clips",
+                              "clip_length"))  # fmt: skip
         if self.target is not None and not 0 < self.target <= 1:
             raise ValueError(f"target must be in (0, 1] or None, got {self.target}")
         if self.lr <= 0:

@@ -1,0 +1,86 @@
+"""Frames with their true states from a recording domain's clips: the captioner's data for a domain whose frames
+come from a simulator (the Atari games), not from a drawing function.
+
+The clips are the ones `semworld world generate --domain NAME` writes (MP4 + states.jsonl) and the frames are
+decoded from the MP4 files, so the model learns from exactly what a user's clip of the game gives it: H.264's
+colour subsampling and block artifacts included.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.domain import Domain, can_generate
+from pipeline.utils import UserError
+from pipeline.video import read_video
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RecordedFrames:
+    """Every frame of a recorded data set, in clip order: frames (F, H, W, 3) uint8 and states[F]."""
+
+    frames: np.ndarray
+    states: list[str]
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def sample(self, rng: np.random.Generator, n: int) -> tuple[list[np.ndarray], list[str]]:
+        """`n` frames drawn uniformly with replacement, with their states."""
+        picked = rng.integers(len(self.states), size=n)
+        return [self.frames[i] for i in picked], [self.states[i] for i in picked]
+
+    def spread(self, n: int) -> RecordedFrames:
+        """At most `n` frames evenly spaced through the set (a held-out set of a fixed size)."""
+        if n >= len(self.states):
+            return self
+        picked = np.linspace(0, len(self.states) - 1, n).round().astype(int)
+        return RecordedFrames(self.frames[picked], [self.states[i] for i in picked])
+
+
+def record_frames(
+    domain: Domain,
+    folder: str | Path,
+    *,
+    clips: int,
+    length: int,
+    seed: int,
+    split: str,
+    progress: bool = False,
+) -> RecordedFrames:
+    """The frames and states of `clips` clips of `length` states of `split` at `seed`, recorded into `folder`
+    once (the domain's `generate`, with video) and decoded from its MP4 files; a folder already there is read."""
+    folder = Path(folder)
+    if not (folder / "states.jsonl").is_file():
+        if not can_generate(domain):
+            raise UserError(f"domain {domain.name!r} does not record clips, so it has no frames to train on")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="semworld-frames-", dir=folder.parent) as tmp:
+            logger.info("recording %d %s clips of %d states (%s split, seed %d) into %s", clips, domain.name,
+                        length, split, seed, folder)  # fmt: skip
+            generate: Any = domain.generate  # type: ignore[attr-defined]
+            generate(tmp, clips=clips, length=length, split=split, seed=seed, video=True, progress=progress)
+            os.replace(tmp, folder)
+            os.mkdir(tmp)  # the context manager removes its folder, which now lives at `folder`
+    frames: list[np.ndarray] = []
+    states: list[str] = []
+    for line in (folder / "states.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        decoded = read_video(folder / record["clip"]).frames  # every frame: one per state
+        if len(decoded) < len(record["states"]):
+            raise UserError(
+                f"{folder / record['clip']}: {len(decoded)} frames for {len(record['states'])} states"
+            )
+        frames.extend(decoded[: len(record["states"])])
+        states.extend(record["states"])
+    return RecordedFrames(np.stack(frames), states)  # (F, H, W, 3)

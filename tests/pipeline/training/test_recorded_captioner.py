@@ -1,0 +1,69 @@
+"""A captioner for a domain that records its clips (an Atari game): frames decoded from the recorded MP4 files,
+scored field by field, trained and saved by the recipe path, loaded for that domain."""
+
+import json
+
+import numpy as np
+import pytest
+
+from pipeline.domain import get_domain
+from pipeline.training.captioner import caption_scores, domain_sentences
+
+
+def test_caption_scores_break_a_game_state_down_by_field():
+    pong = get_domain("pong")
+    truth = ["ball 10 20 player 30 enemy 12 score 1 2 .", "ball none player 30 enemy 12 score 1 2 ."]
+    read = ["ball 11 20 player 30 enemy 12 score 1 2 .", "ball none player 30 enemy 12 score 1 2 ."]
+    scores = caption_scores(pong, read, truth)
+    assert scores["exact_match"] == 0.5
+    assert scores["field=ball x"] == 0.0 and scores["field=ball y"] == 1.0  # only the first truth has a ball
+    assert scores["field=player"] == 1.0 and scores["field=score enemy"] == 1.0
+    garbled = caption_scores(pong, ["ball ball .", "player"], truth)
+    assert garbled["exact_match"] == 0.0 and garbled["field=player"] == 0.0
+
+
+def test_a_game_tokenizer_holds_every_word_of_the_game():
+    words = set(domain_sentences(get_domain("freeway"))[0].split())
+    assert words == set(get_domain("freeway").vocabulary)
+    with pytest.raises(Exception, match="open vocabulary"):
+        domain_sentences(get_domain("text"))
+
+
+@pytest.mark.integration
+def test_recorded_frames_are_the_decoded_clips_one_per_state(tmp_path):
+    pytest.importorskip("ale_py")
+    from pipeline.training.recorded_frames import record_frames
+
+    pong = get_domain("pong")
+    data = record_frames(pong, tmp_path / "d", clips=2, length=6, seed=3, split="val")
+    records = [json.loads(line) for line in (tmp_path / "d" / "states.jsonl").read_text().splitlines()]
+    assert data.frames.shape == (12, 210, 160, 3) and data.frames.dtype == np.uint8
+    assert data.states == records[0]["states"] + records[1]["states"]
+    stamp = (tmp_path / "d" / "states.jsonl").stat().st_mtime_ns
+    # a second call reads the folder, it does not record again
+    again = record_frames(pong, tmp_path / "d", clips=2, length=6, seed=3, split="val")
+    assert (tmp_path / "d" / "states.jsonl").stat().st_mtime_ns == stamp
+    assert np.array_equal(again.frames, data.frames)
+    assert len(data.spread(5)) == 5 and data.spread(5).states[0] == data.states[0]
+
+
+@pytest.mark.integration
+def test_train_all_builds_a_game_captioner_that_loads_for_its_game(tmp_path):
+    pytest.importorskip("ale_py")
+    from pipeline.captioner import Captioner
+    from pipeline.training.all import train_all
+    from pipeline.training.args import TrainAllArgs
+
+    summary = train_all(TrainAllArgs(out=str(tmp_path / "w"), run_dir=str(tmp_path / "run"), domain="pong",
+                                     stages=["captioner"], quick=True, progress=False))  # fmt: skip
+    index = json.loads((tmp_path / "w" / "model_index.json").read_text())
+    assert index["domain"] == "pong"
+    assert index["captioner"] == ["transformers", "BlipForConditionalGeneration"]
+    metrics = summary["captioner"]["metrics"]
+    assert {"test_exact_match", "test_field=player", "test_frames"} <= set(metrics)
+    pong = get_domain("pong")
+    captioner = Captioner.from_pretrained(tmp_path / "w" / "captioner", device="cpu", domain=pong)
+    vocab = set(captioner.processor.tokenizer.get_vocab())
+    assert set(pong.vocabulary) <= vocab
+    (read,) = captioner.caption([np.zeros((210, 160, 3), dtype=np.uint8)])
+    assert isinstance(read, str)
