@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +34,8 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
     add_game_weights_flags(p)
     p.add_argument("--goal", default=None, help="the planner's goal (default: the domain's first named goal)")
     p.add_argument("--baseline", default=None, help="another predictor folder to plan with, scored beside")
+    p.add_argument("--frames", action="store_true", help="also play the planner reading each screen through "
+                   "the captioner of --weights (what a user's clip gives it), scored beside the one reading RAM")  # fmt: skip
     p.add_argument("--references", nargs="*", default=["tracker", "random"], choices=SCRIPTED,
                    help="scripted players scored on the same games (default: tracker random)")  # fmt: skip
     p.add_argument("--games", type=int, default=4, help="games per controller (default %(default)s)")
@@ -56,9 +60,21 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
     return p
 
 
+def screen_reader(weights: str, domain: Any) -> Callable[[np.ndarray], str]:
+    """The captioner of a weights folder as a reader of one screen at a time."""
+    from pipeline.captioner import Captioner
+
+    folder = Path(weights) / "captioner"
+    if not (folder / "config.json").is_file():
+        raise UserError(f"--frames: {weights} has no captioner/ to read the screens with")
+    captioner = Captioner.from_pretrained(folder, device="cpu", domain=domain)
+    return lambda screen: captioner.caption([screen])[0]
+
+
 def run_eval_plan(ns: argparse.Namespace) -> int:
     from pipeline.evaluation.plan import (
         Controller,
+        PlannerSpec,
         evaluate_plan,
         make_planner,
         markdown,
@@ -66,7 +82,6 @@ def run_eval_plan(ns: argparse.Namespace) -> int:
     )
     from pipeline.goals import parse_goal
     from pipeline.placement import set_threads
-    from pipeline.planning import Planner
     from pipeline.predictor import Predictor
 
     if ns.games < 1 or ns.max_steps < 1:
@@ -82,9 +97,12 @@ def run_eval_plan(ns: argparse.Namespace) -> int:
     if goal is None:
         raise UserError(f"the {domain.name} domain names no goal; give --goal")
     parse_goal(goal, domain)
-    controllers: dict[str, Controller | tuple[Planner, int]] = {
+    controllers: dict[str, Controller | PlannerSpec] = {
         "planner": make_planner(predictor, domain, goal, config)
     }
+    if ns.frames:
+        planner, window = make_planner(predictor, domain, goal, config)
+        controllers["planner-frames"] = (planner, window, screen_reader(ns.weights, domain))
     if ns.baseline:
         base = Predictor.from_pretrained(ns.baseline, domain=domain)
         controllers["baseline-planner"] = make_planner(base, domain, goal, config)

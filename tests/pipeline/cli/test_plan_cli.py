@@ -70,3 +70,13 @@ def test_eval_plan_plays_games_in_the_emulator(pong_weights, tmp_path, capsys):
     assert planner["total"]["steps"] == 30 and planner["plan_ms"]["steps"] == 30
     assert (tmp_path / "g.mp4").stat().st_size > 1000
     assert "| planner |" in capsys.readouterr().out
+
+
+def test_eval_plan_frames_needs_a_captioner(pong_weights, tmp_path, capsys):
+    rc = main(["eval", "plan", "--weights", str(pong_weights), "--frames", "--games", "1", "--max-steps", "2",
+               "--out", str(tmp_path / "r.json")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert (
+        rc == 2 and "has no captioner/ to read the screens with" in err and len(err.strip().splitlines()) == 1
+    )
+    assert not (tmp_path / "r.json").exists()

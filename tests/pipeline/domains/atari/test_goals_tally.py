@@ -93,3 +93,31 @@ def test_eval_plan_games_start_after_distinct_no_op_counts():
     rams = [bytes(PONG.new_game(i, seed=0)[0].ram()) for i in range(4)]
     assert len(set(rams)) == 4
     assert bytes(PONG.new_game(2, seed=0)[0].ram()) == rams[2]  # and the same index is the same game
+
+
+def test_a_controller_given_a_reader_sees_the_states_read_from_the_screens():
+    """`play` with a reader: the controller's history is what the reader made of each screen (not RAM), and the
+    result counts the steps it read wrong. The game without sticky actions is the same twice, so a reader can
+    replay the true states of a first game and spoil every third."""
+    pytest.importorskip("ale_py")
+    from pipeline.evaluation.plan import play
+
+    seen: list[list[str]] = []
+
+    def controller(states: list[str], actions: list[str], ram: np.ndarray) -> str:
+        seen.append(list(states))
+        return "up" if len(states) % 4 < 2 else "down"
+
+    first = play(PONG, controller, 0, seed=0, sticky=0.0, max_steps=9)
+    truth = seen[-1]
+    assert "misread" not in first and all(state_fields(PONG, s) is not None for s in truth)
+    screens: list[tuple[int, ...]] = []
+
+    def reader(screen: np.ndarray) -> str:
+        screens.append(screen.shape)
+        return "misread ." if len(screens) % 3 == 0 else truth[len(screens) - 1]
+
+    second = play(PONG, controller, 0, seed=0, sticky=0.0, max_steps=9, reader=reader)
+    assert second["steps"] == 9 and second["misread"] == 3
+    assert seen[-1] == [("misread ." if i % 3 == 2 else s) for i, s in enumerate(truth)]
+    assert screens[0] == (210, 160, 3)
