@@ -34,8 +34,9 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
     add_game_weights_flags(p)
     p.add_argument("--goal", default=None, help="the planner's goal (default: the domain's first named goal)")
     p.add_argument("--baseline", default=None, help="another predictor folder to plan with, scored beside")
-    p.add_argument("--frames", action="store_true", help="also play the planner reading each screen through "
-                   "the captioner of --weights (what a user's clip gives it), scored beside the one reading RAM")  # fmt: skip
+    p.add_argument("--frames", action="store_true",
+                   help="also play the planner reading each screen through the captioner of --weights "
+                        "(what a user's clip gives it), scored beside the one reading RAM")  # fmt: skip
     p.add_argument("--references", nargs="*", default=["tracker", "random"], choices=SCRIPTED,
                    help="scripted players scored on the same games (default: tracker random)")  # fmt: skip
     p.add_argument("--games", type=int, default=4, help="games per controller (default %(default)s)")

@@ -1,9 +1,9 @@
 """Planning checked in the real game: the planner plays whole games in the domain's emulator, closed loop.
 
 Each step the controller sees the game as a user would give it: the true states read from RAM (the upper bound),
-or, for a planner given a reader, the states its captioner reads from the screen. It chooses an action, and the emulator executes it (with
-sticky actions when asked: the console then repeats its last input with that probability each frame). The
-game's tally (pipeline.domains.atari.tally) scores it. Controllers:
+or, for a planner given a reader, the states its captioner reads from the screen. It chooses an action, and the
+emulator executes it (with sticky actions when asked: the console then repeats its last input with that
+probability each frame). The game's tally (pipeline.domains.atari.tally) scores it. Controllers:
 
     planner            the planner with the weights' predictor
     planner-frames     the same planner reading each screen through the weights' captioner
