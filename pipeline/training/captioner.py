@@ -272,6 +272,24 @@ def attention_targets(states: Sequence[str], length: int, grid: int) -> torch.Te
     return targets
 
 
+def place_targets(
+    domain: Domain, states: Sequence[str], length: int, grid: int, screen: tuple[int, int]
+) -> torch.Tensor:
+    """attention_targets for a recording domain: (B, L) index of the image token holding the place where the
+    domain says word w of each state is read (input position w writes word w), -1 where it names none. `screen`
+    is the frames' (H, W), resized to the square image: one ViT patch covers H / grid rows, W / grid columns."""
+    targets = torch.full((len(states), length), -1, dtype=torch.long)  # (B, L)
+    height, width = screen
+    for b, state in enumerate(states):
+        places = domain.word_places(state) or []  # type: ignore[attr-defined]
+        for w, place in enumerate(places[:length]):
+            if place is not None:
+                r = min(grid - 1, int(place[0] * grid / height))
+                c = min(grid - 1, int(place[1] * grid / width))
+                targets[b, w] = 1 + r * grid + c
+    return targets
+
+
 def world_split_exact_match(
     captioner, clips: int = 200, seed: int = 0, split: str = "test"
 ) -> dict[str, float]:
@@ -318,11 +336,15 @@ class CaptionerRun:
 
     @property
     def supervise_attention(self) -> bool:
-        """Attention supervision reads the built-in world's states and needs one ViT patch per world cell."""
+        """Attention supervision needs, for the built-in world, one ViT patch per world cell; for a recording
+        domain, a domain that says where each word is read (word_places)."""
         from world.grammar import GRID
 
-        grid = self.args.model.image_size // self.args.model.patch_size
-        return self.pool is None and self.args.attn_weight > 0 and grid == GRID
+        if self.args.attn_weight <= 0:
+            return False
+        if self.pool is not None:
+            return hasattr(self.domain, "word_places")
+        return self.args.model.image_size // self.args.model.patch_size == GRID
 
 
 def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
@@ -421,7 +443,8 @@ def setup_run(args: TrainCaptionerArgs) -> CaptionerRun:
     n_params = sum(p.numel() for p in model.parameters())
     grid = args.model.image_size // args.model.patch_size
     if args.attn_weight > 0 and not run.supervise_attention:
-        logger.info("no attention supervision: the ViT grid (%d) is not the world's", grid)
+        logger.info("no attention supervision: the ViT grid (%d) is not the world's, or the domain does not say "
+                    "where its words are read", grid)  # fmt: skip
     logger.info("captioner: %d parameters, %s", n_params, args.model)
     if run.start_epoch == 0:
         run.log({"event": "start", "args": asdict(args), "parameters": n_params})
@@ -477,9 +500,17 @@ def _loss(run: CaptionerRun, batch: dict[str, torch.Tensor], states: list[str]) 
                              output_attentions=True, return_dict=True)  # fmt: skip
     attn = torch.stack(dec.cross_attentions).mean(dim=(0, 2))  # (layers, B, H, L, 1+P) -> (B, L, 1+P)
     grid = run.args.model.image_size // run.args.model.patch_size
-    targets = attention_targets(states, attn.shape[1], grid).to(run.device)  # (B, L)
+    if run.pool is None:
+        targets = attention_targets(states, attn.shape[1], grid)  # (B, L)
+    else:
+        assert run.domain is not None
+        screen = (run.pool.frames.shape[1], run.pool.frames.shape[2])
+        targets = place_targets(run.domain, states, attn.shape[1], grid, screen)
+    targets = targets.to(run.device)
     mask = targets >= 0
     picked = attn.gather(-1, targets.clamp(min=0)[..., None])[..., 0]  # (B, L)
+    if not mask.any():  # no word of this batch is read from one place
+        return dec.loss
     attn_loss = -(picked[mask] + 1e-6).log().mean()
     return dec.loss + run.args.attn_weight * attn_loss
 

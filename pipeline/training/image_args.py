@@ -45,7 +45,9 @@ class TrainCaptionerArgs:
     attn_weight: weight of the attention-supervision loss: while it writes an object's words, the decoder's
         cross-attention (mean over layers and heads) is pulled onto that object's cell (-log of its share).
         Without it the decoder reads colours and shapes from the whole image but learns *where* only after a
-        long plateau. Used when the ViT grid equals the world's (image_size / patch_size == 5); 0 turns it off.
+        long plateau. Used for the built-in world when the ViT grid equals its grid (image_size / patch_size
+        == 5), and for a recording domain that says where each word is read (an Atari game's word_places: the
+        ball's numbers on the ball, a paddle's on the paddle); 0 turns it off.
     target: stop early once held-out exact match reaches this; None (the default) trains the whole schedule,
         whose low-learning-rate end makes the model steadier on degraded frames than stopping at the first
         perfect evaluation.

@@ -86,6 +86,14 @@ class AtariDomain:
     def draw(self, state: str, size: int) -> np.ndarray | None:
         return None
 
+    def word_places(self, state: str) -> list[tuple[float, float] | None] | None:
+        """Where on the screen each word of `state` is read (games.Game.word_places); None when the game does not
+        say or the state does not parse."""
+        try:
+            return self.game.word_places(self.spell(state))
+        except ValueError:
+            return None
+
     def simulator(
         self, index: int, seed: int = 0, policy: str = "mix", sticky: float = 0.0
     ) -> tuple[Emulator, Policy]:

@@ -78,6 +78,12 @@ class Game:
         """The scripted player's action for this RAM."""
         raise NotImplementedError
 
+    def word_places(self, text: str) -> list[tuple[float, float] | None] | None:
+        """Where on the screen (row, column of the 210 x 160 frame) each word of a state is read, None for a word
+        read from no one place: what a captioner's attention is pulled onto while it writes that word. None when
+        the game does not say."""
+        return None
+
     @property
     def vocabulary(self) -> frozenset[str]:
         return frozenset(self.keywords) | frozenset(NUMBERS)
@@ -109,6 +115,11 @@ class Pong(Game):
 
     RAM (AtariARI): player_y 51, enemy_y 50, ball_x 49, ball_y 54, enemy_score 13, player_score 14. The ball
     is out of play (between a point and the next serve) while ball_y is 0.
+
+    The bins are those the screen can tell apart, so that a captioner reading frames can give the state exactly:
+    the player's paddle is drawn in steps of two RAM units (values 2k + 1 and 2k + 2 look the same), so its bins
+    are (y + 1) // 4, each two whole steps; the computer's paddle is hidden behind the top wall at every y up to
+    `enemy_hidden`, which all read as that value.
     """
 
     name: ClassVar[str] = "pong"
@@ -121,14 +132,15 @@ class Pong(Game):
     controlled: ClassVar[str] = "player"
     fields: ClassVar[tuple[str, ...]] = ("ball x", "ball y", "player", "enemy", "score player", "score enemy")
     aim: ClassVar[int] = 8  # RAM units from paddle_y to the point of the paddle the scripted player aims with
+    enemy_hidden: ClassVar[int] = 32  # the computer's paddle y at and above which (smaller y) it is not drawn
 
     def read(self, ram: np.ndarray) -> dict[str, Any]:
         ball_y = int(ram[54])
         ball = None if ball_y == 0 else {"x": int(ram[49]) // QUANTUM, "y": ball_y // QUANTUM}
         return {
             "ball": ball,
-            "player": int(ram[51]) // QUANTUM,
-            "enemy": int(ram[50]) // QUANTUM,
+            "player": (int(ram[51]) + 1) // QUANTUM,
+            "enemy": max(int(ram[50]), self.enemy_hidden) // QUANTUM,
             "score": {"player": int(ram[14]), "enemy": int(ram[13])},
         }
 
@@ -159,6 +171,27 @@ class Pong(Game):
             raise ValueError(f"expected two score numbers to end the state, got {' '.join(w[at + 5 :])!r}")
         score = {"player": _number(w[at + 5], "score"), "enemy": _number(w[at + 6], "score")}
         return {"ball": ball, "player": player, "enemy": enemy, "score": score}
+
+    def word_places(self, text: str) -> list[tuple[float, float] | None] | None:
+        """The ball's numbers where the ball is, each paddle's number at the paddle's middle, the scores at their
+        digits. Measured on the emulator's frames, from a state's numbers (bins): the ball's middle at row
+        4y - 10.5, column 4x - 47.5; the middle of the player's paddle at row 4p - 4.7, column 141.5, of the
+        computer's at row 4e - 7.2, column 17.5 (each within 2 pixels), inside the court's rows 34..193; the
+        digits about row 10, the player's at column 122, the computer's at 36."""
+
+        def row(y: float) -> float:
+            return float(min(max(y, 34), 193))
+
+        f = self.parse(text)
+        ball = f["ball"]
+        if ball is None:
+            where: list[tuple[float, float] | None] = [None, None]  # ball none
+        else:
+            at = (row(QUANTUM * ball["y"] - 10.5), QUANTUM * ball["x"] - 47.5)
+            where = [None, at, at]  # ball x y
+        player = (row(QUANTUM * f["player"] - 4.7), 141.5)
+        enemy = (row(QUANTUM * f["enemy"] - 7.2), 17.5)
+        return [*where, None, player, None, enemy, None, (10.0, 122.0), (10.0, 36.0), None]
 
     def track(self, ram: np.ndarray) -> str:
         if int(ram[54]) == 0:

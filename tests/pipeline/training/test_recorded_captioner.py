@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pipeline.domain import get_domain
-from pipeline.training.captioner import caption_scores, domain_sentences
+from pipeline.training.captioner import caption_scores, domain_sentences, place_targets
 
 
 def test_caption_scores_break_a_game_state_down_by_field():
@@ -20,6 +20,19 @@ def test_caption_scores_break_a_game_state_down_by_field():
     assert scores["field=player"] == 1.0 and scores["field=score enemy"] == 1.0
     garbled = caption_scores(pong, ["ball ball .", "player"], truth)
     assert garbled["exact_match"] == 0.0 and garbled["field=player"] == 0.0
+
+
+def test_attention_targets_of_a_game_are_the_patches_where_its_words_are_read():
+    """Pong on a 10 x 10 grid of a 210 x 160 screen: the ball's numbers point at the ball's patch, each paddle's
+    number at that paddle's; the keywords and the final '.' at none; a state that does not parse at none."""
+    pong = get_domain("pong")
+    state = "ball 30 40 player 20 enemy 12 score 1 2 ."
+    t = place_targets(pong, [state, "garbled"], 14, 10, (210, 160))  # (B, L)
+    row, col = int((4 * 40 - 10.5) * 10 / 210), int((4 * 30 - 47.5) * 10 / 160)
+    assert t[0, 1] == t[0, 2] == 1 + row * 10 + col
+    assert t[0, 4] == 1 + int((4 * 20 - 4.7) * 10 / 210) * 10 + int(141.5 * 10 / 160)  # the right paddle
+    assert t[0, 6] == 1 + int((4 * 12 - 7.2) * 10 / 210) * 10 + 1  # the left paddle, column 17.5
+    assert (t[0, [0, 3, 5, 7, 10, 11, 12, 13]] == -1).all() and (t[1] == -1).all()
 
 
 def test_a_game_tokenizer_holds_every_word_of_the_game():

@@ -26,6 +26,20 @@ def test_pong_reads_ram_into_words():
     assert pong.parse(pong.spell(out_of_play)) == out_of_play
 
 
+def test_pong_bins_are_the_positions_the_screen_can_tell_apart():
+    pong = Pong()
+    # the player's paddle is drawn in steps of two RAM units: 2k + 1 and 2k + 2 look alike, so share a bin
+    for k in range(20, 100):
+        assert (
+            pong.read(pong_ram(player=2 * k + 1))["player"] == pong.read(pong_ram(player=2 * k + 2))["player"]
+        )
+    assert pong.read(pong_ram(player=122))["player"] != pong.read(pong_ram(player=123))["player"]
+    # the computer's paddle is hidden behind the top wall at y <= enemy_hidden: all those read alike
+    hidden = {pong.read(pong_ram(enemy=y))["enemy"] for y in range(0, Pong.enemy_hidden + 1)}
+    assert hidden == {Pong.enemy_hidden // QUANTUM}
+    assert pong.read(pong_ram(enemy=Pong.enemy_hidden + 4))["enemy"] == Pong.enemy_hidden // QUANTUM + 1
+
+
 def test_freeway_reads_ten_lanes():
     fw = Freeway()
     ram = np.zeros(128, dtype=np.uint8)
@@ -73,3 +87,35 @@ def test_timeline_names_each_changed_field():
         "score 0 0 -> 0 1",
     ]
     assert d.changes("ball 3 4 player 2 enemy 1 score 0 0 .", "ball 3 4 player 2 enemy 1 score 0 0 .") == []
+
+
+def test_pong_says_where_each_word_is_read_within_two_pixels_of_the_screen():
+    """The places a captioner's attention is pulled onto: on the emulator's own frames, the ball's numbers sit on
+    the ball and each paddle's number on that paddle (found by colour), and the words without a place are None."""
+    pytest.importorskip("ale_py")
+    pong = get_domain("pong")
+    emu, _ = pong.simulator(3, seed=1)
+    rng = np.random.default_rng(1)
+    checked = {"ball": 0, "player": 0, "enemy": 0}
+    for _ in range(400):
+        emu.step(("up", "down", "stay")[rng.integers(3)])
+        screen, state = emu.screen(), emu.state()
+        places = pong.word_places(state)
+        words = state.split()
+        assert len(places) == len(words)
+        assert all(place is None for place, w in zip(places, words) if not w.isdigit())
+        at = dict(zip(("ball", "player", "enemy"), (2, words.index("player") + 1, words.index("enemy") + 1)))
+        for name, colour in (("ball", (236, 236, 236)), ("player", (92, 186, 92)), ("enemy", (213, 130, 74))):
+            ys, xs = np.nonzero((screen[34:194] == colour).all(-1))
+            if (
+                len(ys) == 0
+                or (name == "ball" and words[1] == "none")
+                or (name != "ball" and np.ptp(ys) < 15)
+            ):
+                continue  # not on the screen, or a paddle half behind a wall
+            row, col = places[at[name]]
+            middle = (34 + (ys.min() + ys.max()) / 2, (xs.min() + xs.max()) / 2)
+            assert abs(row - middle[0]) <= 2.5 and abs(col - middle[1]) <= 2.5
+            checked[name] += 1
+    assert min(checked.values()) > 100
+    assert pong.word_places("not a state") is None
