@@ -179,8 +179,10 @@ def test_bad_ray_settings_are_one_line(tmp_path):
         return subprocess.run([sys.executable, "-m", "pipeline.cli", "serve", *args], cwd=REPO, capture_output=True,
                               text=True, env={**os.environ, "PYTHONPATH": str(REPO), **env})  # fmt: skip
 
+    run = serve("--replicas", "2")
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "--replicas needs --ray" in run.stderr
+    pytest.importorskip("ray.serve", reason="Ray Serve is the optional `distributed` extra")
     for run, says in [
-        (serve("--replicas", "2"), "--replicas needs --ray"),
         (serve("--ray", SEMWORLD_RAY_MIN_REPLICAS="3", SEMWORLD_RAY_MAX_REPLICAS="2"),
          "RaySettings: min_replicas (3) is above max_replicas (2)"),
         (serve("--ray", SEMWORLD_RAY_NUM_GPUS="-1"), "RaySettings: num_gpus: Input should be greater than"),
