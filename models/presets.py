@@ -189,6 +189,16 @@ _T8_TRAIN: dict[str, Any] = {
     "min_history": 4,
 }
 
+# The Atari captioners: Pong's 210 x 160 frames resized to 160 x 160 (a ball step of 4 RAM units stays 3-4
+# pixels), 10 x 10 patches of 16; 30 epochs of 250 batches of 32 frames drawn from the recorded clips, with the
+# decoder's attention pulled onto the place each word is read (Game.word_places): without it, the model reads
+# the scores within a few epochs but hardly a position in fourteen.
+_ATARI_CAPTIONER = CaptionerConfig(image_size=160)
+_ATARI_CAPTIONER_TRAIN: dict[str, Any] = {
+    "clips": 300, "clip_length": 64, "epochs": 30, "eval_frames": 1024, "test_clips": 40,
+    "rescale_prob": 0.0, "noise_prob": 0.0,
+}  # fmt: skip
+
 # The Atari predictors' arguments: 4 epochs of 40,000 windows at 1e-3, cosine, the loss on S(T).
 _ATARI_TRAIN: dict[str, Any] = {
     "model": "four_tensor",
@@ -219,14 +229,14 @@ RECIPES: dict[str, Recipe] = _by_name(
             "pool": 8000, "eval_every": 250}),
     # Phase 2: stage 2 again on crowded scenes (45% with 3 objects, a 16,000-scene pool), with the pixel loss
     # through the decoder, best/ chosen by the round trip on the varied 1/2/3-object set.
-    Recipe("renderer-r1", "renderer", "phase 2 of weights/renderer: stage 2 on crowded scenes (run R1)",
+    Recipe("renderer-r1", "renderer", "phase 2 of weights/renderer: stage 2 on crowded scenes",
            _RENDERER,
            {"unet_steps": 4000, "unet_lr": 3e-4, "vae_lr": 6e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.18, 0.35, 0.45), "pool": 16000, "eval_every": 250, "eval_set": "varied",
             "eval_states": 240}, init_from="renderer-base"),
     # Phase 3: phase 2 again from its best/, with an exponential moving average of the weights (decay 0.998),
     # which steadies the evaluations between checkpoints.
-    Recipe("renderer-r2", "renderer", "phase 3 of weights/renderer: phase 2 again with a moving average (run R2)",
+    Recipe("renderer-r2", "renderer", "phase 3 of weights/renderer: phase 2 again with a moving average",
            _RENDERER,
            {"unet_steps": 3000, "unet_lr": 3e-4, "vae_lr": 6e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.18, 0.35, 0.45), "pool": 16000, "eval_every": 250, "eval_set": "varied",
@@ -234,14 +244,14 @@ RECIPES: dict[str, Recipe] = _by_name(
     # Phase 4, the shipped weights/renderer: 3,000 more steps at half the rate on a fresh pool of scenes (seed + 1),
     # half of them with 3 objects; the moving average as in phase 3.
     Recipe("renderer-r3", "renderer",
-           "phase 4 of weights/renderer: half the rate on a fresh, more crowded pool (run R3)",
+           "phase 4 of weights/renderer: half the rate on a fresh, more crowded pool",
            _RENDERER,
            {"unet_steps": 3000, "unet_lr": 1.5e-4, "vae_lr": 3e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.13, 0.35, 0.5), "pool": 16000, "eval_every": 250, "eval_set": "varied",
             "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-r2", seed_offset=1),
     # Phase 5, the last of `make weights`: lower rates on another fresh pool (seed + 2), 60% of it 3-object scenes.
     # A from-scratch chain needs it to come near the shipped files (phase 4), whose phase 1 was a longer run.
-    Recipe("renderer", "renderer", "make weights' renderer: phase 5, a lower rate on a fresh pool, 60% 3-object (R4)",
+    Recipe("renderer", "renderer", "make weights' renderer: phase 5, a lower rate on a fresh pool, 60% 3-object",
            _RENDERER,
            {"unet_steps": 3000, "unet_lr": 1e-4, "vae_lr": 2e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.08, 0.3, 0.6), "pool": 16000, "eval_every": 250, "eval_set": "varied",
@@ -249,20 +259,20 @@ RECIPES: dict[str, Recipe] = _by_name(
     # weights/predictor: the 4-tensor model with the tensor memory (docs/tensor-memory.md), trained from scratch
     # with the loss on S(T), then fine-tuned phase by phase on fresh clips: weighted to the scenes the phase before
     # got wrong, with an 8-state window from phase 4, on short histories from phase 5, with a third layer in
-    # phase 11. docs/history.md has the run behind each phase.
-    Recipe("predictor-base", "predictor", "phase 1 of weights/predictor: run M, memory, from scratch",
+    # phase 11. docs/history.md has how each phase was chosen.
+    Recipe("predictor-base", "predictor", "phase 1 of weights/predictor: with the memory, from scratch",
            "small", {"model": "four_tensor", "epochs": 4, "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 200, "min_lr_ratio": 0.02, "target_slices": "last",
                      "memory": _MEMORY, "bptt_windows": 8}, {"clips": 3000, "length": 20},
            mix=(("memory", 1500, 0),)),
-    Recipe("predictor-mf5", "predictor", "phase 2 of weights/predictor: run MF5 on 15,000 fresh clips",
+    Recipe("predictor-mf5", "predictor", "phase 2 of weights/predictor: 15,000 fresh clips, more collide, occlude, memory",
            "small", {"model": "four_tensor", "epochs": 2, "batch_size": 32, "lr": 5e-4, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 100, "min_lr_ratio": 0.02, "target_slices": "last",
                      "memory": _MEMORY, "bptt_windows": 8},
            {"clips": 10000, "length": 20, "seed_offset": 3}, init_from="predictor-base",
            mix=(("collide,occlude", 3000, 4), ("memory", 2000, 5))),
     # Phase 3: one short epoch at a low rate on 7,000 more fresh clips weighted to bounce, appear and hide.
-    Recipe("predictor-mf6", "predictor", "phase 3 of weights/predictor: run MF6 on 7,000 fresh clips",
+    Recipe("predictor-mf6", "predictor", "phase 3 of weights/predictor: 7,000 fresh clips, more bounce, appear, hide",
            "small", {"model": "four_tensor", "epochs": 1, "batch_size": 32, "lr": 2e-4, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 50, "min_lr_ratio": 0.05, "target_slices": "last",
                      "memory": _MEMORY, "bptt_windows": 8},
@@ -271,38 +281,38 @@ RECIPES: dict[str, Recipe] = _by_name(
     # Phase 4: the same network with an 8-state window (preset small-t8: no weight depends on T, so phase 3's
     # weights carry over), with front-padded windows so that histories of 4-7 states are trained as predict lays
     # them out. hide's walker is behind the screen 6 states: in the window.
-    Recipe("predictor-t8", "predictor", "phase 4 of weights/predictor: run T8, the 8-state window",
+    Recipe("predictor-t8", "predictor", "phase 4 of weights/predictor: the 8-state window",
            "small-t8", _T8_TRAIN | {"epochs": 2, "lr": 3e-4, "warmup_steps": 100},
            {"clips": 5000, "length": 20, "seed_offset": 12}, init_from="predictor-mf6",
            mix=(("hide", 1000, 13), ("bounce", 500, 14), ("collide", 500, 15))),
     # Phases 5-7: one epoch each on 12-state clips, so that half the windows are short histories (4-7 true
     # states); each a lower rate than the last.
-    Recipe("predictor-t8b", "predictor", "phase 5 of weights/predictor: run T8B, short histories",
+    Recipe("predictor-t8b", "predictor", "phase 5 of weights/predictor: short histories",
            "small-t8", _T8_TRAIN | {"lr": 2e-4, "warmup_steps": 50},
            {"clips": 7000, "length": 12, "seed_offset": 20}, init_from="predictor-t8",
            mix=(("occlude", 2000, 21), ("hide", 1000, 22))),
-    Recipe("predictor-t8c", "predictor", "phase 6 of weights/predictor: run T8C, short histories of collide",
+    Recipe("predictor-t8c", "predictor", "phase 6 of weights/predictor: short histories of collide",
            "small-t8", _T8_TRAIN | {"lr": 1.5e-4, "warmup_steps": 30},
            {"clips": 3000, "length": 12, "seed_offset": 30}, init_from="predictor-t8b",
            mix=(("collide", 2000, 31), ("occlude", 1000, 32))),
-    Recipe("predictor-t8d", "predictor", "phase 7 of weights/predictor: run T8D, short histories of every scenario",
+    Recipe("predictor-t8d", "predictor", "phase 7 of weights/predictor: short histories of every scenario",
            "small-t8", _T8_TRAIN | {"lr": 1e-4, "warmup_steps": 30},
            {"clips": 5000, "length": 12, "seed_offset": 40}, init_from="predictor-t8c",
            mix=(("hide", 1000, 41), ("bounce", 1000, 42), ("collide", 500, 43), ("occlude", 500, 44))),
     # Phases 8-9: lower rates still, weighted to the short histories of occlude and collide. Phase 9's clips are
     # mostly 8 states long, so that every window of them is a short history; its 12-state parts keep the longer
     # ones.
-    Recipe("predictor-t8e", "predictor", "phase 8 of weights/predictor: run T8E, short histories, lr 7e-5",
+    Recipe("predictor-t8e", "predictor", "phase 8 of weights/predictor: short histories, lr 7e-5",
            "small-t8", _T8_TRAIN | {"lr": 7e-5, "warmup_steps": 30},
            {"clips": 4000, "length": 12, "seed_offset": 50}, init_from="predictor-t8d",
            mix=(("hide", 1500, 51), ("occlude", 1000, 52), ("fast", 500, 53), ("collide", 500, 54))),
-    Recipe("predictor-t8f", "predictor", "phase 9 of weights/predictor: run T8F, 8-state clips of occlude and collide",
+    Recipe("predictor-t8f", "predictor", "phase 9 of weights/predictor: 8-state clips of occlude and collide",
            "small-t8", _T8_TRAIN | {"lr": 7e-5, "warmup_steps": 30},
            {"clips": 3000, "length": 8, "seed_offset": 60}, init_from="predictor-t8e",
            mix=(("occlude", 1500, 61), ("collide", 1000, 62), ("all", 2000, 63, 12), ("hide", 500, 64, 12))),
     # Phase 10: one more epoch at lr 5e-5 on 9,000 fresh clips, mostly 8 states long, weighted to occlude, bounce
     # and hide.
-    Recipe("predictor-t8j", "predictor", "phase 10 of weights/predictor: run T8J, short histories of occlude, bounce, hide",
+    Recipe("predictor-t8j", "predictor", "phase 10 of weights/predictor: short histories of occlude, bounce, hide",
            "small-t8", _T8_TRAIN | {"lr": 5e-5, "warmup_steps": 30},
            {"clips": 3000, "length": 8, "seed_offset": 100}, init_from="predictor-t8f",
            mix=(("occlude", 2000, 101), ("bounce", 1000, 102), ("all", 2000, 103, 12), ("hide", 1000, 104, 12))),
@@ -310,7 +320,7 @@ RECIPES: dict[str, Recipe] = _by_name(
     # identity (--grow-layer 1), the memory taps stay on the two trained layers (every 2nd layer: 0 and 2), and
     # three epochs at lr 1e-4 on 15,000 fresh clips, half of them 6 states long (every target a 4- or 5-state
     # history).
-    Recipe("predictor", "predictor", "weights/predictor: phase 11, run L3, T8J grown to three layers",
+    Recipe("predictor", "predictor", "weights/predictor: phase 11, phase 10 grown to three layers",
            "small-t8-l3", _T8_TRAIN | {"lr": 1e-4, "warmup_steps": 100, "epochs": 3, "grow_layer": 1,
                                        "memory": _MEMORY | {"memory_every_n_layers": 2}},
            {"clips": 3000, "length": 8, "seed_offset": 120}, init_from="predictor-t8j",
@@ -355,11 +365,26 @@ RECIPES: dict[str, Recipe] = _by_name(
     Recipe("pong-predictor-mid", "predictor", "phase 2 of weights/pong/predictor: 3 epochs of every window at half the rate",
            "small-t8", _ATARI_TRAIN | {"epochs": 3, "max_windows": None, "lr": 5e-4, "warmup_steps": 100},
            {"clips": 340, "length": 256}, init_from="pong-predictor-base"),
-    Recipe("pong-predictor", "predictor", "weights/pong/predictor: phase 3, 3 epochs of every window of 1,200 clips",
+    Recipe("pong-predictor-wide", "predictor", "phase 3 of weights/pong/predictor: 3 epochs of every window of 1,200 clips",
            "small-t8", _ATARI_TRAIN | {"epochs": 3, "max_windows": None, "lr": 4e-4, "warmup_steps": 100},
            {"clips": 1200, "length": 256}, init_from="pong-predictor-mid"),
+    # Phases 4 and 5: the paddles binned as the screen shows them (pipeline.domains.atari.games.Pong), each an
+    # epoch of every window of 1,200 fresh clips (seed + 1, seed + 2), the second at a lower rate.
+    Recipe("pong-predictor-screen", "predictor", "phase 4 of weights/pong/predictor: an epoch of fresh clips, screen bins",
+           "small-t8", _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": 3e-4, "warmup_steps": 100},
+           {"clips": 1200, "length": 256, "seed_offset": 1}, init_from="pong-predictor-wide"),
+    Recipe("pong-predictor", "predictor", "weights/pong/predictor: phase 5, an epoch of fresh clips at 2e-4",
+           "small-t8", _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": 2e-4, "warmup_steps": 100},
+           {"clips": 1200, "length": 256, "seed_offset": 2}, init_from="pong-predictor-screen"),
     Recipe("freeway-predictor", "predictor", "weights/freeway/predictor: Freeway states under actions",
            "small-t8-n20", _ATARI_TRAIN, {"clips": 340, "length": 256}),
+    # A Pong captioner: the tiny BLIP on Pong's frames at 160 x 160 (10 x 10 patches), every frame of 300
+    # train-split clips of 64 states under the mixed policy, decoded from their MP4 files.
+    Recipe("pong-captioner", "captioner", "Pong's frames (decoded MP4) to states; not shipped yet (docs/atari.md)",
+           _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
+    Recipe("quick-pong-captioner", "captioner", "smoke test of an Atari captioner", _QUICK_CAPTIONER,
+           {"epochs": 1, "steps_per_epoch": 2, "batch_size": 4, "eval_frames": 8, "test_clips": 1,
+            "warmup_steps": 1, "clips": 2, "clip_length": 8}),
     Recipe("quick-pong-predictor", "predictor", "smoke test of an Atari predictor", "small-t8",
            {**_ATARI_TRAIN, "max_windows": 120, "epochs": 1}, {"clips": 2, "length": 40}),
 )  # fmt: skip
