@@ -26,7 +26,8 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
         "plan",
         help="play whole games in the domain's emulator with the planner (closed loop), beside scripted players",
         description="The planner plays held-out games in the emulator from their reset: each step it reads the "
-        "true state (RAM, in words), plans towards --goal with the predictor and the emulator executes the "
+        "true state (RAM, in words; with --frames a second planner reads each screen through the captioner), "
+        "plans towards --goal with the predictor and the emulator executes the "
         "first action. Beside it, the same games under --references (the game's scripted player reading RAM, "
         "random play, always 'up') and, with --baseline, the planner with another predictor. Pong reports points "
         "and the share of balls reaching the paddle that it returns; Freeway crossings and knock-backs.",
