@@ -378,9 +378,9 @@ RECIPES: dict[str, Recipe] = _by_name(
            {"clips": 1200, "length": 256, "seed_offset": 2}, init_from="pong-predictor-screen"),
     Recipe("freeway-predictor", "predictor", "weights/freeway/predictor: Freeway states under actions",
            "small-t8-n20", _ATARI_TRAIN, {"clips": 340, "length": 256}),
-    # A Pong captioner: the tiny BLIP on Pong's frames at 160 x 160 (10 x 10 patches), every frame of 300
+    # weights/pong/captioner: the tiny BLIP on Pong's frames at 160 x 160 (10 x 10 patches), every frame of 300
     # train-split clips of 64 states under the mixed policy, decoded from their MP4 files.
-    Recipe("pong-captioner", "captioner", "Pong's frames (decoded MP4) to states; not shipped yet (docs/atari.md)",
+    Recipe("pong-captioner", "captioner", "weights/pong/captioner: Pong's frames (decoded MP4) to states",
            _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
     Recipe("quick-pong-captioner", "captioner", "smoke test of an Atari captioner", _QUICK_CAPTIONER,
            {"epochs": 1, "steps_per_epoch": 2, "batch_size": 4, "eval_frames": 8, "test_clips": 1,

@@ -80,7 +80,6 @@ def constant_velocity(history: Sequence[str], h: int) -> str:
 
 
 def _fields(domain: Any, state: str) -> dict[str, Any] | None:
-    """The domain's parse of `state`, None when it does not parse."""
     try:
         return domain.parse(state)
     except ValueError:
@@ -98,12 +97,6 @@ def _flat(fields: dict[str, Any]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
-
-
-def flat_fields(domain: Any, state: str) -> dict[str, Any] | None:
-    """The flat fields of `state` ("ball x": 3, ...), None when it does not parse."""
-    fields = _fields(domain, state)
-    return None if fields is None else _flat(fields)
 
 
 def _position(key: str) -> bool:

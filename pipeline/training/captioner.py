@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -32,6 +32,9 @@ from pipeline.training.image_args import TrainCaptionerArgs
 from pipeline.training.recorded_frames import RecordedFrames, record_frames
 from pipeline.training.schedule import warmup_cosine
 from pipeline.utils import UserError, atomic_dir, atomic_torch_save, quiet_loading
+
+if TYPE_CHECKING:
+    from pipeline.captioner import Captioner
 
 logger = logging.getLogger(__name__)
 
@@ -207,13 +210,14 @@ def caption_scores(domain: Domain, predicted: Sequence[str], states: Sequence[st
     parse ("field=ball x": the share of frames whose true state has that field and whose read gives it)."""
     if domain.name == "shapes":
         return exact_match(predicted, states)
-    from pipeline.evaluation.actions import flat_fields
+    from pipeline.goals import state_fields
 
     hits: dict[str, list[bool]] = {}
     for p, s in zip(predicted, states):
-        truth, read = flat_fields(domain, s) or {}, flat_fields(domain, p) or {}
+        truth, read = state_fields(domain, s) or {}, state_fields(domain, p) or {}
         for name, value in truth.items():
-            hits.setdefault(f"field={name}", []).append(read.get(name, "missing") == value)
+            if value is not None:  # a field the true state has (no ball: no "ball x")
+                hits.setdefault(f"field={name}", []).append(read.get(name, "missing") == value)
     exact = sum(p == s for p, s in zip(predicted, states)) / max(1, len(states))
     return {"exact_match": exact, **{k: sum(v) / len(v) for k, v in hits.items()}}
 
@@ -236,6 +240,12 @@ def encode_batch(processor, frames: list[np.ndarray], states: list[str]) -> dict
         "attention_mask": text["attention_mask"],
         "labels": labels,
     }
+
+
+def caption_in_batches(captioner: Captioner, frames: Sequence[np.ndarray], batch: int = 256) -> list[str]:
+    """`captioner.caption` over `frames` a batch at a time (a held-out set of a thousand frames at once is
+    needlessly large in memory)."""
+    return [t for i in range(0, len(frames), batch) for t in captioner.caption(frames[i : i + batch])]
 
 
 def recorded_set(args: TrainCaptionerArgs, domain: Domain, split: str, clips: int) -> RecordedFrames:
@@ -318,6 +328,10 @@ class CaptionerRun:
     processor: Any  # transformers.BlipProcessor
     optimizer: torch.optim.Optimizer
     device: torch.device
+    domain: Domain
+    pool: RecordedFrames | None = (
+        None  # a recording domain's training frames (None: the world draws fresh ones)
+    )
     start_epoch: int = 0
     best: dict[str, Any] = field(default_factory=lambda: {"exact_match": -1.0})
 
@@ -328,11 +342,6 @@ class CaptionerRun:
     def log(self, record: dict[str, Any]) -> None:
         with (self.run_dir / "log.jsonl").open("a") as f:
             f.write(json.dumps(record) + "\n")
-
-    domain: Domain | None = None
-    pool: RecordedFrames | None = (
-        None  # a recording domain's training frames (None: the world draws fresh ones)
-    )
 
     @property
     def supervise_attention(self) -> bool:
@@ -353,7 +362,6 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
 
     torch.set_num_threads(args.threads)
     run = setup_run(args)
-    assert run.domain is not None
     if run.pool is None:
         eval_frames, eval_states = evaluation_set(args.seed, args.eval_frames, len(args.count_weights))
         # The same held-out scenes drawn at 64 and scaled up, then JPEG'd: a check of robustness, not of the
@@ -372,9 +380,7 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
         t0 = time.time()
         losses, last_step = fit_epoch(run, epoch)
         train_s = time.time() - t0
-        predicted = [
-            t for i in range(0, len(eval_frames), 256) for t in captioner.caption(eval_frames[i : i + 256])
-        ]
+        predicted = caption_in_batches(captioner, eval_frames)
         metrics = caption_scores(run.domain, predicted, eval_states)
         soft = (
             exact_match(captioner.caption(soft_frames), eval_states[::4])["exact_match"]
@@ -425,7 +431,7 @@ def setup_run(args: TrainCaptionerArgs) -> CaptionerRun:
         [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=args.lr, betas=(0.9, 0.98),
     )  # fmt: skip
-    run = CaptionerRun(args, model, processor, optimizer, device, domain=domain)
+    run = CaptionerRun(args, model, processor, optimizer, device, domain)
     if domain.name != "shapes":
         run.pool = recorded_set(args, domain, "train", args.clips)
         logger.info("%d training frames of %s", len(run.pool), domain.name)
@@ -503,7 +509,6 @@ def _loss(run: CaptionerRun, batch: dict[str, torch.Tensor], states: list[str]) 
     if run.pool is None:
         targets = attention_targets(states, attn.shape[1], grid)  # (B, L)
     else:
-        assert run.domain is not None
         screen = (run.pool.frames.shape[1], run.pool.frames.shape[2])
         targets = place_targets(run.domain, states, attn.shape[1], grid, screen)
     targets = targets.to(run.device)
@@ -538,15 +543,12 @@ def save_and_test(run: CaptionerRun) -> dict[str, float]:
     logger.info("saved the best captioner (epoch %s, exact match %.4f) to %s", best.get("epoch"),
                 best["exact_match"], args.out)  # fmt: skip
     if args.test_clips:
-        assert run.domain is not None
         served = Captioner.from_pretrained(args.out, device="cpu", domain=run.domain)
         if run.pool is None:
             test = world_split_exact_match(served, clips=args.test_clips)
         else:
             clips = recorded_set(args, run.domain, "test", args.test_clips)
-            read = [
-                t for i in range(0, len(clips), 256) for t in served.caption(list(clips.frames[i : i + 256]))
-            ]
+            read = caption_in_batches(served, list(clips.frames))
             test = {**caption_scores(run.domain, read, clips.states), "frames": len(clips)}
         run.log({"event": "test", "split": "test", "clips": args.test_clips, **test})
         logger.info("test split (%d frames): exact match %.4f %s", test["frames"], test["exact_match"],
