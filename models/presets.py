@@ -199,6 +199,17 @@ _ATARI_CAPTIONER_TRAIN: dict[str, Any] = {
     "rescale_prob": 0.0, "noise_prob": 0.0,
 }  # fmt: skip
 
+# The Atari renderers: the screen drawn as a 160 x 160 square (the captioner's view of it; the renderer hands it out
+# at 210 x 160) into a 10 x 10 latent, one latent pixel per captioner patch. Pong's frames are mostly the same
+# background, so small batches go far: the VAE on 8 frames a step, the UNet on 16 with the pixel loss through the
+# decoder every other step (the ball is 2 x 3 pixels: in the latent loss alone it weighs next to nothing).
+_ATARI_RENDERER = RendererConfig(image_size=160)
+_ATARI_RENDERER_TRAIN: dict[str, Any] = {
+    "clips": 200, "clip_length": 64, "vae_steps": 2500, "vae_batch": 8, "vae_lr": 1.5e-3, "object_weight": 10.0,
+    "vae_object_pixels": "truth", "unet_steps": 3000, "unet_batch": 16, "unet_lr": 5e-4, "timestep_power": 2.0,
+    "decoder_every": 2, "pixel_weight": 1.0, "ema_decay": 0.998, "eval_every": 250, "eval_states": 256,
+}  # fmt: skip
+
 # The Atari predictors' arguments: 4 epochs of 40,000 windows at 1e-3, cosine, the loss on S(T).
 _ATARI_TRAIN: dict[str, Any] = {
     "model": "four_tensor",
@@ -382,6 +393,13 @@ RECIPES: dict[str, Recipe] = _by_name(
     # train-split clips of 64 states under the mixed policy, decoded from their MP4 files.
     Recipe("pong-captioner", "captioner", "weights/pong/captioner: Pong's frames (decoded MP4) to states",
            _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
+    # weights/pong/renderer: the VAE, then the UNet + text encoder on every frame of 200 train-split clips of 64
+    # states (decoded MP4), best/ chosen by the round trip through weights/pong/captioner on 256 val-split frames.
+    Recipe("pong-renderer", "renderer", "weights/pong/renderer: Pong's screens (decoded MP4) from states",
+           _ATARI_RENDERER, _ATARI_RENDERER_TRAIN),
+    Recipe("quick-pong-renderer", "renderer", "smoke test of an Atari renderer", _QUICK_RENDERER,
+           {"clips": 2, "clip_length": 8, "vae_steps": 2, "vae_batch": 2, "unet_steps": 2, "unet_batch": 2,
+            "eval_every": 2, "eval_states": 4, "pool": 1}),
     Recipe("quick-pong-captioner", "captioner", "smoke test of an Atari captioner", _QUICK_CAPTIONER,
            {"epochs": 1, "steps_per_epoch": 2, "batch_size": 4, "eval_frames": 8, "test_clips": 1,
             "warmup_steps": 1, "clips": 2, "clip_length": 8}),

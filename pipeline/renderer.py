@@ -30,23 +30,31 @@ class RenderSettings:
     guidance: classifier-free guidance scale; <= 1 switches guidance off (one UNet pass per step, not two).
     height, width: the size the pipeline draws at; None takes the checkpoint's native size
         (unet sample_size x the VAE's scale factor).
-    output_size: when set, frames are resized (bicubic) to output_size x output_size after drawing, e.g. a
-        model that draws at 64 handing out frames at the world's 128.
+    output_size: when set, frames are resized (bicubic) after drawing to output_size x output_size, or to
+        (height, width) when it is a pair: a model that draws at 80 handing out the world's 128-pixel frames, or
+        one that draws a game's 210 x 160 screen as a 160-pixel square.
     """
 
     steps: int = 25
     guidance: float = 7.5
     height: int | None = None
     width: int | None = None
-    output_size: int | None = None
+    output_size: int | tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.output_size, list):  # a pair, as JSON stores it
+            self.output_size = tuple(self.output_size)  # type: ignore[assignment]
         if not isinstance(self.steps, int) or self.steps < 1:
             raise ValueError(f"steps must be a positive integer, got {self.steps!r}")
         if not isinstance(self.guidance, int | float) or self.guidance < 0:
             raise ValueError(f"guidance must be a number >= 0, got {self.guidance!r}")
-        if self.output_size is not None and (not isinstance(self.output_size, int) or self.output_size < 8):
-            raise ValueError(f"output_size must be an int >= 8 or None, got {self.output_size!r}")
+        sides = self.output_size if isinstance(self.output_size, tuple) else (self.output_size,)
+        if self.output_size is not None and (
+            len(sides) not in (1, 2) or not all(isinstance(n, int) and n >= 8 for n in sides)
+        ):
+            raise ValueError(
+                f"output_size must be an int >= 8, a (height, width) pair of them, or None, got {self.output_size!r}"
+            )
         for name in ("height", "width"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 8 or value % 8):
@@ -56,7 +64,11 @@ class RenderSettings:
         """In words, for the log: "4 steps, no guidance, native size, frames resized to 128 px"."""
         guidance = "no guidance" if self.guidance <= 1 else f"guidance {self.guidance:g}"
         size = f"{self.width}x{self.height}" if self.height and self.width else "native size"
-        out = f", frames resized to {self.output_size} px" if self.output_size else ""
+        out = ""
+        if isinstance(self.output_size, tuple):
+            out = f", frames resized to {self.output_size[1]}x{self.output_size[0]}"
+        elif self.output_size:
+            out = f", frames resized to {self.output_size} px"
         return f"{self.steps} steps, {guidance}, {size}{out}"
 
     @classmethod
@@ -156,8 +168,11 @@ class Renderer:
     @property
     def size(self) -> tuple[int, int]:
         """(height, width) of the frames `render` returns."""
-        if self.settings.output_size:
-            return (self.settings.output_size, self.settings.output_size)
+        out = self.settings.output_size
+        if isinstance(out, tuple):
+            return out
+        if out:
+            return (out, out)
         return self.draw_size
 
     @torch.inference_mode()

@@ -1,6 +1,7 @@
 """The metrics of every stage, one copy each: PSNR and SSIM of frames, exact match of states (overall and by
-object count), the captioner-free layout and shape checks of a drawn world frame, `evaluate_frames`, which
-combines them (with the round trip through a captioner) for the renderer's trainer and `semworld eval world`, and
+object count, or by field of a game), the captioner-free layout and shape checks of a drawn world frame,
+`evaluate_frames`, which combines them (with the round trip through a captioner) for the renderer's trainer and
+`semworld eval world`, `evaluate_screens`, its counterpart for a game's screens (objects found by colour), and
 `scene_groups`, the object-count / screen / lamp groups the round trip is reported by.
 """
 
@@ -8,9 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from pipeline.domain import Domain
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
@@ -116,6 +121,83 @@ def evaluate_frames(
             for key, idx in scene_groups(states).items():
                 if key.startswith("objects="):
                     out[f"roundtrip_acc[{key}]"] = float(np.mean([right[i] for i in idx]))
+    return out
+
+
+def caption_scores(domain: Domain, predicted: Sequence[str], states: Sequence[str]) -> dict[str, float]:
+    """Exact match, and its break-down: by object count for the built-in world, else by field of the domain's
+    parse ("field=ball x": the share of frames whose true state has that field and whose read gives it)."""
+    if domain.name == "shapes":
+        return exact_match(predicted, states)
+    from pipeline.goals import state_fields
+
+    hits: dict[str, list[bool]] = {}
+    for p, s in zip(predicted, states):
+        truth, read = state_fields(domain, s) or {}, state_fields(domain, p) or {}
+        for name, value in truth.items():
+            if value is not None:  # a field the true state has (no ball: no "ball x")
+                hits.setdefault(f"field={name}", []).append(read.get(name, "missing") == value)
+    exact = sum(p == s for p, s in zip(predicted, states)) / max(1, len(states))
+    return {"exact_match": exact, **{k: sum(v) / len(v) for k, v in hits.items()}}
+
+
+def position_errors(
+    domain: Domain, frames: Sequence[np.ndarray], truth: Sequence[np.ndarray]
+) -> dict[str, float]:
+    """How far each object is drawn from where the true frame has it, measured from the pixels of both
+    (`domain.locate`, frames of the truth's size): "position_px[ball]" the mean distance in screen pixels over
+    the frames where both show it, "shown_acc[ball]" the share of frames that show it exactly when the truth
+    does; "position_px" the mean over every object found in both."""
+    locate = getattr(domain, "locate", None)
+    if locate is None:
+        return {}
+    distances: dict[str, list[float]] = {}
+    shown: dict[str, list[bool]] = {}
+    for frame, true in zip(frames, truth):
+        drawn, where = locate(frame), locate(true)
+        if drawn is None or where is None:
+            return {}
+        for name, at in where.items():
+            got = drawn.get(name)
+            shown.setdefault(name, []).append((got is None) == (at is None))
+            if got is not None and at is not None:
+                distances.setdefault(name, []).append(math.hypot(got[0] - at[0], got[1] - at[1]))
+    out = {f"position_px[{k}]": float(np.mean(v)) for k, v in distances.items()}
+    out.update({f"shown_acc[{k}]": float(np.mean(v)) for k, v in shown.items()})
+    every = [d for v in distances.values() for d in v]
+    if every:
+        out["position_px"] = float(np.mean(every))
+    return out
+
+
+def evaluate_screens(
+    domain: Domain,
+    states: Sequence[str],
+    frames: Sequence[np.ndarray],
+    truth: Sequence[np.ndarray],
+    captioner=None,
+) -> dict[str, float]:
+    """A game renderer's frames of `states` against the recorded screens `truth` (frames are resized to the
+    truth's size first): PSNR, SSIM, the objects' distances from their true places (`position_errors`) and,
+    with a captioner, the round trip ("roundtrip_acc", and by field)."""
+    size = truth[0].shape[:2]
+    if frames[0].shape[:2] != size:
+        from PIL import Image
+
+        frames = [
+            np.asarray(Image.fromarray(f).resize((size[1], size[0]), Image.Resampling.BICUBIC))
+            for f in frames
+        ]
+    out: dict[str, float] = {
+        "psnr": psnr(np.stack(truth), np.stack(frames)),
+        "ssim": float(np.mean([ssim(t, f) for t, f in zip(truth, frames)])),
+        **position_errors(domain, frames, truth),
+    }
+    if captioner is not None:
+        read = captioner.caption(list(frames))
+        scores = caption_scores(domain, [r.strip() for r in read], [s.strip() for s in states])
+        out["roundtrip_acc"] = scores.pop("exact_match")
+        out.update({f"roundtrip_{k}": v for k, v in scores.items()})
     return out
 
 

@@ -100,6 +100,7 @@ def build_renderer(args: TrainAllArgs, run: Path, out: Path, captioner: Path | N
         "threads": args.threads,
         "progress": args.progress,
         "captioner": str(captioner) if captioner is not None else None,
+        "domain": args.domain,
     }
     phases: dict[str, Any] = {}
     init_from = None

@@ -27,7 +27,7 @@ from models.captioner import (
     build_processor,
 )
 from pipeline.domain import Domain, get_domain
-from pipeline.evaluation.metrics import exact_match
+from pipeline.evaluation.metrics import caption_scores, exact_match
 from pipeline.training.image_args import TrainCaptionerArgs
 from pipeline.training.recorded_frames import RecordedFrames, record_frames
 from pipeline.training.schedule import warmup_cosine
@@ -203,23 +203,6 @@ def domain_sentences(domain: Domain) -> list[str]:
             f"domain {domain.name!r} has an open vocabulary: bring a captioner with its own tokenizer"
         )
     return [" ".join(sorted(domain.vocabulary))]
-
-
-def caption_scores(domain: Domain, predicted: Sequence[str], states: Sequence[str]) -> dict[str, float]:
-    """Exact match, and its break-down: by object count for the built-in world, else by field of the domain's
-    parse ("field=ball x": the share of frames whose true state has that field and whose read gives it)."""
-    if domain.name == "shapes":
-        return exact_match(predicted, states)
-    from pipeline.goals import state_fields
-
-    hits: dict[str, list[bool]] = {}
-    for p, s in zip(predicted, states):
-        truth, read = state_fields(domain, s) or {}, state_fields(domain, p) or {}
-        for name, value in truth.items():
-            if value is not None:  # a field the true state has (no ball: no "ball x")
-                hits.setdefault(f"field={name}", []).append(read.get(name, "missing") == value)
-    exact = sum(p == s for p, s in zip(predicted, states)) / max(1, len(states))
-    return {"exact_match": exact, **{k: sum(v) / len(v) for k, v in hits.items()}}
 
 
 def lr_at(step: int, args: TrainCaptionerArgs) -> float:

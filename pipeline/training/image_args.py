@@ -125,10 +125,16 @@ class TrainRendererArgs:
 
     out: run directory: checkpoint.pt (atomic, resumable), log.jsonl, strips/*.png (truth | render) and, when
         the run ends, pipeline/ (the diffusers checkpoint, save_pretrained with safetensors).
+    domain: whose frames it learns: "shapes" (the built-in world, drawn for each state) or a recording domain
+        ("pong": frames of clips recorded with `semworld world generate`, decoded from their MP4s, resized to
+        image_size squares; the saved renderer hands frames out at the screens' own size).
+    clips, clip_length: a recording domain's training clips (train split at `seed`, recorded once into
+        out/data-train); the held-out frames are eval_states frames spread through val-split clips.
     image_size: side of the frames the model draws (the world renders them at this size). 80 with a VAE that
         downsamples 16x gives a 5 x 5 latent: one latent pixel per cell of the world's 5 x 5 grid, which makes
         the UNet ~6x cheaper per sample than 16 x 16 latents (the shipped captioner reads frames at 64 anyway).
-    output_size: side of the frames the Renderer adapter hands out (resized from image_size; 128 = the world's).
+    output_size: side of the frames the Renderer adapter hands out (resized from image_size; 128 = the world's);
+        a recording domain's renderer hands out its screens' (height, width) instead.
     render_size: the world draws the training frames at this size, then they are resized to image_size. 128 keeps the sprites' exact sub-pixel geometry of the world's 128-pixel frames, which
         the shipped captioner depends on (it reads 80-pixel world frames resized to 128 with ~6% exact match).
     seed: seeds the data stream, initialisation and sampling.
@@ -175,6 +181,9 @@ class TrainRendererArgs:
     """
 
     out: str
+    domain: str = "shapes"
+    clips: int = 300
+    clip_length: int = 64
     image_size: int = 80
     output_size: int = 128
     render_size: int = 128
@@ -248,7 +257,7 @@ class TrainRendererArgs:
         check_at_least(
             self,
             ("vae_batch", "unet_batch", "sample_steps", "eval_every", "eval_states", "checkpoint_every", "threads",
-             "pool"),
+             "pool", "clips", "clip_length"),
         )  # fmt: skip
 
     def model_config(self) -> RendererConfig:

@@ -1,5 +1,5 @@
 """Training of the embedded renderer: a small latent-diffusion model in the StableDiffusionPipeline layout, learned
-from (state, frame) pairs of the built-in world. Stage 1 fits the VAE on frames; stage 2 freezes it and fits the
+from (state, frame) pairs: of the built-in world (drawn), or of a game's recorded clips (a recording domain). Stage 1 fits the VAE on frames; stage 2 freezes it and fits the
 UNet together with the text encoder on cached latents, predicting the clean latent (x0) so that few steps suffice.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -19,12 +19,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipeline.domain import get_domain
-from pipeline.evaluation.metrics import evaluate_frames
+from pipeline.domain import Domain, get_domain
 from pipeline.training.image_args import TrainRendererArgs
+from pipeline.training.recorded_frames import record_frames
 from pipeline.training.renderer_parts import (
+    DrawnScenes,
+    RecordedScenes,
     count_parameters,
-    frames_of,
     fresh_pipeline,
     reconstruction_loss,
     rng_state,
@@ -48,12 +49,39 @@ BEST_FOLDER = (
 
 
 # ---- training ------------------------------------------------------------------------------------------
-def _load_captioner(args: TrainRendererArgs):
+Scenes = DrawnScenes | RecordedScenes  # states with their true frames
+
+
+def _load_captioner(args: TrainRendererArgs, domain: Domain):
     if not args.captioner:
         return None
     from pipeline.captioner import Captioner
 
-    return Captioner.from_pretrained(args.captioner, domain=get_domain("shapes"))
+    return Captioner.from_pretrained(args.captioner, domain=domain)
+
+
+def renderer_data(args: TrainRendererArgs, domain: Domain) -> tuple[Scenes, Scenes]:
+    """(training pool, held-out set). The built-in world: `pool` random scenes and the validation states, drawn.
+    A recording domain: `clips` train-split clips of `clip_length` states, recorded once into out/data-train
+    (every frame is in the pool), and eval_states frames spread through val-split clips (out/data-val)."""
+    if domain.name == "shapes":
+        held_out = DrawnScenes(validation_states(args), args.image_size, args.render_size,
+                               by_objects=args.eval_set == "varied")  # fmt: skip
+        pool = DrawnScenes(
+            scene_states(args.seed, args.pool, args.count_weights), args.image_size, args.render_size
+        )
+        return pool, held_out
+    out = Path(args.out)
+
+    def recorded(split: str, clips: int):
+        return record_frames(domain, out / f"data-{split}", clips=clips, length=args.clip_length, seed=args.seed,
+                             split=split, progress=args.progress)  # fmt: skip
+
+    val_clips = -(-args.eval_states // args.clip_length)
+    held: Scenes = RecordedScenes(
+        domain, recorded("val", val_clips).spread(args.eval_states), args.image_size
+    )
+    return RecordedScenes(domain, recorded("train", args.clips), args.image_size), held
 
 
 def _stage_done(args: TrainRendererArgs, stage: str, step: int, started: float) -> bool:
@@ -77,6 +105,9 @@ class RendererRun:
     elapsed: float = 0.0  # seconds of earlier sessions, from the checkpoint
     started: float = field(default_factory=time.time)  # when this session's current stage began
     ema: Any = None  # diffusers.training_utils.EMAModel of stage 2's networks when args.ema_decay > 0
+    output_size: tuple[int, int] | None = (
+        None  # the frames' size saved renderers hand out; None: args.output_size
+    )
 
     def stage_two_parameters(self) -> list[torch.nn.Parameter]:
         """What stage 2 trains (UNet, text encoder, VAE decoder), the whole VAE included: the EMA's order."""
@@ -147,17 +178,19 @@ def train_renderer(args: TrainRendererArgs) -> dict[str, Any]:
     """Run (or resume) both stages; returns the final evaluation. The trained pipeline lands in out/pipeline,
     the best evaluated one in out/best."""
     torch.set_num_threads(args.threads)
+    domain = get_domain(args.domain)
     run = setup_run(args)
-    held_out = validation_states(args)
-    captioner = _load_captioner(args)
-    train_pool = scene_states(args.seed, args.pool, args.count_weights)
+    pool, held_out = renderer_data(args, domain)
+    if isinstance(held_out, RecordedScenes):
+        run.output_size = held_out.screen_size  # a game's renderer hands out frames of its screens' size
+    captioner = _load_captioner(args, domain)
     run.started = time.time()
     if run.stage == "vae":
-        fit_vae(run, train_pool, held_out)
-    best = fit_unet(run, train_pool, held_out, captioner)
+        fit_vae(run, pool, held_out)
+    best = fit_unet(run, pool, held_out, captioner)
     with run.averaged():  # what ships is the average when there is one
         final = _eval_unet(run.pipe, held_out, args, captioner, run.out, run.step)
-        save_renderer(run.pipe, args, run.out / FINAL_FOLDER, final)
+        save_renderer(run.pipe, args, run.out / FINAL_FOLDER, final, output_size=run.output_size)
     write_log(run.out, {"stage": "done", "step": run.step, "eval": final, "best": best})
     return final
 
@@ -218,6 +251,8 @@ def setup_run(args: TrainRendererArgs) -> RendererRun:
 # What makes a run the run it is: resuming with other values would continue one recipe's checkpoint as another's
 # (e.g. `train all` after a recipe was renamed). Budgets, evaluation, threads and sampling may change on a resume.
 RESUME_KEYS = (
+    "domain",
+    "clips",
     "seed",
     "count_weights",
     "pool",
@@ -277,7 +312,7 @@ def _init_from(run: RendererRun, folder: Path) -> None:
     logger.info("renderer: stage 2 starts from %s", folder)
 
 
-def fit_vae(run: RendererRun, train_pool: Sequence[str], held_out: Sequence[str]) -> None:
+def fit_vae(run: RendererRun, pool: Scenes, held_out: Scenes) -> None:
     """Stage 1: the VAE learns to reconstruct frames (batches drawn from the seeded pool); then its latents'
     scaling factor is fixed and the run moves to stage 2."""
     from tqdm import tqdm
@@ -291,8 +326,7 @@ def fit_vae(run: RendererRun, train_pool: Sequence[str], held_out: Sequence[str]
     )
     while not _stage_done(args, "vae", run.step, run.started):
         gen = torch.Generator().manual_seed(args.seed * 1_000_003 + run.step)
-        vae_idx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen).tolist()
-        x = frames_of([train_pool[i] for i in vae_idx], args.image_size, args.render_size)  # (B, 3, H, W)
+        x = pool.frames(torch.randint(len(pool), (args.vae_batch,), generator=gen).tolist())  # (B, 3, H, W)
         posterior = vae.encode(x).latent_dist
         latent = posterior.sample(generator=gen) if args.vae_sample else posterior.mode()
         recon = vae.decode(latent).sample
@@ -304,21 +338,19 @@ def fit_vae(run: RendererRun, train_pool: Sequence[str], held_out: Sequence[str]
         run.vae_opt.step()
         run.after_step(bar, loss=loss.item(), rec=rec.item(), kl=kl.item())
         if run.step % args.eval_every == 0:
-            write_log(run.out, {"stage": "vae", "step": run.step, "eval": _eval_vae(vae, held_out, args)})
+            write_log(run.out, {"stage": "vae", "step": run.step, "eval": _eval_vae(vae, held_out)})
         if run.checkpoint_due():
             run.checkpoint()
     bar.close()
-    metrics = _eval_vae(vae, held_out, args)
+    metrics = _eval_vae(vae, held_out)
     write_log(run.out, {"stage": "vae", "step": run.step, "eval": metrics, "final": True})
     logger.info("vae done at step %d: %s", run.step, metrics)
-    vae.register_to_config(scaling_factor=_scaling_factor(vae, train_pool[:256], args))
+    vae.register_to_config(scaling_factor=_scaling_factor(vae, pool))
     run.stage, run.step = "unet", 0
     run.checkpoint()
 
 
-def fit_unet(
-    run: RendererRun, train_pool: Sequence[str], held_out: Sequence[str], captioner: Any
-) -> dict[str, Any]:
+def fit_unet(run: RendererRun, pool: Scenes, held_out: Scenes, captioner: Any) -> dict[str, Any]:
     """Stage 2: the frozen VAE's latents of the pool are cached once; the UNet and text encoder learn them
     (the decoder may keep learning alongside). Returns the best periodic evaluation ({} when none ran)."""
     from tqdm import tqdm
@@ -326,7 +358,7 @@ def fit_unet(
     args, pipe = run.args, run.pipe
     vae = pipe.vae
     vae.eval().requires_grad_(False)
-    pool_latents = _encode_pool(vae, train_pool, args, run.out)
+    pool_latents = _encode_pool(vae, pool, args, run.out)
     # The encoder stays frozen (so the cached latents stay valid); the decoder may keep learning from them.
     if args.decoder_every:
         for p in list(vae.post_quant_conv.parameters()) + list(vae.decoder.parameters()):
@@ -334,7 +366,7 @@ def fit_unet(
         for group in run.vae_opt.param_groups:
             group["lr"] = args.vae_lr / 3  # fine-tuning: steadier than the stage-1 rate
     tokenize = partial(pipe.tokenizer, padding="max_length", max_length=args.max_length, return_tensors="pt")
-    ids = tokenize(list(train_pool), truncation=True).input_ids  # (P, L)
+    ids = tokenize(pool.states, truncation=True).input_ids  # (P, L)
     empty_ids = tokenize([""]).input_ids  # (1, L)
     best = _saved_best(run.out / BEST_FOLDER)  # a resumed run competes with what best/ already holds
     if run.stage != "unet":
@@ -348,7 +380,7 @@ def fit_unet(
         total=args.unet_steps, initial=run.step, desc="renderer unet", unit="step", disable=not args.progress
     )
     while not _stage_done(args, "unet", run.step, run.started):
-        loss = _unet_step(run, train_pool, pool_latents, ids, empty_ids)
+        loss = _unet_step(run, pool, pool_latents, ids, empty_ids)
         run.after_step(bar, loss=loss)
         if run.step % args.eval_every == 0:
             with run.averaged():
@@ -356,7 +388,7 @@ def fit_unet(
                 score = _score(metrics)
                 if not best or score >= best["score"]:
                     best = {"score": score, "step": run.step, **metrics}
-                    save_renderer(pipe, args, run.out / BEST_FOLDER, metrics)
+                    save_renderer(pipe, args, run.out / BEST_FOLDER, metrics, output_size=run.output_size)
             pipe.unet.train()
             pipe.text_encoder.train()
         if run.checkpoint_due():
@@ -368,8 +400,10 @@ def fit_unet(
 
 
 def _score(metrics: dict[str, Any]) -> float:
-    """What best/ is chosen by: the captioner round trip when there was a captioner, else the frame check."""
-    return float(metrics.get("roundtrip_acc", metrics["frame_acc"]))
+    """What best/ is chosen by: the captioner round trip when there was a captioner, else the world's frame check,
+    else (a game's screens without a captioner) SSIM."""
+    key = next(k for k in ("roundtrip_acc", "frame_acc", "ssim") if k in metrics)
+    return float(metrics[key])
 
 
 def _saved_best(folder: Path) -> dict[str, Any]:
@@ -383,7 +417,7 @@ def _saved_best(folder: Path) -> dict[str, Any]:
 
 def _unet_step(
     run: RendererRun,
-    train_pool: Sequence[str],
+    pool: Scenes,
     pool_latents: torch.Tensor,
     ids: torch.Tensor,
     empty_ids: torch.Tensor,
@@ -391,7 +425,7 @@ def _unet_step(
     """One optimizer step of the UNet + text encoder (and, every decoder_every steps, of the VAE decoder)."""
     args, vae, unet, step = run.args, run.pipe.vae, run.pipe.unet, run.step
     gen = torch.Generator().manual_seed(args.seed * 1_000_003 + 7 + step)
-    idx = torch.randint(len(train_pool), (args.unet_batch,), generator=gen)
+    idx = torch.randint(len(pool), (args.unet_batch,), generator=gen)
     x0 = pool_latents[idx]  # (B, C, h, w)
     batch_ids = ids[idx].clone()  # (B, L)
     if args.cond_dropout > 0:
@@ -419,9 +453,7 @@ def _unet_step(
     if pixel:
         # End to end: decode the UNet's clean-latent estimate and compare it with the world's frame, so the
         # UNet and decoder can carry what the frozen encoder's latents miss (a ball against a box).
-        x = frames_of(
-            [train_pool[i] for i in idx.tolist()], args.image_size, args.render_size
-        )  # (B, 3, H, W)
+        x = pool.frames(idx.tolist())  # (B, 3, H, W)
         recon = vae.decode(pred / vae.config.scaling_factor).sample
         loss = loss + args.pixel_weight * reconstruction_loss(recon, x, args.object_weight)
         run.vae_opt.zero_grad(set_to_none=True)
@@ -432,10 +464,8 @@ def _unet_step(
     if pixel:
         run.vae_opt.step()
     elif decoder_turn:
-        didx = torch.randint(len(train_pool), (args.vae_batch,), generator=gen)
-        x = frames_of(
-            [train_pool[i] for i in didx.tolist()], args.image_size, args.render_size
-        )  # (B, 3, H, W)
+        didx = torch.randint(len(pool), (args.vae_batch,), generator=gen)
+        x = pool.frames(didx.tolist())  # (B, 3, H, W)
         recon = vae.decode(pool_latents[didx] / vae.config.scaling_factor).sample
         dec_loss = reconstruction_loss(recon, x, args.object_weight)
         run.vae_opt.zero_grad(set_to_none=True)
@@ -444,56 +474,63 @@ def _unet_step(
     return loss.item()
 
 
-def _eval_vae(vae, states: Sequence[str], args: TrainRendererArgs) -> dict[str, float]:
+def _eval_vae(vae, held_out: Scenes) -> dict[str, float]:
     was_training = vae.training
     vae.eval()
     with torch.no_grad():
-        x = frames_of(states, args.image_size, args.render_size)
-        recon = vae.decode(vae.encode(x).latent_dist.mode()).sample
+        recon = torch.cat([vae.decode(vae.encode(held_out.frames(idx)).latent_dist.mode()).sample
+                           for idx in _chunks(len(held_out), 64)])  # fmt: skip
     vae.train(was_training)
     frames = ((recon.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
-    return evaluate_frames(states, list(frames))
+    return held_out.evaluate(list(frames))
 
 
-def _scaling_factor(vae, states: Sequence[str], args: TrainRendererArgs) -> float:
-    """1 / std of the VAE's latents, so that the diffusion sees unit-variance data (as SD's 0.18215 does)."""
+def _chunks(n: int, size: int) -> list[range]:
+    return [range(i, min(n, i + size)) for i in range(0, n, size)]
+
+
+def _scaling_factor(vae, pool: Scenes) -> float:
+    """1 / std of the VAE's latents of the pool's first 256 frames, so that the diffusion sees unit-variance data
+    (as SD's 0.18215 does)."""
     with torch.no_grad():
-        z = vae.encode(frames_of(states, args.image_size, args.render_size)).latent_dist.mode()
+        z = vae.encode(pool.frames(range(min(256, len(pool))))).latent_dist.mode()
     return float(1.0 / z.std())
 
 
-def _encode_pool(vae, states: Sequence[str], args: TrainRendererArgs, out: Path) -> torch.Tensor:
+def _encode_pool(vae, pool: Scenes, args: TrainRendererArgs, out: Path) -> torch.Tensor:
     """Scaled latents (P, C, h, w) of every pool state, cached on disk beside the checkpoint."""
     path = out / "pool_latents.pt"
     if path.exists():
         cached = torch.load(path)
-        if cached["n"] == len(states) and cached["scaling_factor"] == vae.config.scaling_factor:
+        if cached["n"] == len(pool) and cached["scaling_factor"] == vae.config.scaling_factor:
             return cached["latents"]
     from tqdm import tqdm
 
     chunks = []
     with torch.no_grad():
-        for i in tqdm(
-            range(0, len(states), 64), desc="renderer latents", unit="batch", disable=not args.progress
+        for idx in tqdm(
+            _chunks(len(pool), 64), desc="renderer latents", unit="batch", disable=not args.progress
         ):
-            z = vae.encode(
-                frames_of(states[i : i + 64], args.image_size, args.render_size)
-            ).latent_dist.mode()
+            z = vae.encode(pool.frames(idx)).latent_dist.mode()
             chunks.append(z * vae.config.scaling_factor)
     latents = torch.cat(chunks)  # (P, C, h, w)
-    atomic_torch_save(
-        {"n": len(states), "scaling_factor": vae.config.scaling_factor, "latents": latents}, path
-    )
+    atomic_torch_save({"n": len(pool), "scaling_factor": vae.config.scaling_factor, "latents": latents}, path)
     return latents
 
 
-def _eval_unet(pipe, states, args: TrainRendererArgs, captioner, out: Path, step: int) -> dict[str, Any]:
+def _eval_unet(
+    pipe, held_out: Scenes, args: TrainRendererArgs, captioner, out: Path, step: int
+) -> dict[str, Any]:
     t = time.time()
-    frames = sample(pipe, states, args.sample_steps, args.guidance, seed=args.seed)
+    frames = sample(pipe, held_out.states, args.sample_steps, args.guidance, seed=args.seed)
     seconds = time.time() - t
-    metrics: dict[str, Any] = evaluate_frames(states, frames, captioner, by_objects=args.eval_set == "varied")
-    metrics["sample_seconds_per_frame"] = seconds / len(states)
-    save_strip(out / "strips" / f"unet_{step:06d}.png", states[:8], frames[:8], args.image_size)
+    metrics: dict[str, Any] = held_out.evaluate(frames, captioner)
+    metrics["sample_seconds_per_frame"] = seconds / len(held_out)
+    save_strip(
+        out / "strips" / f"unet_{step:06d}.png",
+        [held_out.shown(i) for i in range(min(8, len(held_out)))],
+        frames[:8],
+    )
     write_log(out, {"stage": "unet", "step": step, "eval": metrics})
     logger.info("renderer eval at step %d: %s", step, metrics)
     return metrics

@@ -1,6 +1,6 @@
-"""The renderer trainer's parts: the model it starts from (a fresh StableDiffusionPipeline layout with the world's
-word-level tokenizer), its data (world states and their true frames, the reconstruction loss), and its files (the
-saved diffusers folder, strips of samples, the log)."""
+"""The renderer trainer's parts: the model it starts from (a fresh StableDiffusionPipeline layout with the domain's
+word-level tokenizer), its data (states and their true frames: drawn by the built-in world, or recorded from a
+game's clips; the reconstruction loss), and its files (the saved diffusers folder, strips of samples, the log)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ import numpy as np
 import torch
 
 from models.renderer import build_pipeline
+from pipeline.domain import Domain, get_domain
+from pipeline.evaluation.metrics import evaluate_frames, evaluate_screens
 from pipeline.renderer import RenderSettings
 from pipeline.training.image_args import TrainRendererArgs
+from pipeline.training.recorded_frames import RecordedFrames
 from pipeline.utils import atomic_dir, quiet_loading
 
 logger = logging.getLogger(__name__)
@@ -24,20 +27,21 @@ LOG = "log.jsonl"  # one JSON line per logged step, in the run folder
 
 
 # ---- the model -----------------------------------------------------------------------------------------
-def build_tokenizer(max_length: int):  # -> transformers.PreTrainedTokenizerFast
-    """semworld's word-level tokenizer over the world vocabulary, as a transformers fast tokenizer."""
+def build_tokenizer(max_length: int, domain: Domain | None = None):  # -> transformers.PreTrainedTokenizerFast
+    """semworld's word-level tokenizer over the domain's vocabulary (default: the built-in world's), as a
+    transformers fast tokenizer."""
     from pipeline.tokenizer import StateTokenizer
-    from pipeline.training.captioner import world_sentences
+    from pipeline.training.captioner import domain_sentences
 
-    tokenizer = StateTokenizer.build(world_sentences()).to_transformers()
+    tokenizer = StateTokenizer.build(domain_sentences(domain or get_domain("shapes"))).to_transformers()
     tokenizer.model_max_length = max_length
     return tokenizer
 
 
 def fresh_pipeline(args: TrainRendererArgs):  # -> diffusers.StableDiffusionPipeline
-    """The randomly initialised pipeline `args` describe, with the world's word-level tokenizer."""
+    """The randomly initialised pipeline `args` describe, with its domain's word-level tokenizer."""
     with quiet_loading(diffusers=True):  # importing diffusers makes transformers note the absent torchvision
-        return build_pipeline(args.model_config(), build_tokenizer(args.max_length))
+        return build_pipeline(args.model_config(), build_tokenizer(args.max_length, get_domain(args.domain)))
 
 
 def count_parameters(module: torch.nn.Module) -> int:
@@ -117,6 +121,63 @@ def frames_of(states: Sequence[str], size: int, render_size: int | None = None) 
     return x.float().div(127.5).sub(1.0)
 
 
+class DrawnScenes:
+    """States of the built-in world whose frames are drawn when asked (at render_size, resized to size)."""
+
+    def __init__(self, states: Sequence[str], size: int, render_size: int, by_objects: bool = False) -> None:
+        self.states = list(states)
+        self.size, self.render_size, self.by_objects = size, render_size, by_objects
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def frames(self, idx: Sequence[int]) -> torch.Tensor:
+        """The true frames of states idx, (B, 3, size, size) in [-1, 1]."""
+        return frames_of([self.states[i] for i in idx], self.size, self.render_size)
+
+    def shown(self, i: int) -> np.ndarray:
+        """State i's true frame as the renderer should draw it, (size, size, 3) uint8 (for strips)."""
+        import world
+
+        return world.render_state(self.states[i], size=self.size)
+
+    def evaluate(self, frames: Sequence[np.ndarray], captioner: Any = None) -> dict[str, float]:
+        """Drawn frames of every state against the world's (metrics.evaluate_frames)."""
+        return evaluate_frames(self.states, frames, captioner, by_objects=self.by_objects)
+
+
+class RecordedScenes:
+    """States with the screens a recording domain's clips show them with: `screens` (F, H, W, 3) as recorded,
+    and `square` (F, size, size, 3), the same resized (bicubic) to the side the renderer draws."""
+
+    def __init__(self, domain: Domain, recorded: RecordedFrames, size: int) -> None:
+        from PIL import Image
+
+        self.domain, self.states, self.screens = domain, recorded.states, recorded.frames
+        square = [Image.fromarray(f).resize((size, size), Image.Resampling.BICUBIC) for f in recorded.frames]
+        self.square = np.stack([np.asarray(f) for f in square])  # (F, size, size, 3)
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    @property
+    def screen_size(self) -> tuple[int, int]:
+        """(height, width) of the recorded screens: what the saved renderer hands out."""
+        return (int(self.screens.shape[1]), int(self.screens.shape[2]))
+
+    def frames(self, idx: Sequence[int]) -> torch.Tensor:
+        """The true frames of states idx, (B, 3, size, size) in [-1, 1]."""
+        x = torch.from_numpy(self.square[list(idx)]).permute(0, 3, 1, 2)  # (B, H, W, 3) -> (B, 3, H, W)
+        return x.float().div(127.5).sub(1.0)
+
+    def shown(self, i: int) -> np.ndarray:
+        return self.square[i]
+
+    def evaluate(self, frames: Sequence[np.ndarray], captioner: Any = None) -> dict[str, float]:
+        """Drawn frames, resized to the screens' size, against the recorded screens (metrics.evaluate_screens)."""
+        return evaluate_screens(self.domain, self.states, frames, list(self.screens), captioner)
+
+
 def reconstruction_loss(
     recon: torch.Tensor, x: torch.Tensor, object_weight: float, symmetric: bool = True
 ) -> torch.Tensor:
@@ -146,15 +207,12 @@ def rng_state() -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "numpy": np.random.get_state()}
 
 
-def save_strip(path: Path, states: Sequence[str], frames: Sequence[np.ndarray], size: int) -> None:
+def save_strip(path: Path, truth: Sequence[np.ndarray], frames: Sequence[np.ndarray]) -> None:
     """A PNG of (truth | render) pairs, one pair per row."""
     from PIL import Image
 
-    import world
-
     rows = []
-    for s, f in zip(states, frames):
-        t = world.render_state(s, size=f.shape[0])
+    for t, f in zip(truth, frames):
         rows.append(np.concatenate([t, np.full((f.shape[0], 4, 3), 255, np.uint8), f], axis=1))
     strip = np.concatenate(rows, axis=0)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,10 +225,12 @@ def save_renderer(
     directory: Path,
     metrics: dict[str, Any] | None = None,
     dtype: torch.dtype = torch.float16,
+    output_size: int | tuple[int, int] | None = None,
 ) -> None:
     """save_pretrained (safetensors) + renderer.json into `directory`, swapped in atomically. Weights are stored
     in `dtype` (float16 halves the files; loading casts them back to the dtype asked for) from a copy, so the
-    training weights keep their precision."""
+    training weights keep their precision. output_size: the frames' size the renderer hands out (default
+    args.output_size)."""
     import copy
 
     stored = pipe
@@ -185,9 +245,9 @@ def save_renderer(
         quiet_loading(diffusers=True),
     ):  # no "Writing model shards" bar per save
         stored.save_pretrained(tmp, safe_serialization=True)
-        RenderSettings(steps=args.sample_steps, guidance=args.guidance, output_size=args.output_size).save(
-            tmp
-        )
+        RenderSettings(
+            steps=args.sample_steps, guidance=args.guidance, output_size=output_size or args.output_size
+        ).save(tmp)
         if metrics is not None:
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 

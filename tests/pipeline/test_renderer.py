@@ -84,6 +84,19 @@ def test_render_returns_uint8_frames_at_the_output_size(tiny):
     assert tiny.render([]) == []
 
 
+def test_a_height_and_width_output_size_is_kept_through_the_saved_settings(tmp_path):
+    """A game's renderer draws a square and hands out its screen's (height, width), as renderer.json says."""
+    torch.manual_seed(0)
+    args = tiny_args(tmp_path / "run")
+    save_renderer(fresh_pipeline(args), args, tmp_path / "game", output_size=(56, 40))
+    assert json.loads((tmp_path / "game" / "renderer.json").read_text())["output_size"] == [56, 40]
+    renderer = Renderer.from_pretrained(tmp_path / "game", device="cpu")
+    assert renderer.size == (56, 40) and "frames resized to 40x56" in renderer.settings.describe()
+    assert renderer.render(STATES[:1])[0].shape == (56, 40, 3)
+    with pytest.raises(ValueError, match="output_size"):
+        RenderSettings(output_size=(56, 40, 3))
+
+
 def test_same_generator_seed_gives_the_same_frames(tiny):
     a = tiny.render(STATES, generator=torch.Generator().manual_seed(3))
     b = tiny.render(STATES, generator=torch.Generator().manual_seed(3))

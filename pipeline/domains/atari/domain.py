@@ -94,6 +94,10 @@ class AtariDomain:
         except ValueError:
             return None
 
+    def locate(self, frame: np.ndarray) -> dict[str, tuple[float, float] | None] | None:
+        """Where the objects are drawn on a 210 x 160 screen, read from its pixels (games.Game.locate)."""
+        return self.game.locate(frame)
+
     def simulator(
         self, index: int, seed: int = 0, policy: str = "mix", sticky: float = 0.0
     ) -> tuple[Emulator, Policy]:

@@ -84,6 +84,12 @@ class Game:
         the game does not say."""
         return None
 
+    def locate(self, frame: np.ndarray) -> dict[str, tuple[float, float] | None] | None:
+        """Where the game's objects are drawn on a 210 x 160 screen (row, column of each object's middle, None
+        for one not on the screen), read from the pixels alone: how far a drawn frame puts things from where
+        the true frame has them. None when the game does not say."""
+        return None
+
     @property
     def vocabulary(self) -> frozenset[str]:
         return frozenset(self.keywords) | frozenset(NUMBERS)
@@ -192,6 +198,29 @@ class Pong(Game):
         player = (row(QUANTUM * f["player"] - 4.7), 141.5)
         enemy = (row(QUANTUM * f["enemy"] - 7.2), 17.5)
         return [*where, None, player, None, enemy, None, (10.0, 122.0), (10.0, 36.0), None]
+
+    def locate(self, frame: np.ndarray) -> dict[str, tuple[float, float] | None] | None:
+        """The ball, the player's paddle and the computer's paddle, found by colour inside the court (rows
+        34..193): the ball is the near-white pixels (the walls above and below the court are the same white), the
+        paddles the green pixels of columns 140..143 and the orange ones of columns 16..19. Tolerant of video
+        compression and of a renderer's soft edges."""
+        court = np.asarray(frame[34:194], dtype=np.int32)  # (160, 160, 3)
+        r, g, b = court[..., 0], court[..., 1], court[..., 2]
+        white = np.minimum(np.minimum(r, g), b) > 180
+        green = (g > r + 50) & (g > b + 50)
+        orange = (r > 170) & (g > 90) & (g < 170) & (b < 120)
+
+        def middle(mask: np.ndarray, first_col: int = 0) -> tuple[float, float] | None:
+            rows, cols = np.nonzero(mask)
+            if len(rows) < 2:
+                return None
+            return (float(rows.mean()) + 34, float(cols.mean()) + first_col)
+
+        return {
+            "ball": middle(white),
+            "player": middle(green[:, 140:144], 140),
+            "enemy": middle(orange[:, 16:20], 16),
+        }
 
     def track(self, ram: np.ndarray) -> str:
         if int(ram[54]) == 0:

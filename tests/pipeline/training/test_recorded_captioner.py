@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from pipeline.domain import get_domain
-from pipeline.training.captioner import caption_scores, domain_sentences, place_targets
+from pipeline.evaluation.metrics import caption_scores
+from pipeline.training.captioner import domain_sentences, place_targets
 
 
 def test_caption_scores_break_a_game_state_down_by_field():

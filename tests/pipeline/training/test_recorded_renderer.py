@@ -1,0 +1,95 @@
+"""A renderer for a domain that records its clips (an Atari game): objects found on its screens by colour, how far
+a drawn screen puts them from the truth's, and the recipe path from recorded clips to a renderer that hands out
+frames of the screen's size."""
+
+import json
+
+import numpy as np
+import pytest
+
+from pipeline.domain import get_domain
+from pipeline.evaluation.metrics import position_errors
+
+
+def _screens(n: int, seed: int = 2) -> tuple[list[np.ndarray], list[str]]:
+    pong = get_domain("pong")
+    emu, policy = pong.simulator(1, seed=seed)
+    screens, states = [], []
+    for _ in range(n):
+        emu.step(policy(emu.ram()))
+        screens.append(emu.screen())
+        states.append(emu.state())
+    return screens, states
+
+
+def test_pong_objects_are_found_where_the_state_puts_them():
+    """On the emulator's screens, each object's middle found by colour lies within 3 pixels of where the state's
+    bin says it is read (the bins are 4 RAM units), and the ball is found when the state has one, except over
+    the walls (the same white)."""
+    pytest.importorskip("ale_py")
+    pong = get_domain("pong")
+    screens, states = _screens(300)
+    found = 0
+    for screen, state in zip(screens, states):
+        where, places = pong.locate(screen), pong.word_places(state)
+        if state.startswith("ball none"):
+            assert where["ball"] is None
+        elif where["ball"] is None:
+            assert not 36 < places[1][0] < 190  # lost only against a wall
+        if where["ball"] is not None:
+            assert abs(where["ball"][0] - places[1][0]) <= 3.5 and abs(where["ball"][1] - places[1][1]) <= 2.5
+            found += 1
+        player = state.split().index("player") + 1
+        assert abs(where["player"][0] - places[player][0]) <= 3.5
+    assert found > 100
+
+
+def test_position_errors_measure_how_far_objects_are_drawn_from_the_truth():
+    """The court moved down by 3 rows is 3 pixels off for every object; a frame without its ball shows no ball."""
+    pytest.importorskip("ale_py")
+    pong = get_domain("pong")
+    screens, _ = _screens(200)
+    mid_court = [s for s in screens if 50 < (pong.locate(s)["ball"] or (0,))[0] < 170]
+    with_ball = mid_court[:20]
+    moved = []
+    for s in with_ball:
+        m = s.copy()
+        m[37:194] = s[34:191]  # the court's pixels 3 rows lower
+        moved.append(m)
+    errors = position_errors(pong, moved, with_ball)
+    assert len(with_ball) == 20 and errors["position_px[ball]"] == pytest.approx(3.0, abs=0.01)
+    assert errors["position_px[player]"] == pytest.approx(3.0, abs=0.5)  # a paddle may meet the bottom wall
+    assert errors["shown_acc[ball]"] == 1.0
+    erased = [s.copy() for s in with_ball]
+    for e in erased:
+        court = e[34:194]
+        court[(court == 236).all(-1)] = (144, 72, 17)  # the ball painted over with the background
+    assert position_errors(pong, erased, with_ball)["shown_acc[ball]"] == 0.0
+    assert position_errors(get_domain("shapes"), with_ball, with_ball) == {}  # a domain that finds no objects
+
+
+@pytest.mark.integration
+def test_train_all_builds_a_game_renderer_that_draws_screens_of_the_games_size(tmp_path):
+    pytest.importorskip("ale_py")
+    from pipeline.renderer import Renderer
+    from pipeline.training.all import train_all
+    from pipeline.training.args import TrainAllArgs
+
+    summary = train_all(TrainAllArgs(out=str(tmp_path / "w"), run_dir=str(tmp_path / "run"), domain="pong",
+                                     stages=["renderer"], quick=True, progress=False))  # fmt: skip
+    index = json.loads((tmp_path / "w" / "model_index.json").read_text())
+    assert index["domain"] == "pong" and index["renderer"] == ["diffusers", "StableDiffusionPipeline"]
+    assert {"psnr", "ssim", "shown_acc[ball]"} <= set(summary["renderer"]["metrics"])
+    renderer = Renderer.from_pretrained(tmp_path / "w" / "renderer", device="cpu")
+    assert renderer.size == (210, 160)
+    frames = renderer.render(
+        ["ball 20 30 player 20 enemy 12 score 1 2 .", "ball none player 8 enemy 8 score 0 0 ."]
+    )
+    assert [f.shape for f in frames] == [(210, 160, 3)] * 2
+    vocab = set(renderer.pipe.tokenizer.get_vocab())
+    assert {
+        "ball",
+        "player",
+        "enemy",
+        "none",
+    } <= vocab and "circle" not in vocab  # the game's words, not the world's
