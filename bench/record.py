@@ -8,6 +8,13 @@ from pathlib import Path
 from typing import Any
 
 
+def add_record_flags(parser: argparse.ArgumentParser, threads: int = 1) -> None:
+    """The flags every scoring benchmark shares: --threads (torch threads) and --out (write the numbers there as
+    one JSON file, `write_record`)."""
+    parser.add_argument("--threads", type=int, default=threads, help="torch threads (default %(default)s)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the numbers as one JSON file here")
+
+
 def write_record(path: Path, args: argparse.Namespace, **numbers: Any) -> None:
     """{"args": every argument as a string, **numbers} as JSON at `path` (its folder made if missing)."""
     path.parent.mkdir(parents=True, exist_ok=True)

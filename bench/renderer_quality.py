@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench.record import write_record
+from bench.record import add_record_flags, write_record
 from pipeline.captioner import Captioner
 from pipeline.domain import get_domain
 from pipeline.evaluation.metrics import evaluate_frames, psnr, scene_groups
@@ -84,8 +84,7 @@ def main() -> None:
         default=VARIED_SEED,
         help="varied set's seed (the reported one; the renderer's training chose best/ on seed 1000)",
     )
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="also write the rows as one JSON file")
+    add_record_flags(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import world

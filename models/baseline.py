@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import GPT2Config, GPT2Model
 
+from models.checks import check_token_ids
 from models.hub import SavedModel
 from models.shape import SHAPE_FIELDS, PredictorConfig
 
@@ -223,22 +224,10 @@ class BaselineModel(SavedModel):
 
     # Input checks ----------------------------------------------------------------------------------------------
     def _check_ids(self, token_ids: Tensor, n_sentences: int, what: str) -> None:
-        cfg = self.config
-        expected = f"(B, {n_sentences}, {cfg.N})"
-        if not isinstance(token_ids, Tensor):
-            raise ValueError(
-                f"{what} must be a LongTensor of shape {expected}, got {type(token_ids).__name__}"
-            )
-        if token_ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"{what} must hold integer token ids, got dtype {token_ids.dtype}")
-        shape = tuple(token_ids.shape)
-        if token_ids.dim() != 3 or shape[0] < 1 or shape[1] != n_sentences or shape[2] != cfg.N:
-            raise ValueError(f"{what} must have shape {expected} with B >= 1, got {shape}")
-        if token_ids.numel() and (int(token_ids.min()) < 0 or int(token_ids.max()) >= cfg.vocab_size):
-            raise ValueError(
-                f"{what} ids must lie in [0, vocab_size={cfg.vocab_size}) ([BOS]/[EOS] are internal), "
-                f"got range [{int(token_ids.min())}, {int(token_ids.max())}]"
-            )
+        axis = "T+1" if n_sentences == self.config.T + 1 else "T"
+        check_token_ids(
+            token_ids, n_sentences, self.config.N, name=what, axis=axis, vocab_size=self.config.vocab_size
+        )
 
     # Packing ---------------------------------------------------------------------------------------------------
     def pack(self, token_ids: Tensor, side: str = "left") -> PackedWindow:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
+from models.checks import check_token_ids
 from models.four_tensor_input import FourTensorConfig, InputConstruction, fiber_norm
 from models.four_tensor_layers import FourTensorLayer, LayerStep, SlotGrid, pack_slots
 from models.hub import SavedModel
@@ -113,16 +114,7 @@ class FourTensorModel(SavedModel):
 
     # --- input checks ---------------------------------------------------------------------------------------------
     def _check_ids(self, token_ids: Tensor, n_sentences: int, what: str) -> None:
-        c = self.config
-        expected = f"(B, {what}, N) = (B, {n_sentences}, {c.N}) with B >= 1"
-        if not isinstance(token_ids, Tensor):
-            raise ValueError(
-                f"token_ids: expected a LongTensor of shape {expected}, got {type(token_ids).__name__}"
-            )
-        if token_ids.dim() != 3 or token_ids.shape[0] < 1 or tuple(token_ids.shape[1:]) != (n_sentences, c.N):
-            raise ValueError(f"token_ids: expected shape {expected}, got {tuple(token_ids.shape)}")
-        if token_ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"token_ids: expected integer ids (torch.long), got dtype {token_ids.dtype}")
+        check_token_ids(token_ids, n_sentences, self.config.N, name="token_ids", axis=what)
 
     # --- forward --------------------------------------------------------------------------------------------------
     def readout_matrix(self) -> Tensor:

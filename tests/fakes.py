@@ -302,6 +302,19 @@ def build_tiny_weights(root: Path) -> Path:
     return root
 
 
+def build_quick_game_stage(
+    root: Path, stage: str, game: str = "pong"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`semworld train all --quick --domain GAME --stages STAGE` into root/w (runs in root/run): the summary and
+    the model_index.json it wrote."""
+    from pipeline.training.all import train_all
+    from pipeline.training.args import TrainAllArgs
+
+    summary = train_all(TrainAllArgs(out=str(root / "w"), run_dir=str(root / "run"), domain=game, stages=[stage],
+                                     quick=True, progress=False))  # fmt: skip
+    return summary, json.loads((root / "w" / "model_index.json").read_text())
+
+
 class ToyDomain:
     """A domain of two states, "up" and "down"; a change between them is a "flip"."""
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 import world
+from bench.record import add_record_flags
 from pipeline.predictor import Predictor
 from pipeline.utils import canonical_state
 
@@ -48,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--predictor", action="append", required=True, help="LABEL=FOLDER (repeatable)")
     p.add_argument("--clips", type=int, default=40)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", default=None, help="also write the rates here as JSON")
+    add_record_flags(p)
     ns = p.parse_args(argv)
     torch.set_num_threads(ns.threads)
     records = world.sequences("hide", ns.clips, seed=ns.seed, length=20, split="test")

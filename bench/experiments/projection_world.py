@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from bench.record import write_record
+from bench.record import add_record_flags, write_record
 from pipeline.evaluation.world import (
     DEFAULT_MIN_HISTORY,
     CopyLast,
@@ -40,8 +40,7 @@ def main() -> None:
     )
     ap.add_argument("--top-k", type=int, default=5)
     ap.add_argument("--beam", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=None, help="write every result as one JSON file")
+    add_record_flags(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import world

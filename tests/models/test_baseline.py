@@ -103,8 +103,8 @@ def test_gpt2_layout_matches_section_7():
 @pytest.mark.parametrize(
     "bad, message",
     [
-        (torch.zeros(T + 1, N, dtype=torch.long), r"shape \(B, 4, 5\) with B >= 1, got \(4, 5\)"),
-        (torch.zeros(2, T, N, dtype=torch.long), r"shape \(B, 4, 5\) with B >= 1, got \(2, 3, 5\)"),
+        (torch.zeros(T + 1, N, dtype=torch.long), r"= \(B, 4, 5\) with B >= 1, got \(4, 5\)"),
+        (torch.zeros(2, T, N, dtype=torch.long), r"= \(B, 4, 5\) with B >= 1, got \(2, 3, 5\)"),
         (torch.zeros(2, T + 1, N + 1, dtype=torch.long), r"got \(2, 4, 6\)"),
         (torch.zeros(0, T + 1, N, dtype=torch.long), r"got \(0, 4, 5\)"),
         (torch.zeros(2, T + 1, N), "integer token ids"),
@@ -120,7 +120,7 @@ def test_rejects_bad_inputs(bad, message):
 
 
 def test_predict_next_rejects_full_window():
-    with pytest.raises(ValueError, match=r"token_ids must have shape \(B, 3, 5\)"):
+    with pytest.raises(ValueError, match=r"token_ids: expected shape \(B, T, N\) = \(B, 3, 5\)"):
         tiny_model().predict_next(torch.ones(1, T + 1, N, dtype=torch.long))
 
 

@@ -454,7 +454,7 @@ def test_wrong_window_shapes_raise_value_error_naming_the_expected_shape():
         model.training_step(full[:0])
     with pytest.raises(ValueError, match=r"\(B, T, N\) = \(B, 3, 5\)"):
         model(full)  # the forward takes the prefix only
-    with pytest.raises(ValueError, match="integer ids"):
+    with pytest.raises(ValueError, match="integer token ids"):
         model.training_step(full.double())
     assert c.T == 3
 

@@ -9,6 +9,7 @@ import pytest
 from pipeline.domain import get_domain
 from pipeline.evaluation.metrics import caption_scores
 from pipeline.training.captioner import domain_sentences, place_targets
+from tests.fakes import build_quick_game_stage
 
 
 def test_caption_scores_break_a_game_state_down_by_field():
@@ -65,12 +66,8 @@ def test_recorded_frames_are_the_decoded_clips_one_per_state(tmp_path):
 def test_train_all_builds_a_game_captioner_that_loads_for_its_game(tmp_path):
     pytest.importorskip("ale_py")
     from pipeline.captioner import Captioner
-    from pipeline.training.all import train_all
-    from pipeline.training.args import TrainAllArgs
 
-    summary = train_all(TrainAllArgs(out=str(tmp_path / "w"), run_dir=str(tmp_path / "run"), domain="pong",
-                                     stages=["captioner"], quick=True, progress=False))  # fmt: skip
-    index = json.loads((tmp_path / "w" / "model_index.json").read_text())
+    summary, index = build_quick_game_stage(tmp_path, "captioner")
     assert index["domain"] == "pong"
     assert index["captioner"] == ["transformers", "BlipForConditionalGeneration"]
     metrics = summary["captioner"]["metrics"]

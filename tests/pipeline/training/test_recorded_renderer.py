@@ -2,13 +2,12 @@
 a drawn screen puts them from the truth's, and the recipe path from recorded clips to a renderer that hands out
 frames of the screen's size."""
 
-import json
-
 import numpy as np
 import pytest
 
 from pipeline.domain import get_domain
 from pipeline.evaluation.metrics import position_errors
+from tests.fakes import build_quick_game_stage
 
 
 def _screens(n: int, seed: int = 2) -> tuple[list[np.ndarray], list[str]]:
@@ -72,12 +71,8 @@ def test_position_errors_measure_how_far_objects_are_drawn_from_the_truth():
 def test_train_all_builds_a_game_renderer_that_draws_screens_of_the_games_size(tmp_path):
     pytest.importorskip("ale_py")
     from pipeline.renderer import Renderer
-    from pipeline.training.all import train_all
-    from pipeline.training.args import TrainAllArgs
 
-    summary = train_all(TrainAllArgs(out=str(tmp_path / "w"), run_dir=str(tmp_path / "run"), domain="pong",
-                                     stages=["renderer"], quick=True, progress=False))  # fmt: skip
-    index = json.loads((tmp_path / "w" / "model_index.json").read_text())
+    summary, index = build_quick_game_stage(tmp_path, "renderer")
     assert index["domain"] == "pong" and index["renderer"] == ["diffusers", "StableDiffusionPipeline"]
     assert {"psnr", "ssim", "shown_acc[ball]"} <= set(summary["renderer"]["metrics"])
     renderer = Renderer.from_pretrained(tmp_path / "w" / "renderer", device="cpu")
