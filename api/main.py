@@ -30,7 +30,7 @@ from api.deps import require_api_key
 from api.engine import Engine
 from api.jobs import JobStore, JobWorker, short_reason, store_unavailable
 from api.metrics import Metrics, merge_expositions
-from api.routes import docs, health, jobs, pages, plan, predict, rollout, samples
+from api.routes import docs, health, jobs, model, pages, plan, predict, rollout, samples
 from api.routes.pages import STATIC_DIR
 from api.schemas import ErrorResponse, predict_payload
 from api.settings import Settings
@@ -357,8 +357,8 @@ def create_app(settings: Settings | None = None, stages: WorldModelPipeline | No
     metrics.watch_jobs(
         job_counts, lambda: app.state.store.disk_bytes if getattr(app.state, "store", None) else 0
     )
-    for router in (health.router, predict.router, rollout.router, plan.router, jobs.router, samples.router, pages.router,
-                   docs.router):  # fmt: skip
+    for router in (health.router, model.router, predict.router, rollout.router, plan.router, jobs.router,
+                   samples.router, pages.router, docs.router):  # fmt: skip
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.mount(docs.ASSETS_URL, docs.assets(), name="docs-assets")

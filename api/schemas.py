@@ -191,6 +191,21 @@ class ReadyResponse(BaseModel):
     warmup_seconds: float | None = None
 
 
+class ModelInfo(BaseModel):
+    """The loaded weights: the domain their states are written in, the action words their predictor forecasts
+    under (empty: states alone), which image stages are there, and the states it reads and produces."""
+
+    domain: str = Field(examples=["pong"])
+    description: str = Field(description="what the domain's states describe, in one line")
+    actions: list[str] = Field(
+        examples=[["stay", "up", "down"]], description="empty for a predictor of states alone"
+    )
+    captioner: bool = Field(description="clips can be read (POST /v1/predict, /v1/jobs)")
+    renderer: bool = Field(description="states can be drawn (frames in every response)")
+    context: int | None = Field(None, description="the states the predictor reads at once (T), when it says")
+    state_rate: float | None = Field(None, description="states per second a clip is read at by default")
+
+
 class SampleInfo(BaseModel):
     name: str = Field(examples=["world-bounce-0.mp4"])
     url: str = Field(examples=["/v1/samples/world-bounce-0.mp4"])

@@ -1,1 +1,1 @@
-"""One router per resource: predict, rollout, jobs, samples, health, pages."""
+"""One router per resource: model, predict, rollout, plan, jobs, samples, health, pages, docs."""

@@ -1,5 +1,7 @@
 // semworld web page: upload a clip (or pick a sample) as a job, follow its progress, show observed and
-// predicted frames with their states, and re-roll the future from an edited state through /v1/rollout.
+// predicted frames with their states, and re-roll the future from an edited state through /v1/rollout. With
+// weights that forecast under actions and draw frames (a game's), play the game inside the model: each key press
+// asks /v1/rollout for the next state under that key's action.
 "use strict";
 
 const STAGES = ["decode", "caption", "predict", "render", "encode"];
@@ -156,7 +158,9 @@ function showResult(result) {
   current.predicted = result.predicted_states;
   current.predictedFrames = result.frames;
   current.observedFrames = result.observed_frames || [];
+  current.actions = result.actions || [];
   render();
+  offerPlay();
 }
 
 function render() {
@@ -210,6 +214,128 @@ async function reroll(index, edited) {
   } catch (err) {
     setStatus(`re-roll failed: ${err.message}`, true);
   }
+}
+
+// ---- play mode ----------------------------------------------------------------------------------------------
+// The keys of the action words: direction words on the arrow keys, a word for doing nothing on the space bar,
+// every other word on 1..9 (the words come from /v1/model: the page knows no game).
+const ARROWS = { up: "ArrowUp", down: "ArrowDown", left: "ArrowLeft", right: "ArrowRight" };
+const IDLE = ["stay", "noop", "none", "wait"];
+const KEY_NAMES = { ArrowUp: "↑", ArrowDown: "↓", ArrowLeft: "←", ArrowRight: "→", " ": "space" };
+const PLAY_HISTORY = 32;  // states sent with each step; the predictor's memory carries what came before
+let model = null;  // GET /v1/model: the weights' domain, action words and stages
+let play = null;   // the game being played: its states, the actions between them, the times from key to frame
+
+async function loadModel() {
+  try { model = await (await api("/v1/model")).json(); } catch (_) { model = null; }
+  return model;
+}
+
+async function offerPlay() {
+  const info = model || await loadModel();
+  $("#play-offer").hidden = !(info && info.actions.length && info.renderer && current.observedFrames.length);
+}
+
+function actionKeys(actions) {
+  const keys = {};
+  let digit = 1;
+  for (const word of actions) {
+    if (ARROWS[word]) keys[ARROWS[word]] = word;
+    else if (IDLE.includes(word) && !keys[" "]) keys[" "] = word;
+    else if (digit <= 9) keys[String(digit++)] = word;
+  }
+  return keys;
+}
+
+function startPlay() {
+  const n = current.observed.length;
+  // the clip's own actions between its states when the result has them (null: not known)
+  const between = current.observed.slice(0, -1).map((_, i) => current.actions[i] ?? null);
+  play = { states: [...current.observed], actions: between, keys: actionKeys(model.actions), busy: false,
+           pending: null, latencies: [] };
+  const box = $("#play-keys");
+  box.replaceChildren();
+  for (const [key, word] of Object.entries(play.keys).sort((a, b) => model.actions.indexOf(a[1]) -
+                                                                       model.actions.indexOf(b[1]))) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.dataset.action = word;
+    b.innerHTML = `<kbd>${KEY_NAMES[key] || key}</kbd>`;
+    b.append(` ${word}`);
+    b.addEventListener("click", () => step(word, performance.now()));
+    box.appendChild(b);
+  }
+  $("#play-log").replaceChildren();
+  $("#play-latency").textContent = "press a key: the model forecasts the next state under its action and draws it";
+  showPlayState(current.observedFrames[n - 1], null);
+  $("#play").hidden = false;
+  $("#play").scrollIntoView({ block: "nearest" });
+}
+
+function showPlayState(frame, action) {
+  if (frame) $("#play-frame").src = `data:image/png;base64,${frame}`;
+  const t = play.states.length - 1;
+  const n = current.observed.length;
+  $("#play-t").textContent = t < n ? `t=${t} (the clip's last state)` : `t=${t} (imagined, ${t - n + 1} steps in)`;
+  $("#play-state").textContent = play.states[t];
+  if (action) {
+    const li = document.createElement("li");
+    li.textContent = `${action} → ${play.states[t]}`;
+    $("#play-log").prepend(li);
+  }
+}
+
+function median(values) {
+  const s = [...values].sort((a, b) => a - b);
+  return s[Math.floor((s.length - 1) / 2)];
+}
+
+async function step(action, pressed) {
+  if (play.busy) { play.pending = [action, pressed]; return; }  // the latest key waits; older ones are dropped
+  play.busy = true;
+  const button = $(`#play-keys button[data-action="${action}"]`);
+  if (button) button.classList.add("pressed");
+  try {
+    const from = Math.max(0, play.states.length - PLAY_HISTORY);
+    const body = {
+      states: play.states.slice(from),
+      actions: [...play.actions.slice(from), action],  // one after each given state; the last is the key's
+      horizon: 1,
+      seed: play.states.length,
+      steps: $("#steps").value ? Number($("#steps").value) : null,
+    };
+    const res = await (await api("/v1/rollout", {
+      method: "POST", body: JSON.stringify(body), headers: { "Content-Type": "application/json" },
+    })).json();
+    play.states.push(res.predicted_states[0]);
+    play.actions.push(action);
+    showPlayState(res.frames[0], action);
+    await $("#play-frame").decode();
+    const ms = performance.now() - pressed;
+    play.latencies.push(ms);
+    const el = $("#play-latency");
+    el.dataset.median = median(play.latencies).toFixed(0);
+    el.textContent = `key to frame: ${ms.toFixed(0)} ms (median ${el.dataset.median} ms over ` +
+      `${play.latencies.length} steps)`;
+  } catch (err) {
+    setStatus(`play: ${err.message}`, true);
+  } finally {
+    if (button) button.classList.remove("pressed");
+    play.busy = false;
+    if (play.pending) {
+      const [next, at] = play.pending;
+      play.pending = null;
+      step(next, at);
+    }
+  }
+}
+
+function playKey(event) {
+  if (!play || $("#play").hidden || event.target.matches("input, textarea, select")) return;
+  const action = play.keys[event.key];
+  if (!action) return;
+  event.preventDefault();  // the arrows and the space bar would scroll the page
+  step(action, performance.now());
 }
 
 async function blobUrl(path) {
@@ -275,6 +401,7 @@ async function submit(event) {
   event.preventDefault();
   $("#predict-btn").disabled = true;
   $("#results").hidden = true;
+  $("#play").hidden = true;
   showWarning([]);
   try {
     const { blob, name } = await clipBlob();
@@ -313,5 +440,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#api-key").value = localStorage.getItem("semworld-key") || "";
   $("#predict-form").addEventListener("submit", submit);
   $("#cancel-btn").addEventListener("click", cancel);
+  $("#play-btn").addEventListener("click", startPlay);
+  $("#play-restart").addEventListener("click", startPlay);
+  document.addEventListener("keydown", playKey);
   loadSamples();
 });
