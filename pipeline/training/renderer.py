@@ -330,7 +330,8 @@ def fit_vae(run: RendererRun, pool: Scenes, held_out: Scenes) -> None:
         posterior = vae.encode(x).latent_dist
         latent = posterior.sample(generator=gen) if args.vae_sample else posterior.mode()
         recon = vae.decode(latent).sample
-        rec = reconstruction_loss(recon, x, args.object_weight, symmetric=args.vae_object_pixels == "both")
+        rec = reconstruction_loss(recon, x, args.object_weight, symmetric=args.vae_object_pixels == "both",
+                                  background=pool.background)  # fmt: skip
         kl = posterior.kl().mean() / x[0].numel()
         loss = rec + args.kl_weight * kl
         run.vae_opt.zero_grad(set_to_none=True)
@@ -455,7 +456,9 @@ def _unet_step(
         # UNet and decoder can carry what the frozen encoder's latents miss (a ball against a box).
         x = pool.frames(idx.tolist())  # (B, 3, H, W)
         recon = vae.decode(pred / vae.config.scaling_factor).sample
-        loss = loss + args.pixel_weight * reconstruction_loss(recon, x, args.object_weight)
+        loss = loss + args.pixel_weight * reconstruction_loss(
+            recon, x, args.object_weight, background=pool.background
+        )
         run.vae_opt.zero_grad(set_to_none=True)
     run.unet_opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -467,7 +470,7 @@ def _unet_step(
         didx = torch.randint(len(pool), (args.vae_batch,), generator=gen)
         x = pool.frames(didx.tolist())  # (B, 3, H, W)
         recon = vae.decode(pool_latents[didx] / vae.config.scaling_factor).sample
-        dec_loss = reconstruction_loss(recon, x, args.object_weight)
+        dec_loss = reconstruction_loss(recon, x, args.object_weight, background=pool.background)
         run.vae_opt.zero_grad(set_to_none=True)
         dec_loss.backward()
         run.vae_opt.step()

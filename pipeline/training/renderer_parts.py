@@ -124,6 +124,8 @@ def frames_of(states: Sequence[str], size: int, render_size: int | None = None) 
 class DrawnScenes:
     """States of the built-in world whose frames are drawn when asked (at render_size, resized to size)."""
 
+    background = "corner"  # the room's colour fills the corner (reconstruction_loss)
+
     def __init__(self, states: Sequence[str], size: int, render_size: int, by_objects: bool = False) -> None:
         self.states = list(states)
         self.size, self.render_size, self.by_objects = size, render_size, by_objects
@@ -149,6 +151,8 @@ class DrawnScenes:
 class RecordedScenes:
     """States with the screens a recording domain's clips show them with: `screens` (F, H, W, 3) as recorded,
     and `square` (F, size, size, 3), the same resized (bicubic) to the side the renderer draws."""
+
+    background = "median"  # a screen's corner need not be its background (reconstruction_loss)
 
     def __init__(self, domain: Domain, recorded: RecordedFrames, size: int) -> None:
         from PIL import Image
@@ -179,16 +183,27 @@ class RecordedScenes:
 
 
 def reconstruction_loss(
-    recon: torch.Tensor, x: torch.Tensor, object_weight: float, symmetric: bool = True
+    recon: torch.Tensor,
+    x: torch.Tensor,
+    object_weight: float,
+    symmetric: bool = True,
+    background: str = "corner",
 ) -> torch.Tensor:
     """Weighted L1 + MSE of frames (B, 3, H, W) in [-1, 1]. Objects cover a few percent of a frame: pixels that
-    differ from the room's colour (the corner pixel) in the truth, and with `symmetric` also those that differ in
-    the reconstruction, weigh object_weight times more, or the VAE learns the background long before the sprites.
+    differ from the background's colour in the truth, and with `symmetric` also those that differ in the
+    reconstruction, weigh object_weight times more, or the VAE learns the background long before the sprites.
+    The background is the corner pixel ("corner": the built-in world's room) or each channel's median over the
+    frame ("median": a game's screen, whose corner may be another colour, as Pong's black top-left strip is).
     Symmetric, drawing a box's corners where a ball leaves the room visible costs as much as the converse (the
     truth's pixels alone let it draw every ball as a box); but from a random start every blurred halo of the
     reconstruction weighs as much as a sprite, so the VAE stage from scratch uses the truth's alone
     (TrainRendererArgs.vae_object_pixels)."""
-    room = x[:, :, :1, :1]  # (B, 3, 1, 1)
+    if background == "median":
+        room = x.flatten(2).median(dim=2).values[:, :, None, None]  # (B, 3, 1, 1)
+    elif background == "corner":
+        room = x[:, :, :1, :1]  # (B, 3, 1, 1)
+    else:
+        raise ValueError(f"background must be 'corner' or 'median', got {background!r}")
     differs = (x - room).abs().sum(1, keepdim=True) > 0.05  # (B, 1, H, W)
     if symmetric:
         differs = differs | ((recon.detach() - room).abs().sum(1, keepdim=True) > 0.1)
