@@ -1,6 +1,8 @@
 """The pixel-space baseline: a SimVP-style video predictor (convolutional encoder, a temporal translator over the
 stacked frames' features, convolutional decoder) that forecasts the next frame from the last `context` frames and
-rolls itself out autoregressively. It is what semworld is measured against: same world, same context.
+rolls itself out autoregressively. It is what semworld is measured against: same world, same context. With action
+words (a game), the action taken after the last context frame is a learned vector added to the translator's
+features everywhere, as semworld's predictor adds its action embedding to the slice it conditions.
 
 Notation used for tensor shapes:
     B  batch          T  context frames (config.context)       K  frames a rollout predicts
@@ -39,6 +41,7 @@ class PixelConfig:
         receptive field that carries motion across the latent) and a pointwise MLP; SimVP v2's gSTA, simplified.
     kernel: side of the translator's depthwise kernel (odd).
     residual: predict the next frame as the last frame plus a change (else the frame itself).
+    actions: the action words it forecasts under, in id order (empty: frames alone).
     """
 
     context: int = 4
@@ -49,8 +52,14 @@ class PixelConfig:
     translator_blocks: int = 4
     kernel: int = 7
     residual: bool = True
+    actions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "actions", tuple(self.actions))
+        if len(set(self.actions)) != len(self.actions) or not all(
+            isinstance(a, str) and a for a in self.actions
+        ):
+            raise ValueError(f"PixelConfig.actions must be distinct non-empty words, got {self.actions!r}")
         check_at_least(
             self, ("context", "hid_s", "hid_t", "translator_blocks"), label="PixelConfig.{}".format
         )
@@ -130,8 +139,12 @@ class Translator(nn.Module):
         )
         self.out = nn.Conv2d(cfg.hid_t, cfg.hid_s, 1)
 
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return self.out(self.blocks(self.inp(z)))
+    def forward(self, z: torch.Tensor, condition: torch.Tensor | None = None) -> torch.Tensor:
+        """z (B, T*Cs, L, L), condition (B, Ct) or None -> (B, Cs, L, L)."""
+        h = self.inp(z)  # (B, Ct, L, L)
+        if condition is not None:
+            h = h + condition[:, :, None, None]
+        return self.out(self.blocks(h))
 
 
 class Decoder(nn.Module):
@@ -163,6 +176,7 @@ class PixelModel(SavedModel):
         self.encoder = Encoder(config)
         self.translator = Translator(config)
         self.decoder = Decoder(config)
+        self.action_embed = nn.Embedding(len(config.actions), config.hid_t) if config.actions else None
 
     def check_frames(self, frames: torch.Tensor, name: str = "frames") -> None:
         """Raise a ValueError naming `name` unless it is (B, T, 3, S, S) with this config's T and S."""
@@ -172,38 +186,56 @@ class PixelModel(SavedModel):
                 f"{name} must be (B, {cfg.context}, 3, {cfg.image_size}, {cfg.image_size}), got {tuple(frames.shape)}"
             )
 
-    def forward(self, frames: torch.Tensor) -> torch.Tensor:
-        """frames (B, T, C, S, S) in [0, 1] -> the next frame (B, C, S, S), clamped to [0, 1]."""
+    def _condition(self, actions: torch.Tensor | None, b: int) -> torch.Tensor | None:
+        """The translator's action vector (B, Ct) for action ids (B,); None for a model of frames alone."""
+        if self.action_embed is None:
+            if actions is not None:
+                raise ValueError("actions: this pixel model forecasts from frames alone")
+            return None
+        if actions is None or tuple(actions.shape) != (b,):
+            got = None if actions is None else tuple(actions.shape)
+            raise ValueError(f"actions must be ({b},) ids of {self.config.actions}, got {got}")
+        return self.action_embed(actions)
+
+    def forward(self, frames: torch.Tensor, actions: torch.Tensor | None = None) -> torch.Tensor:
+        """frames (B, T, C, S, S) in [0, 1], actions (B,) (the action after the last frame; a model with action
+        words only) -> the next frame (B, C, S, S), clamped to [0, 1]."""
         self.check_frames(frames)
         b = frames.shape[0]
+        condition = self._condition(actions, b)
         flat = rearrange(frames, "b t c h w -> (b t) c h w")
         z, skip = self.encoder(flat)  # (B*T, Cs, L, L), (B*T, Cs, S, S)
         z = rearrange(z, "(b t) c h w -> b (t c) h w", b=b)  # stacked frames: (B, T*Cs, L, L)
         last_skip = rearrange(skip, "(b t) c h w -> b t c h w", b=b)[:, -1]  # (B, Cs, S, S)
-        out = self.decoder(self.translator(z), last_skip)  # (B, C, S, S)
+        out = self.decoder(self.translator(z, condition), last_skip)  # (B, C, S, S)
         if self.config.residual:
             out = frames[:, -1] + out
         return out.clamp(0.0, 1.0)
 
-    def rollout(self, frames: torch.Tensor, k: int) -> torch.Tensor:
-        """frames (B, T, C, S, S) -> the next k frames (B, K, C, S, S), each predicted from the T before it
-        (its own predictions once past the context). Gradients flow through the whole rollout."""
+    def rollout(self, frames: torch.Tensor, k: int, actions: torch.Tensor | None = None) -> torch.Tensor:
+        """frames (B, T, C, S, S), actions (B, K) ids (the action before each predicted frame; a model with action
+        words only) -> the next k frames (B, K, C, S, S), each predicted from the T before it (its own predictions
+        once past the context). Gradients flow through the whole rollout."""
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be an int >= 1, got {k!r}")
         self.check_frames(frames)
+        if actions is not None and (actions.ndim != 2 or actions.shape[1] < k):
+            raise ValueError(f"actions must be (B, K >= {k}) ids, got {tuple(actions.shape)}")
         window, out = frames, []
-        for _ in range(k):
-            nxt = self(window)  # (B, C, S, S)
+        for i in range(k):
+            nxt = self(window, None if actions is None else actions[:, i])  # (B, C, S, S)
             out.append(nxt)
             window = torch.cat([window[:, 1:], nxt[:, None]], dim=1)  # slide: (B, T, C, S, S)
         return torch.stack(out, dim=1)  # (B, K, C, S, S)
 
 
-def resize_frames(frames: torch.Tensor, size: int) -> torch.Tensor:
-    """(..., C, H, W) -> (..., C, size, size) by antialiased bilinear resampling (identity when already there)."""
-    if frames.shape[-1] == size and frames.shape[-2] == size:
+def resize_frames(frames: torch.Tensor, size: int | tuple[int, int]) -> torch.Tensor:
+    """(..., C, H, W) -> (..., C, size, size), or (..., C, height, width) for a pair, by antialiased bilinear
+    resampling (identity when already there)."""
+    hw = (size, size) if isinstance(size, int) else tuple(size)
+    if tuple(frames.shape[-2:]) == hw:
         return frames
     lead = frames.shape[:-3]
     flat = frames.reshape(-1, *frames.shape[-3:])  # (N, C, H, W)
-    out = F.interpolate(flat, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+    out = F.interpolate(flat, size=hw, mode="bilinear", antialias=True, align_corners=False)
     return out.reshape(*lead, *out.shape[-3:])

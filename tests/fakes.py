@@ -303,14 +303,15 @@ def build_tiny_weights(root: Path) -> Path:
 
 
 def build_quick_game_stage(
-    root: Path, stage: str, game: str = "pong"
+    root: Path, stage: str | list[str], game: str = "pong"
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """`semworld train all --quick --domain GAME --stages STAGE` into root/w (runs in root/run): the summary and
-    the model_index.json it wrote."""
+    """`semworld train all --quick --domain GAME --stages STAGE...` into root/w (runs in root/run): the summary
+    and the model_index.json it wrote."""
     from pipeline.training.all import train_all
     from pipeline.training.args import TrainAllArgs
 
-    summary = train_all(TrainAllArgs(out=str(root / "w"), run_dir=str(root / "run"), domain=game, stages=[stage],
+    stages = [stage] if isinstance(stage, str) else stage
+    summary = train_all(TrainAllArgs(out=str(root / "w"), run_dir=str(root / "run"), domain=game, stages=stages,
                                      quick=True, progress=False))  # fmt: skip
     return summary, json.loads((root / "w" / "model_index.json").read_text())
 

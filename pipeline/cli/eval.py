@@ -14,7 +14,7 @@ from pipeline.cli.eval_actions import add_actions_parser
 from pipeline.cli.eval_plan import add_plan_parser
 from pipeline.cli.flags import add_result_flags
 from pipeline.evaluation.world import PARTS, EvalWorldArgs
-from pipeline.utils import default_weights_dir
+from pipeline.utils import UserError, default_weights_dir
 
 logger = logging.getLogger(__name__)
 
@@ -248,18 +248,32 @@ def write_report(result: dict[str, Any]) -> None:
 def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `compare` to `semworld eval`: semworld, semworld on true states, the pixel model, copy-last, truth."""
     p = eval_subparsers.add_parser(
-        "compare", help="semworld against the pixel-space predictor on world test clips",
+        "compare", help="semworld against the pixel-space predictor, on world test clips or a game's episodes",
         description="From the same context frames, h = 1..H: state exact match and object accuracy of each "
-                    "method's frames read back by the captioner, PSNR/SSIM/MSE/MAE per pixel, by family.",
+                    "method's frames read back by the captioner, PSNR/SSIM/MSE/MAE per pixel, by family. With "
+                    "--domain GAME (pong): held-out emulator episodes under the logged actions and under each "
+                    "action held, the objects' distance from the truth in pixels, and the counterfactual rate.",
     )  # fmt: skip
     p.add_argument(
-        "--data", required=True, help="`semworld world generate --split test --length 12` directory"
+        "--domain",
+        default="shapes",
+        help="shapes (world clips, --data) or a game: pong (default %(default)s)",
     )
+    p.add_argument(
+        "--data", default=None, help="shapes: a `semworld world generate --split test --length 12` directory"
+    )
+    p.add_argument(
+        "--episodes", type=int, default=48, help="a game: held-out test episodes (default %(default)s)"
+    )
+    p.add_argument("--sticky", type=float, default=0.0, help="a game: sticky-action probability (default 0)")
     p.add_argument(
         "--weights", default=None, help="weights folder (default: $SEMWORLD_WEIGHTS_DIR or weights/)"
     )
     p.add_argument(
-        "--pixel", required=True, help="saved pixel model (or a `semworld train pixel` run folder)"
+        "--pixel",
+        default=None,
+        help="saved pixel model (or a `semworld train pixel` run folder); a game: "
+        "optional (without it, semworld against copy-last)",
     )
     p.add_argument("--clips", type=int, default=None, help="use the first N usable clips (default: all)")
     p.add_argument("--horizon", type=int, default=8, help="frames predicted (default %(default)s)")
@@ -292,6 +306,13 @@ def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
 
 def run_eval_compare(ns: argparse.Namespace) -> int:
     from pipeline.evaluation.compare import CompareArgs, compare
+
+    if ns.domain != "shapes":
+        from pipeline.cli.eval_compare_game import run_game_compare
+
+        return run_game_compare(ns)
+    if not ns.data or not ns.pixel:
+        raise UserError("eval compare on the built-in world needs --data and --pixel")
 
     args = CompareArgs(
         data=ns.data, weights=ns.weights or str(default_weights_dir()), pixel=ns.pixel, clips=ns.clips,

@@ -277,8 +277,12 @@ class TrainPixelArgs:
         training_summary.json and model/ (config.json + model.safetensors, rewritten at every evaluation).
     seed: seeds the initialisation and every step's batch (step s draws from (seed, s), so a resumed run sees
         the batches an uninterrupted one would).
+    domain: whose clips it learns: "shapes" (the built-in world, drawn) or a recording domain ("pong": clips of
+        the game recorded once into out/data-train and out/data-val, decoded from their MP4s, with the actions
+        taken; the model forecasts under the domain's action words).
     clips / length: the training clips, world.sequences("all", clips, seed, length, split="train"): the clips the
-        shipped predictor was trained on (3000 of 20 states); frames are world.render_state of each state.
+        shipped predictor was trained on (3000 of 20 states); frames are world.render_state of each state. A
+        recording domain: its train-split clips of `length` states.
     steps / batch_size: optimizer steps and windows per step (a window: context frames + rollout_steps targets
         from a random clip and start).
     rollout_steps: the loss is taken on this many autoregressive steps (the model's own frames fed back), so
@@ -297,6 +301,7 @@ class TrainPixelArgs:
     """
 
     out: str = "runs/pixel"
+    domain: str = "shapes"
     seed: int = 0
     clips: int = 3000
     length: int = 20

@@ -1,12 +1,15 @@
 """Training of the pixel-space baseline (models.pixel, `semworld train pixel`): the SimVP-style predictor learns to
-continue world clips frame by frame, on the clips the shipped state predictor learned from, with its loss taken on
-short autoregressive rollouts. A plain loop: fresh batches every step, atomic checkpoints, resume after a kill.
+continue clips frame by frame, with its loss taken on short autoregressive rollouts: world clips (the ones the
+shipped state predictor learned from), or a game's recorded clips under their actions (a recording domain, the
+clips `semworld world generate --domain NAME` writes, decoded from their MP4s). A plain loop: fresh batches every
+step, atomic checkpoints, resume after a kill.
 
 Shapes: B windows, T context frames, K rollout steps, C = 3, S the network's side (config.image_size).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -19,8 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.pixel import PixelModel, resize_frames
+from models.pixel import PixelConfig, PixelModel, resize_frames
+from pipeline.domain import Domain, get_domain
 from pipeline.training.image_args import TrainPixelArgs
+from pipeline.training.recorded_frames import RecordedFrames, record_frames
 from pipeline.training.renderer_parts import reconstruction_loss
 from pipeline.training.schedule import warmup_cosine
 from pipeline.utils import atomic_dir, atomic_torch_save, atomic_write_json
@@ -65,11 +70,46 @@ def sample_batch(
     return frames_tensor(states, size).reshape(n, window, 3, size, size)
 
 
-def rollout_loss(pred: torch.Tensor, target: torch.Tensor, object_weight: float) -> torch.Tensor:
+class RecordedClips:
+    """A recording domain's clips for the pixel model: every frame resized to the network's side once,
+    (F, S, S, 3) uint8, the clips' frame ranges, and the id of the action taken after each frame."""
+
+    background = "median"  # a screen's corner need not be its background (reconstruction_loss)
+
+    def __init__(self, recorded: RecordedFrames, size: int, actions: Sequence[str]) -> None:
+        x = torch.from_numpy(recorded.frames).permute(0, 3, 1, 2)  # (F, C, H, W) uint8
+        chunks = [resize_frames(x[i : i + 256].float().div(255.0), size) for i in range(0, len(x), 256)]
+        self.frames = torch.cat(chunks).mul(255.0).round().to(torch.uint8)  # (F, C, S, S)
+        self.clips = recorded.clips()
+        index = {word: i for i, word in enumerate(actions)}
+        self.action_ids = torch.tensor([index.get(a or "", 0) for a in recorded.actions])  # (F,) unknown -> 0
+
+    def windows(self, starts: Sequence[int], window: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frames (B, window, C, S, S) in [0, 1] from each start, and the k actions (B, K) taken after the frames
+        that end each context (window - k frames): the actions the rollout steps forecast under."""
+        context = window - k
+        frames = torch.stack([self.frames[s : s + window] for s in starts]).float().div(255.0)
+        acts = torch.stack([self.action_ids[s + context - 1 : s + context - 1 + k] for s in starts])
+        return frames, acts
+
+    def batch(
+        self, n: int, window: int, k: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`n` windows of `window` consecutive frames from random clips and starts, and their rollout actions."""
+        starts = []
+        for c in torch.randint(len(self.clips), (n,), generator=generator).tolist():
+            clip = self.clips[c]
+            starts.append(clip.start + int(torch.randint(len(clip) - window + 1, (1,), generator=generator)))
+        return self.windows(starts, window, k)
+
+
+def rollout_loss(
+    pred: torch.Tensor, target: torch.Tensor, object_weight: float, background: str = "corner"
+) -> torch.Tensor:
     """Object-weighted L1 + MSE of predicted frames (B, K, C, S, S) in [0, 1] against the true ones."""
     flat_pred = pred.flatten(0, 1) * 2 - 1  # (B*K, C, S, S) in [-1, 1], as reconstruction_loss expects
     flat_true = target.flatten(0, 1) * 2 - 1
-    return reconstruction_loss(flat_pred, flat_true, object_weight)
+    return reconstruction_loss(flat_pred, flat_true, object_weight, background=background)
 
 
 def learning_rate(args: TrainPixelArgs, step: int) -> float:
@@ -79,12 +119,15 @@ def learning_rate(args: TrainPixelArgs, step: int) -> float:
 
 # ---- evaluation ----------------------------------------------------------------------------------------
 @torch.no_grad()
-def evaluate(model: PixelModel, held_out: torch.Tensor) -> dict[str, Any]:
+def evaluate(
+    model: PixelModel, held_out: torch.Tensor, actions: torch.Tensor | None = None
+) -> dict[str, Any]:
     """Per-pixel MSE (frames in [0, 1], at the network's side) and PSNR of 8-frame rollouts from the first T
-    frames of each held-out clip (B, T + 8, C, S, S), by horizon and overall."""
+    frames of each held-out clip (B, T + 8, C, S, S) (under its actions (B, 8), for a model with action words),
+    by horizon and overall."""
     model.eval()
     t = model.config.context
-    pred = model.rollout(held_out[:, :t], held_out.shape[1] - t)  # (B, K, C, S, S)
+    pred = model.rollout(held_out[:, :t], held_out.shape[1] - t, actions)  # (B, K, C, S, S)
     model.train()
     mse_h = ((pred - held_out[:, t:]) ** 2).mean(dim=(0, 2, 3, 4))  # (K,)
     psnr_h = [10 * math.log10(1 / max(float(m), 1e-10)) for m in mse_h]
@@ -204,20 +247,60 @@ def save_weights(run: PixelRun, metrics: dict[str, Any] | None) -> None:
             (tmp / "metrics.json").write_text(json.dumps({"step": run.step, **metrics}, indent=2) + "\n")
 
 
+def pixel_config(args: TrainPixelArgs, domain: Domain) -> PixelConfig:
+    """The network's shape: the model flags, with the domain's action words (a domain with actions; flags that
+    name other words are refused)."""
+    actions = tuple(getattr(domain, "actions", ()) or ())
+    if args.model.actions and args.model.actions != actions:
+        raise ValueError(
+            f"--actions {' '.join(args.model.actions)}: domain {domain.name!r} has {actions or 'none'}"
+        )
+    return dataclasses.replace(args.model, actions=actions)
+
+
+def pixel_data(
+    args: TrainPixelArgs, domain: Domain, cfg: PixelConfig
+) -> tuple[Any, torch.Tensor, torch.Tensor | None]:
+    """(training clips, held-out windows (B, T + 8, C, S, S), their actions (B, 8) or None). The built-in world:
+    world clips of states, drawn when a batch asks. A recording domain: `clips` train-split clips of `length`
+    states recorded once into out/data-train, and the first T + 8 frames of `eval_clips` val-split clips."""
+    held = cfg.context + EVAL_HORIZON
+    if domain.name == "shapes":
+        val = [c[:held] for c in clip_states(args.seed, args.eval_clips, args.length, "val")]
+        return (
+            clip_states(args.seed, args.clips, args.length, "train"),
+            torch.stack([frames_tensor(c, cfg.image_size) for c in val]),
+            None,
+        )
+
+    def recorded(split: str, clips: int) -> RecordedClips:
+        data = record_frames(domain, Path(args.out) / f"data-{split}", clips=clips, length=args.length,
+                             seed=args.seed, split=split, progress=args.progress)  # fmt: skip
+        return RecordedClips(data, cfg.image_size, cfg.actions)
+
+    val_clips = recorded("val", args.eval_clips)
+    frames, actions = val_clips.windows([c.start for c in val_clips.clips], held, EVAL_HORIZON)
+    return recorded("train", args.clips), frames, actions
+
+
 def train_pixel(args: TrainPixelArgs) -> dict[str, Any]:
     """Run (or resume) the training; returns the summary written to out/training_summary.json."""
     from tqdm import tqdm
 
     torch.set_num_threads(args.threads)
+    domain = get_domain(args.domain)
+    cfg = pixel_config(args, domain)
+    args = dataclasses.replace(args, model=cfg)
     run = setup_run(args)
-    cfg, window = args.model, args.model.context + args.rollout_steps
-    clips = clip_states(args.seed, args.clips, args.length, "train")
-    val = [
-        c[: cfg.context + EVAL_HORIZON] for c in clip_states(args.seed, args.eval_clips, args.length, "val")
-    ]
-    held_out = torch.stack([frames_tensor(c, cfg.image_size) for c in val])  # (B, T + 8, C, S, S)
+    window = cfg.context + args.rollout_steps
+    clips, held_out, held_actions = pixel_data(args, domain, cfg)
+    background = getattr(clips, "background", "corner")
     params = sum(p.numel() for p in run.model.parameters())
-    logger.info("pixel model: %.3fM parameters, %d training clips", params / 1e6, len(clips))
+    logger.info(
+        "pixel model: %.3fM parameters, %d training clips",
+        params / 1e6,
+        len(clips if isinstance(clips, list) else clips.clips),
+    )
     session_start = time.time()
     bar = tqdm(total=args.steps, initial=run.step, desc="pixel", unit="step", disable=not args.progress)
     stopped_by = "steps"
@@ -227,9 +310,14 @@ def train_pixel(args: TrainPixelArgs) -> dict[str, Any]:
             stopped_by = "minutes"
             break
         gen = torch.Generator().manual_seed(args.seed * 1_000_003 + run.step)
-        batch = sample_batch(clips, args.batch_size, window, cfg.image_size, gen)  # (B, T + K, C, S, S)
-        pred = run.model.rollout(batch[:, : cfg.context], args.rollout_steps)  # (B, K, C, S, S)
-        loss = rollout_loss(pred, batch[:, cfg.context :], args.object_weight)
+        if isinstance(clips, RecordedClips):
+            batch, actions = clips.batch(
+                args.batch_size, window, args.rollout_steps, gen
+            )  # (B, T + K, C, S, S)
+        else:
+            batch, actions = sample_batch(clips, args.batch_size, window, cfg.image_size, gen), None
+        pred = run.model.rollout(batch[:, : cfg.context], args.rollout_steps, actions)  # (B, K, C, S, S)
+        loss = rollout_loss(pred, batch[:, cfg.context :], args.object_weight, background)
         for group in run.optimizer.param_groups:
             group["lr"] = learning_rate(args, run.step)
         run.optimizer.zero_grad(set_to_none=True)
@@ -243,7 +331,7 @@ def train_pixel(args: TrainPixelArgs) -> dict[str, Any]:
             run.log({"step": run.step, "loss": round(loss.item(), 6), "lr": learning_rate(args, run.step - 1),
                      "seconds": round(run.wall_seconds(), 1), "cpu_seconds": round(run.cpu_seconds(), 1)})  # fmt: skip
         if run.step % args.eval_every == 0 or run.step == args.steps:
-            scores = evaluate(run.model, held_out)
+            scores = evaluate(run.model, held_out, held_actions)
             run.log({"step": run.step, "eval": scores})
             save_weights(run, scores)
             plot_losses(run.history, run.out / CURVE)
@@ -254,13 +342,14 @@ def train_pixel(args: TrainPixelArgs) -> dict[str, Any]:
     if "eval" in latest and latest["step"] == run.step:
         last_eval = latest["eval"]
     else:  # stopped between evaluations (or resumed a finished run): evaluate what there is now
-        last_eval = evaluate(run.model, held_out)
+        last_eval = evaluate(run.model, held_out, held_actions)
         run.log({"step": run.step, "eval": last_eval})
         save_weights(run, last_eval)
     run.checkpoint()
     plot_losses(run.history, run.out / CURVE)
     summary = {
         "model": "pixel_simvp",
+        "domain": domain.name,
         "parameters": params,
         "config": cfg.to_dict(),
         "args": args.to_dict(),

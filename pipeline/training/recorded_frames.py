@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,18 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RecordedFrames:
-    """Every frame of a recorded data set, in clip order: frames (F, H, W, 3) uint8 and states[F]."""
+    """Every frame of a recorded data set, in clip order: frames (F, H, W, 3) uint8 and states[F]; actions[F], the
+    action taken after each state (None where the data set has none), and starts, where each clip begins."""
 
     frames: np.ndarray
     states: list[str]
+    actions: list[str | None] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+
+    def clips(self) -> list[range]:
+        """The frame indices of each clip, in order."""
+        ends = [*self.starts[1:], len(self.states)]
+        return [range(a, b) for a, b in zip(self.starts, ends)]
 
     def __len__(self) -> int:
         return len(self.states)
@@ -45,7 +53,7 @@ class RecordedFrames:
         if n >= len(self.states):
             return self
         picked = np.linspace(0, len(self.states) - 1, n).round().astype(int)
-        return RecordedFrames(self.frames[picked], [self.states[i] for i in picked])
+        return RecordedFrames(self.frames[picked], [self.states[i] for i in picked])  # single frames: no clips
 
 
 def record_frames(
@@ -74,8 +82,11 @@ def record_frames(
             os.mkdir(tmp)  # the context manager removes its folder, which now lives at `folder`
     frames: list[np.ndarray] = []
     states: list[str] = []
+    actions: list[str | None] = []
+    starts: list[int] = []
     for line in (folder / "states.jsonl").read_text().splitlines():
         record = json.loads(line)
+        starts.append(len(states))
         decoded = read_video(folder / record["clip"]).frames  # every frame: one per state
         if len(decoded) < len(record["states"]):
             raise UserError(
@@ -83,4 +94,6 @@ def record_frames(
             )
         frames.extend(decoded[: len(record["states"])])
         states.extend(record["states"])
-    return RecordedFrames(np.stack(frames), states)  # (F, H, W, 3)
+        taken = list(record.get("actions") or [])[: len(record["states"])]
+        actions.extend(taken + [None] * (len(record["states"]) - len(taken)))
+    return RecordedFrames(np.stack(frames), states, actions, starts)  # (F, H, W, 3)

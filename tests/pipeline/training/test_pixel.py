@@ -76,3 +76,32 @@ def test_arguments_name_the_bad_flag(tmp_path):
         tiny_args(tmp_path, length=5)
     with pytest.raises(UserError, match="--batch-size"):
         tiny_args(tmp_path, batch_size=0)
+
+
+@pytest.mark.integration
+def test_a_game_pixel_model_learns_from_recorded_clips_under_their_actions(tmp_path):
+    """`semworld train pixel --domain pong`: the clips are recorded once, the model takes the game's action
+    words, and each training window's actions are the ones taken after the frames that end its context."""
+    pytest.importorskip("ale_py")
+    from pipeline.domain import get_domain
+    from pipeline.pixel import PixelPredictor
+    from pipeline.training.pixel import RecordedClips
+    from pipeline.training.recorded_frames import record_frames
+
+    summary = train_pixel(tiny_args(tmp_path / "run", domain="pong", clips=2, length=12, eval_clips=1))
+    pong = get_domain("pong")
+    assert summary["domain"] == "pong" and tuple(summary["config"]["actions"]) == pong.actions
+    data = record_frames(pong, tmp_path / "run" / "data-train", clips=2, length=12, seed=0, split="train")
+    clips = RecordedClips(data, 32, pong.actions)
+    frames, actions = clips.windows([3], window=6, k=2)  # context 4: frames 3..6, then the actions after 6 and 7
+    assert frames.shape == (1, 6, 3, 32, 32)
+    assert [pong.actions[i] for i in actions[0].tolist()] == data.actions[6:8]
+    assert torch.equal(frames[0, 0].mul(255).round().to(torch.uint8), clips.frames[3])
+    predictor = PixelPredictor.from_pretrained(tmp_path / "run")
+    screens = list(data.frames[:4])
+    up, down = (predictor.predict_frames([screens], 2, [[word] * 2])[0] for word in ("up", "down"))
+    assert up[0].shape == (210, 160, 3)  # the screen's own size back
+    with pytest.raises(ValueError, match="'left' is not one of"):
+        predictor.predict_frames([screens], 1, [["left"]])
+    with pytest.raises(ValueError, match="2 action words for each"):
+        predictor.predict_frames([screens], 2)
