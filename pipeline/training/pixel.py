@@ -26,7 +26,7 @@ from models.pixel import PixelConfig, PixelModel, resize_frames
 from pipeline.domain import Domain, get_domain
 from pipeline.training.image_args import TrainPixelArgs
 from pipeline.training.recorded_frames import RecordedFrames, record_frames
-from pipeline.training.renderer_parts import reconstruction_loss
+from pipeline.training.renderer_parts import reconstruction_loss, static_background
 from pipeline.training.schedule import warmup_cosine
 from pipeline.utils import atomic_dir, atomic_torch_save, atomic_write_json
 
@@ -74,8 +74,6 @@ class RecordedClips:
     """A recording domain's clips for the pixel model: every frame resized to the network's side once,
     (F, S, S, 3) uint8, the clips' frame ranges, and the id of the action taken after each frame."""
 
-    background = "median"  # a screen's corner need not be its background (reconstruction_loss)
-
     def __init__(self, recorded: RecordedFrames, size: int, actions: Sequence[str]) -> None:
         x = torch.from_numpy(recorded.frames).permute(0, 3, 1, 2)  # (F, C, H, W) uint8
         chunks = [resize_frames(x[i : i + 256].float().div(255.0), size) for i in range(0, len(x), 256)]
@@ -83,6 +81,8 @@ class RecordedClips:
         self.clips = recorded.clips()
         index = {word: i for i, word in enumerate(actions)}
         self.action_ids = torch.tensor([index.get(a or "", 0) for a in recorded.actions])  # (F,) unknown -> 0
+        sample = self.frames[:: max(1, len(self.frames) // 512)].float().div(127.5).sub(1.0)  # in [-1, 1]
+        self.background = static_background(sample)  # what never moves: the walls (reconstruction_loss)
 
     def windows(self, starts: Sequence[int], window: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Frames (B, window, C, S, S) in [0, 1] from each start, and the k actions (B, K) taken after the frames
@@ -104,7 +104,7 @@ class RecordedClips:
 
 
 def rollout_loss(
-    pred: torch.Tensor, target: torch.Tensor, object_weight: float, background: str = "corner"
+    pred: torch.Tensor, target: torch.Tensor, object_weight: float, background: str | torch.Tensor = "corner"
 ) -> torch.Tensor:
     """Object-weighted L1 + MSE of predicted frames (B, K, C, S, S) in [0, 1] against the true ones."""
     flat_pred = pred.flatten(0, 1) * 2 - 1  # (B*K, C, S, S) in [-1, 1], as reconstruction_loss expects

@@ -53,7 +53,9 @@ class RecordedFrames:
         if n >= len(self.states):
             return self
         picked = np.linspace(0, len(self.states) - 1, n).round().astype(int)
-        return RecordedFrames(self.frames[picked], [self.states[i] for i in picked])  # single frames: no clips
+        return RecordedFrames(
+            self.frames[picked], [self.states[i] for i in picked]
+        )  # single frames: no clips
 
 
 def record_frames(

@@ -121,10 +121,15 @@ def frames_of(states: Sequence[str], size: int, render_size: int | None = None) 
     return x.float().div(127.5).sub(1.0)
 
 
+def static_background(frames: torch.Tensor) -> torch.Tensor:
+    """What never moves in frames (N, 3, H, W): their per-pixel median, (3, H, W)."""
+    return frames.median(dim=0).values
+
+
 class DrawnScenes:
     """States of the built-in world whose frames are drawn when asked (at render_size, resized to size)."""
 
-    background = "corner"  # the room's colour fills the corner (reconstruction_loss)
+    background: str | torch.Tensor = "corner"  # the room's colour fills the corner (reconstruction_loss)
 
     def __init__(self, states: Sequence[str], size: int, render_size: int, by_objects: bool = False) -> None:
         self.states = list(states)
@@ -152,14 +157,13 @@ class RecordedScenes:
     """States with the screens a recording domain's clips show them with: `screens` (F, H, W, 3) as recorded,
     and `square` (F, size, size, 3), the same resized (bicubic) to the side the renderer draws."""
 
-    background = "median"  # a screen's corner need not be its background (reconstruction_loss)
-
     def __init__(self, domain: Domain, recorded: RecordedFrames, size: int) -> None:
         from PIL import Image
 
         self.domain, self.states, self.screens = domain, recorded.states, recorded.frames
         square = [Image.fromarray(f).resize((size, size), Image.Resampling.BICUBIC) for f in recorded.frames]
         self.square = np.stack([np.asarray(f) for f in square])  # (F, size, size, 3)
+        self.background = static_background(self.frames(range(0, len(self), max(1, len(self) // 512))))
 
     def __len__(self) -> int:
         return len(self.states)
@@ -187,23 +191,24 @@ def reconstruction_loss(
     x: torch.Tensor,
     object_weight: float,
     symmetric: bool = True,
-    background: str = "corner",
+    background: str | torch.Tensor = "corner",
 ) -> torch.Tensor:
     """Weighted L1 + MSE of frames (B, 3, H, W) in [-1, 1]. Objects cover a few percent of a frame: pixels that
-    differ from the background's colour in the truth, and with `symmetric` also those that differ in the
-    reconstruction, weigh object_weight times more, or the VAE learns the background long before the sprites.
-    The background is the corner pixel ("corner": the built-in world's room) or each channel's median over the
-    frame ("median": a game's screen, whose corner may be another colour, as Pong's black top-left strip is).
+    differ from the background in the truth, and with `symmetric` also those that differ in the reconstruction,
+    weigh object_weight times more, or the VAE learns the background long before the sprites. The background is
+    the corner pixel's colour ("corner": the built-in world's room) or a frame (3, H, W) of what never moves (a
+    game's screen: its walls and court, the per-pixel median of its frames, so that the weight goes to the few
+    pixels that change, the paddles and the ball, and not to the walls, which are as white as the ball).
     Symmetric, drawing a box's corners where a ball leaves the room visible costs as much as the converse (the
     truth's pixels alone let it draw every ball as a box); but from a random start every blurred halo of the
     reconstruction weighs as much as a sprite, so the VAE stage from scratch uses the truth's alone
     (TrainRendererArgs.vae_object_pixels)."""
-    if background == "median":
-        room = x.flatten(2).median(dim=2).values[:, :, None, None]  # (B, 3, 1, 1)
+    if isinstance(background, torch.Tensor):
+        room = background[None]  # (1, 3, H, W)
     elif background == "corner":
         room = x[:, :, :1, :1]  # (B, 3, 1, 1)
     else:
-        raise ValueError(f"background must be 'corner' or 'median', got {background!r}")
+        raise ValueError(f"background must be 'corner' or a (3, H, W) frame, got {background!r}")
     differs = (x - room).abs().sum(1, keepdim=True) > 0.05  # (B, 1, H, W)
     if symmetric:
         differs = differs | ((recon.detach() - room).abs().sum(1, keepdim=True) > 0.1)
