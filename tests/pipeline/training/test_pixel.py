@@ -93,7 +93,8 @@ def test_a_game_pixel_model_learns_from_recorded_clips_under_their_actions(tmp_p
     assert summary["domain"] == "pong" and tuple(summary["config"]["actions"]) == pong.actions
     data = record_frames(pong, tmp_path / "run" / "data-train", clips=2, length=12, seed=0, split="train")
     clips = RecordedClips(data, 32, pong.actions)
-    frames, actions = clips.windows([3], window=6, k=2)  # context 4: frames 3..6, then the actions after 6 and 7
+    # context 4: frames 3..6, then the actions after frames 6 and 7
+    frames, actions = clips.windows([3], window=6, k=2)
     assert frames.shape == (1, 6, 3, 32, 32)
     assert [pong.actions[i] for i in actions[0].tolist()] == data.actions[6:8]
     assert torch.equal(frames[0, 0].mul(255).round().to(torch.uint8), clips.frames[3])

@@ -88,3 +88,32 @@ def test_train_all_builds_a_game_renderer_that_draws_screens_of_the_games_size(t
         "enemy",
         "none",
     } <= vocab and "circle" not in vocab  # the game's words, not the world's
+
+
+def test_a_screens_static_frame_leaves_the_weight_on_what_moves():
+    """The per-pixel median of Pong's screens is the court and its walls: a screen differs from it at the ball and
+    the paddles, not at the walls (as white as the ball), so the reconstruction loss weighs what moves."""
+    pytest.importorskip("ale_py")
+    import torch
+
+    from pipeline.training.renderer_parts import reconstruction_loss, static_background
+
+    screens, _ = _screens(300)
+    x = (
+        torch.from_numpy(np.stack(screens)).permute(0, 3, 1, 2).float().div(127.5).sub(1.0)
+    )  # (N, 3, 210, 160)
+    still = static_background(x)
+    pong = get_domain("pong")
+    i = next(i for i, s in enumerate(screens) if 50 < (pong.locate(s)["ball"] or (0,))[0] < 170)
+    moving = (x[i] - still).abs().sum(0) > 0.05  # (210, 160)
+    row, col = (round(v) for v in pong.locate(screens[i])["ball"])
+    assert moving[row - 1 : row + 2, col - 1 : col + 2].any()  # the ball
+    assert not moving[24:34].any() and not moving[194:].any()  # the walls
+    no_ball = x[i].clone()
+    no_ball[:, row - 3 : row + 4, col - 3 : col + 4] = still[:, row - 3 : row + 4, col - 3 : col + 4]
+    lost = [
+        float(reconstruction_loss(no_ball[None], x[i : i + 1], 50.0, background=b)) for b in (still, "corner")
+    ]
+    assert (
+        lost[0] > 5 * lost[1]
+    )  # a lost ball costs far more against the static frame than against the corner
