@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from pipeline.cli.eval_actions import add_actions_parser
@@ -319,20 +320,28 @@ def run_eval_compare(ns: argparse.Namespace) -> int:
         horizon=ns.horizon, steps=ns.steps, seed=ns.seed, figures=ns.figures, prefix=ns.prefix,
         grid_clips=ns.grid_clips, cache=ns.cache, device=ns.device, threads=ns.threads, context=ns.context,
     )  # fmt: skip
-    result = compare(args)
-    if ns.out:
-        from pipeline.utils import atomic_write_json
+    from pipeline.evaluation.compare import markdown_tables
 
+    return report_compare(ns, compare(args), markdown_tables, write_compare_report)
+
+
+def report_compare(
+    ns: argparse.Namespace,
+    result: dict[str, Any],
+    markdown: Callable[[dict[str, Any]], str],
+    tables: Callable[[dict[str, Any]], None],
+) -> int:
+    """A comparison's result: into --out (JSON) and --markdown when given, then printed as JSON or as tables."""
+    from pipeline.utils import atomic_write_json, atomic_write_text
+
+    if ns.out:
         atomic_write_json(ns.out, result)
     if ns.markdown:
-        from pipeline.evaluation.compare import markdown_tables
-        from pipeline.utils import atomic_write_text
-
-        atomic_write_text(ns.markdown, markdown_tables(result))
+        atomic_write_text(ns.markdown, markdown(result))
     if ns.json:
         print(json.dumps(result))
-        return 0
-    write_compare_report(result)
+    else:
+        tables(result)
     return 0
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -45,19 +44,9 @@ def run_game_compare(ns: argparse.Namespace) -> int:
         prefix = ns.prefix if ns.prefix != "semantic_vs_pixel" else f"{domain.name}_vs_pixel"
         result["figures"] = [str(plot_game_horizons(result, folder / f"{prefix}_horizon.png")),
                              str(frame_grid(eps, frames["logged"], folder / f"{prefix}_grid.png"))]  # fmt: skip
-    if ns.out:
-        from pipeline.utils import atomic_write_json
+    from pipeline.cli.eval import report_compare
 
-        atomic_write_json(ns.out, result)
-    if ns.markdown:
-        from pipeline.utils import atomic_write_text
-
-        atomic_write_text(ns.markdown, markdown_tables(result))
-    if ns.json:
-        print(json.dumps(result))
-        return 0
-    print_tables(result)
-    return 0
+    return report_compare(ns, result, markdown_tables, print_tables)
 
 
 def _rows(result: dict[str, Any], key: str) -> list[tuple[str, list[float]]]:
