@@ -32,37 +32,44 @@ COUNTERFACTUALS = ("up", "down", "stay")
 
 @dataclass
 class Episode:
-    """One test episode: the history, its actions, and each action sequence's true future from its end."""
+    """One test episode: the history, its actions, and each action sequence's true future from its end; with
+    screens, also the history's screens (`context`) and each future's (the third item of a future)."""
 
     history: list[str]
     actions: list[str]  # the action after each history state but the last
-    futures: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)  # name -> (actions, states)
+    # name -> (actions, states) or, recorded with screens, (actions, states, screens)
+    futures: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    context: list[np.ndarray] = field(default_factory=list)
 
 
 def record_episodes(
-    domain: Any, n: int, T: int, horizon: int, seed: int = 0, sticky: float = 0.0
+    domain: Any, n: int, T: int, horizon: int, seed: int = 0, sticky: float = 0.0, screens: bool = False
 ) -> list[Episode]:
-    """n test episodes of `domain.simulator`, each with the logged future and the counterfactual ones."""
+    """n test episodes of `domain.simulator`, each with the logged future and the counterfactual ones (and with
+    `screens`, the emulator's screens of the history and of every future)."""
     episodes = []
     for i in range(n):
         emu, policy = domain.simulator(i, seed=seed, sticky=sticky)
-        history, actions = [], []
+        ep = Episode([], [])
         for t in range(T):
-            history.append(emu.state())
+            ep.history.append(emu.state())
+            if screens:
+                ep.context.append(emu.screen())
             if t < T - 1:
-                actions.append(policy(emu.ram()))
-                emu.step(actions[-1])
+                ep.actions.append(policy(emu.ram()))
+                emu.step(ep.actions[-1])
         snapshot = emu.clone()  # at the last history state, before the action after it
-        ep = Episode(history, actions)
         sequences = {"logged": None, **{f"all {a}": a for a in COUNTERFACTUALS if a in domain.actions}}
         for name, held in sequences.items():
             emu.restore(snapshot)
-            acts, states = [], []
+            acts, states, shown = [], [], []
             for _ in range(horizon):
                 acts.append(held or policy(emu.ram()))
                 emu.step(acts[-1])
                 states.append(emu.state())
-            ep.futures[name] = (acts, states)
+                if screens:
+                    shown.append(emu.screen())
+            ep.futures[name] = (acts, states, shown) if screens else (acts, states)
         episodes.append(ep)
     return episodes
 

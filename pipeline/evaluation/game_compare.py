@@ -24,14 +24,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from pipeline.evaluation.actions import COUNTERFACTUALS, score_counterfactuals
+from pipeline.evaluation.actions import Episode, record_episodes, score_counterfactuals
 from pipeline.evaluation.metrics import psnr, ssim
 
 logger = logging.getLogger(__name__)
@@ -45,15 +45,7 @@ LABELS = {
 }
 
 
-@dataclass
-class ScreenEpisode:
-    """One test episode: T context screens as a clip gives them, their true states and the actions between them,
-    and for each action sequence from the end of the context: (actions, true states, true screens)."""
-
-    context: list[np.ndarray]
-    history: list[str]
-    actions: list[str]
-    futures: dict[str, tuple[list[str], list[str], list[np.ndarray]]] = field(default_factory=dict)
+ScreenEpisode = Episode  # recorded with screens: context holds a clip of the history's screens
 
 
 def as_clip(screens: Sequence[np.ndarray], fps: float) -> list[np.ndarray]:
@@ -66,32 +58,11 @@ def as_clip(screens: Sequence[np.ndarray], fps: float) -> list[np.ndarray]:
 def record_screen_episodes(
     domain: Any, n: int, T: int, horizon: int, seed: int = 0, sticky: float = 0.0
 ) -> list[ScreenEpisode]:
-    """n test episodes of `domain.simulator`, each with the logged future and the counterfactual ones."""
-    episodes = []
-    for i in range(n):
-        emu, policy = domain.simulator(i, seed=seed, sticky=sticky)
-        screens, history, actions = [], [], []
-        for t in range(T):
-            history.append(emu.state())
-            screens.append(emu.screen())
-            if t < T - 1:
-                actions.append(policy(emu.ram()))
-                emu.step(actions[-1])
-        snapshot = emu.clone()  # at the last context state, before the action after it
-        ep = ScreenEpisode(as_clip(screens, domain.state_rate), history, actions)
-        for name, held in {
-            "logged": None,
-            **{f"all {a}": a for a in COUNTERFACTUALS if a in domain.actions},
-        }.items():
-            emu.restore(snapshot)
-            acts, states, frames = [], [], []
-            for _ in range(horizon):
-                acts.append(held or policy(emu.ram()))
-                emu.step(acts[-1])
-                states.append(emu.state())
-                frames.append(emu.screen())
-            ep.futures[name] = (acts, states, frames)
-        episodes.append(ep)
+    """n test episodes of `domain.simulator` with their screens (actions.record_episodes), the context's passed
+    through H.264 as a user's clip would be."""
+    episodes = record_episodes(domain, n, T, horizon, seed=seed, sticky=sticky, screens=True)
+    for ep in episodes:
+        ep.context = as_clip(ep.context, domain.state_rate)
     return episodes
 
 
