@@ -55,6 +55,17 @@ def serve(weights: Path, samples: Path, threads: int, log: Path) -> tuple[subpro
     raise SystemExit("the server was not ready in 2 minutes")
 
 
+def start_play(page, url: str, sample: str) -> None:  # page: playwright.sync_api.Page
+    """On the page at `url`: read and forecast the sample clip `sample`, then enter play mode from its last state."""
+    page.goto(url + "/")
+    page.wait_for_selector(f"#sample option[value='/v1/samples/{sample}']", state="attached")
+    page.select_option("#sample", f"/v1/samples/{sample}")
+    page.fill("#horizon", "2")
+    page.click("#predict-btn")
+    page.wait_for_selector("#play-offer:not([hidden])")
+    page.click("#play-btn")
+
+
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
@@ -77,13 +88,7 @@ def main() -> None:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 page.set_default_timeout(120_000)
-                page.goto(url + "/")
-                page.wait_for_selector(f"#sample option[value='/v1/samples/{sample.name}']", state="attached")
-                page.select_option("#sample", f"/v1/samples/{sample.name}")
-                page.fill("#horizon", "2")
-                page.click("#predict-btn")
-                page.wait_for_selector("#play-offer:not([hidden])")
-                page.click("#play-btn")
+                start_play(page, url, sample.name)
                 # the service's own time per step, from the responses the page receives
                 served: list[float] = []
                 page.on("response", lambda r: served.append(r.json()["timings"]["total"] * 1000)

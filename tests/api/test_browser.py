@@ -248,6 +248,7 @@ def test_play_pong_inside_the_model_with_the_arrow_keys(start_server, browser_pa
     pytest.importorskip("ale_py")
     if not (PONG / "renderer").is_dir():
         pytest.skip(f"{PONG} has no renderer")
+    from bench.play_speed import start_play
     from pipeline.video import write_samples
 
     (sample,) = write_samples(tmp_path / "samples", get_domain("pong"))[:1]
@@ -256,13 +257,7 @@ def test_play_pong_inside_the_model_with_the_arrow_keys(start_server, browser_pa
     page.set_default_timeout(60_000)
     errors: list[str] = []
     page.on("pageerror", lambda err: errors.append(str(err)))
-    page.goto(server.url + "/")
-    page.wait_for_selector(f"#sample option[value='/v1/samples/{sample.name}']", state="attached")
-    page.select_option("#sample", f"/v1/samples/{sample.name}")
-    page.fill("#horizon", "2")
-    page.click("#predict-btn")
-    page.wait_for_selector("#play-offer:not([hidden])")
-    page.click("#play-btn")
+    start_play(page, server.url, sample.name)  # the sample read and forecast, then play mode
     keys = page.locator("#play-keys button").all_inner_texts()  # in the predictor's order of its action words
     assert sorted(keys) == ["space stay", "↑ up", "↓ down"], keys
     start = page.inner_text("#play-state")
