@@ -60,7 +60,7 @@ test-slow: install
 # Rebuild every shipped model in weights/ from scratch (seeded; rerun to resume from runs/weights/).
 weights: install
 	$(BIN)/semworld train all --out weights --run-dir runs/weights
-	$(BIN)/semworld train all --domain pong --stages captioner,predictor --out weights/pong --run-dir runs/weights-pong
+	$(BIN)/semworld train all --domain pong --stages captioner,renderer,predictor --out weights/pong --run-dir runs/weights-pong
 	$(BIN)/semworld train all --domain freeway --stages predictor --out weights/freeway --run-dir runs/weights-freeway
 
 bench: install
