@@ -28,7 +28,7 @@ from pipeline.training.image_args import TrainPixelArgs
 from pipeline.training.recorded_frames import RecordedFrames, record_frames
 from pipeline.training.renderer_parts import reconstruction_loss, static_background
 from pipeline.training.schedule import warmup_cosine
-from pipeline.utils import atomic_dir, atomic_torch_save, atomic_write_json
+from pipeline.utils import UserError, atomic_dir, atomic_torch_save, atomic_write_json
 
 logger = logging.getLogger(__name__)
 
@@ -92,13 +92,21 @@ class RecordedClips:
         acts = torch.stack([self.action_ids[s + context - 1 : s + context - 1 + k] for s in starts])
         return frames, acts
 
+    def long_clips(self, window: int) -> list[range]:
+        """The clips that hold `window` frames (an episode that ends early records a shorter clip)."""
+        long = [clip for clip in self.clips if len(clip) >= window]
+        if not long:
+            raise UserError(f"no recorded clip holds {window} frames: record longer clips (--length)")
+        return long
+
     def batch(
         self, n: int, window: int, k: int, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`n` windows of `window` consecutive frames from random clips and starts, and their rollout actions."""
         starts = []
-        for c in torch.randint(len(self.clips), (n,), generator=generator).tolist():
-            clip = self.clips[c]
+        long = self.long_clips(window)
+        for c in torch.randint(len(long), (n,), generator=generator).tolist():
+            clip = long[c]
             starts.append(clip.start + int(torch.randint(len(clip) - window + 1, (1,), generator=generator)))
         return self.windows(starts, window, k)
 
@@ -279,7 +287,7 @@ def pixel_data(
         return RecordedClips(data, cfg.image_size, cfg.actions)
 
     val_clips = recorded("val", args.eval_clips)
-    frames, actions = val_clips.windows([c.start for c in val_clips.clips], held, EVAL_HORIZON)
+    frames, actions = val_clips.windows([c.start for c in val_clips.long_clips(held)], held, EVAL_HORIZON)
     return recorded("train", args.clips), frames, actions
 
 

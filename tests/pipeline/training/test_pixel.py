@@ -106,3 +106,28 @@ def test_a_game_pixel_model_learns_from_recorded_clips_under_their_actions(tmp_p
         predictor.predict_frames([screens], 1, [["left"]])
     with pytest.raises(ValueError, match="2 action words for each"):
         predictor.predict_frames([screens], 2)
+
+
+def test_recorded_windows_stay_inside_clips_that_hold_them():
+    """An episode that ends early records a short clip: windows are drawn only from clips that hold a whole
+    window (never across the frames of two clips), and a recording with none says so."""
+    import numpy as np
+
+    from pipeline.training.pixel import RecordedClips
+    from pipeline.training.recorded_frames import RecordedFrames
+
+    lengths = [3, 10, 2]  # frame k of clip c is filled with the value 10 * c + k
+    frames = np.concatenate(
+        [np.full((n, 8, 8, 3), 10 * c, np.uint8) + np.arange(n, dtype=np.uint8)[:, None, None, None]
+         for c, n in enumerate(lengths)]
+    )  # fmt: skip
+    starts = [0, 3, 13]
+    data = RecordedFrames(frames, ["s"] * len(frames), ["up"] * len(frames), starts)
+    clips = RecordedClips(data, 8, ("up", "down"))
+    assert [len(c) for c in clips.long_clips(6)] == [10]
+    batch, _ = clips.batch(16, 6, 2, torch.Generator().manual_seed(0))  # (B, 6, C, 8, 8)
+    firsts = batch[:, :, 0, 0, 0].mul(255).round().long()  # (B, 6): each window's frame values
+    assert bool(((firsts >= 10) & (firsts < 20)).all())  # all from clip 1
+    assert bool((firsts.diff(dim=1) == 1).all())  # consecutive frames of one clip
+    with pytest.raises(UserError, match="no recorded clip holds 11 frames"):
+        clips.batch(1, 11, 2, torch.Generator())
