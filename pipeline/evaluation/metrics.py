@@ -31,26 +31,20 @@ SSIM_WINDOW = 11  # torchmetrics' Gaussian window for sigma 1.5: int(3.5 * sigma
 def ssim(a: np.ndarray, b: np.ndarray) -> float:
     """Structural similarity of two (H, W, 3) uint8 images: torchmetrics' Gaussian SSIM (11 x 11 window,
     sigma 1.5, K1 = 0.01, K2 = 0.03, data range 255), the mean over pixels and channels. The one SSIM of semworld:
-    every figure in weights/README.md and docs/ is this function (ssim_many, one pair)."""
-    return float(ssim_many(np.asarray(a)[None], np.asarray(b)[None])[0])
-
-
-def ssim_many(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """`ssim` of each pair of two stacks of (N, H, W, 3) uint8 images: (N,) float64.
+    every figure in weights/README.md and docs/ is this function.
 
     The same arithmetic as torchmetrics' structural_similarity_index_measure (reflection padding, the five
-    windowed moments, variances clamped at 0, the map's mean over every pixel and channel) in float64, with the
-    Gaussian window applied as two 1-D passes (11 + 11 taps instead of 121; the 2-D window is the outer product
-    of the 1-D one, so the values agree to float64 rounding: tests compare the two). 16x faster a pair on Atari
-    screens (bench/ssim_speed.py), where a comparison scores thousands of pairs. One pair at a time is the
-    fast way: a stack of pairs is slower per pair (memory-bound)."""
+    windowed moments, variances clamped at 0, the map's mean) in float64, with the Gaussian window applied as two
+    1-D passes (11 + 11 taps instead of 121; the 2-D window is the outer product of the 1-D one, so the values
+    agree to float64 rounding: tests compare the two). 16-27x faster on Atari screens (bench/ssim_speed.py), where a
+    comparison scores thousands of pairs; a stack of pairs in one call would be slower per pair (memory-bound)."""
     import torch.nn.functional as F
 
-    x = torch.as_tensor(np.asarray(a), dtype=torch.float64).permute(0, 3, 1, 2)  # (N, C, H, W)
-    y = torch.as_tensor(np.asarray(b), dtype=torch.float64).permute(0, 3, 1, 2)
+    x = torch.as_tensor(np.asarray(a), dtype=torch.float64).permute(2, 0, 1)[None]  # (1, C, H, W)
+    y = torch.as_tensor(np.asarray(b), dtype=torch.float64).permute(2, 0, 1)[None]
     if x.shape != y.shape:
         raise ValueError(f"ssim of images of different shapes {tuple(a.shape)} and {tuple(b.shape)}")
-    n, c = x.shape[:2]
+    c = x.shape[1]
     pad = (SSIM_WINDOW - 1) // 2
     dist = torch.arange((1 - SSIM_WINDOW) / 2, (1 + SSIM_WINDOW) / 2, 1, dtype=torch.float64)
     gauss = torch.exp(-((dist / SSIM_SIGMA) ** 2) / 2)
@@ -59,15 +53,14 @@ def ssim_many(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     cols = gauss.view(1, 1, 1, -1).expand(c, 1, 1, -1)  # (C, 1, 1, 11)
     x = F.pad(x, (pad, pad, pad, pad), mode="reflect")
     y = F.pad(y, (pad, pad, pad, pad), mode="reflect")
-    moments = torch.cat((x, y, x * x, y * y, x * y))  # (5N, C, H + 2p, W + 2p)
-    moments = F.conv2d(F.conv2d(moments, rows, groups=c), cols, groups=c)  # (5N, C, H, W)
-    mu_x, mu_y, xx, yy, xy = moments.split(n)
+    moments = torch.cat((x, y, x * x, y * y, x * y))  # (5, C, H + 2p, W + 2p)
+    mu_x, mu_y, xx, yy, xy = F.conv2d(F.conv2d(moments, rows, groups=c), cols, groups=c)  # 5 x (C, H, W)
     c1, c2 = (0.01 * 255.0) ** 2, (0.03 * 255.0) ** 2
     var_x = torch.clamp(xx - mu_x**2, min=0.0)
     var_y = torch.clamp(yy - mu_y**2, min=0.0)
     cov = xy - mu_x * mu_y
     full = ((2 * mu_x * mu_y + c1) * (2 * cov + c2)) / ((mu_x**2 + mu_y**2 + c1) * (var_x + var_y + c2))
-    return full.reshape(n, -1).mean(-1).numpy()  # (N,)
+    return float(full.mean())
 
 
 def layout_check(state: str, frame: np.ndarray, truth: np.ndarray | None = None) -> tuple[int, int, bool]:

@@ -85,21 +85,17 @@ def test_ssim_agrees_with_torchmetrics():
     on odd sizes and on near-equal screens alike."""
     from torchmetrics.functional.image import structural_similarity_index_measure
 
-    from pipeline.evaluation.metrics import ssim_many
-
     rng = np.random.default_rng(1)
     a = rng.integers(0, 256, (3, 37, 29, 3)).astype(np.uint8)
     b = np.clip(a.astype(int) + rng.normal(0, 30, a.shape), 0, 255).astype(np.uint8)
     b[2] = a[2]
     b[2, 10:14, 5:7] = 255  # one small object moved in
-    ours = ssim_many(a, b)
     to_torch = lambda x: torch.tensor(x, dtype=torch.float64).permute(0, 3, 1, 2)  # noqa: E731
     theirs = structural_similarity_index_measure(
         to_torch(a), to_torch(b), gaussian_kernel=True, sigma=1.5, kernel_size=11, data_range=255.0,
         k1=0.01, k2=0.03, reduction="none",
     )  # fmt: skip
-    assert ours.shape == (3,)
+    ours = np.array([ssim(x, y) for x, y in zip(a, b)])
     np.testing.assert_allclose(ours, theirs.numpy(), rtol=0, atol=1e-12)
-    assert ssim(a[1], b[1]) == pytest.approx(float(theirs[1]), abs=1e-12)
     with pytest.raises(ValueError, match="different shapes"):
-        ssim_many(a, b[:, :-1])
+        ssim(a[0], b[0, :-1])
