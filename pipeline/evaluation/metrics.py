@@ -40,8 +40,9 @@ def ssim(a: np.ndarray, b: np.ndarray) -> float:
     comparison scores thousands of pairs; a stack of pairs in one call would be slower per pair (memory-bound)."""
     import torch.nn.functional as F
 
-    x = torch.as_tensor(np.asarray(a), dtype=torch.float64).permute(2, 0, 1)[None]  # (1, C, H, W)
-    y = torch.as_tensor(np.asarray(b), dtype=torch.float64).permute(2, 0, 1)[None]
+    # A copy, so that read-only frames (decoded video, np.frombuffer) reach torch without its warning.
+    x = torch.from_numpy(np.array(a, dtype=np.float64)).permute(2, 0, 1)[None]  # (1, C, H, W)
+    y = torch.from_numpy(np.array(b, dtype=np.float64)).permute(2, 0, 1)[None]
     if x.shape != y.shape:
         raise ValueError(f"ssim of images of different shapes {tuple(a.shape)} and {tuple(b.shape)}")
     c = x.shape[1]

@@ -99,3 +99,18 @@ def test_ssim_agrees_with_torchmetrics():
     np.testing.assert_allclose(ours, theirs.numpy(), rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="different shapes"):
         ssim(a[0], b[0, :-1])
+
+
+def test_ssim_of_read_only_frames_warns_nothing():
+    """Frames decoded from video are often read-only arrays; SSIM takes them silently and scores them the same."""
+    import warnings
+
+    rng = np.random.default_rng(2)
+    a = rng.integers(0, 256, (20, 24, 3)).astype(np.uint8)
+    b = rng.integers(0, 256, (20, 24, 3)).astype(np.uint8)
+    expected = ssim(a, b)
+    a.flags.writeable = False
+    b.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ssim(a, b) == expected
