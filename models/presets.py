@@ -200,16 +200,19 @@ _ATARI_CAPTIONER_TRAIN: dict[str, Any] = {
 }  # fmt: skip
 
 # The Atari renderers: the screen drawn as a 160 x 160 square (the captioner's view of it; the renderer hands it out
-# at 210 x 160) into a 10 x 10 latent, one latent pixel per captioner patch. Pong's frames are mostly the same
-# background, so small batches go far: the VAE on 8 frames a step, the UNet on 16 with the pixel loss through the
-# decoder every other step (the ball is 2 x 3 pixels: in the latent loss alone it weighs next to nothing); the
+# at 210 x 160) through a VAE that halves it three times, to a 20 x 20 x 4 latent: Pong's ball is 2 x 3 pixels, and
+# a 16x VAE (10 x 10) lost it in half the frames it encoded and drew it too faint to be read back. Pong's frames
+# are mostly the same background, so small batches go far: the VAE on 8 frames a step, the UNet on 16 with the
+# pixel loss through the decoder every other step (in the latent loss alone the ball weighs next to nothing); the
 # paddles and the ball are under 1% of the screen, so the pixels that differ from the screen's static frame (the
 # per-pixel median: walls and court) weigh 50 times more. The UNet is a quarter of the world's (widths 32, 64, 64:
 # 1.7M parameters), which keeps a game's whole stack near 11 MB in float16 and a play step fast on a CPU.
-_ATARI_RENDERER = RendererConfig(image_size=160, unet_channels=(32, 64, 64))
+_ATARI_RENDERER = RendererConfig(
+    image_size=160, vae_channels=(8, 16, 32, 64), vae_latent_channels=4, unet_channels=(32, 64, 64)
+)
 _ATARI_RENDERER_TRAIN: dict[str, Any] = {
     "clips": 200, "clip_length": 64, "vae_steps": 2500, "vae_batch": 8, "vae_lr": 1.5e-3, "object_weight": 50.0,
-    "vae_object_pixels": "truth", "unet_steps": 3000, "unet_batch": 16, "unet_lr": 5e-4, "timestep_power": 2.0,
+    "vae_object_pixels": "truth", "unet_steps": 6000, "unet_batch": 16, "unet_lr": 5e-4, "timestep_power": 2.0,
     "decoder_every": 2, "pixel_weight": 1.0, "ema_decay": 0.998, "eval_every": 250, "eval_states": 256,
 }  # fmt: skip
 
