@@ -3,7 +3,8 @@ synchronous requests. Every numeric parameter has a finite range, published in t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from fastapi import Form, HTTPException, Request, UploadFile, status
@@ -117,9 +118,18 @@ def check_params(settings: Settings, states: Sequence[str] | None = None, **para
     schema's ranges are the published ceilings; this applies the service's own settings, which may be lower.)"""
     params.pop("seed", None)
     params.pop("actions", None)  # the pipeline checks them (check_actions), once it is known to be loaded
-    try:
+    with refused():
         check_call(None if states is not None else b"", states, **params, max_horizon=settings.max_horizon,
                    max_frames=settings.max_frames)  # fmt: skip
+
+
+@contextmanager
+def refused() -> Iterator[None]:
+    """A ValueError raised inside (a parameter out of range, words the models cannot read, an action they cannot
+    take, a stage the weights lack) becomes a 422 with its message; meant for the checks a route makes before
+    any work is queued."""
+    try:
+        yield
     except ValueError as err:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
 

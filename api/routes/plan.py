@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import torch
-from fastapi import HTTPException, status
 
 from api.deps import EngineDep, PipelineDep, SettingsDep, keyed_router
 from api.routes.predict import run_model
 from api.schemas import PlanRequest, PlanResponse, b64png
-from api.uploads import JSON_RUN_RESPONSES, check_sync_cost
+from api.uploads import JSON_RUN_RESPONSES, check_sync_cost, refused
 from pipeline.goals import parse_goal
 from pipeline.interfaces import ProgressCallback
 from pipeline.loading import NotLoaded
@@ -28,22 +27,16 @@ async def plan(
 ) -> PlanResponse:
     """Plan `steps` actions from `states` towards `goal` with the weights' predictor (model-predictive control:
     each step searches `candidates` action sequences of `horizon` steps and takes the best one's first action)."""
-    try:  # a goal, states or actions that mean nothing here: refused before any work is queued
+    render = not isinstance(pipeline.renderer, NotLoaded) if body.render is None else body.render
+    with refused():  # a goal, states or actions that mean nothing here: refused before any work is queued
         parse_goal(body.goal, pipeline.domain)
         config = PlanConfig(body.horizon, body.candidates, body.method, body.iterations, seed=body.seed)
         pipeline.check_states([s.strip() for s in body.states])
         pipeline.check_actions(body.actions)
         if not pipeline.actions:
             raise ValueError("plan: these weights forecast from states alone; planning needs actions")
-    except ValueError as err:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
-    has_renderer = not isinstance(pipeline.renderer, NotLoaded)
-    render = has_renderer if body.render is None else body.render
-    if render:
-        try:  # (weights without a renderer say so here)
-            check_sync_cost(body.steps, None, pipeline, settings)
-        except ValueError as err:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
+        if render:
+            check_sync_cost(body.steps, None, pipeline, settings)  # (weights without a renderer say so here)
 
     def work(callback: ProgressCallback):  # type: ignore[no-untyped-def]
         generator = torch.Generator("cpu").manual_seed(body.seed)

@@ -16,6 +16,7 @@ from api.uploads import (
     check_sync_cost,
     predict_params,
     read_upload,
+    refused,
 )
 from pipeline.interfaces import ProgressCallback
 from pipeline.outputs import zip_outputs
@@ -79,10 +80,8 @@ async def predict(
     `SEMWORLD_MAX_SYNC_UPLOAD_MB`; longer work belongs in `/v1/jobs`."""
     check_params(settings, **params.pipeline_kwargs())
     check_sync_cost(params.horizon, params.steps, pipeline, settings)
-    try:
+    with refused():
         pipeline.check_actions(params.actions)
-    except ValueError as err:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
     data = await read_upload(file, settings.max_sync_upload_bytes)
 
     def work(callback: ProgressCallback) -> WorldModelOutput:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import torch
-from fastapi import HTTPException, status
 
 from api.deps import EngineDep, PipelineDep, SettingsDep, keyed_router
 from api.routes.predict import run_model
 from api.schemas import RolloutRequest, RolloutResponse, b64png, states_fields
-from api.uploads import JSON_RUN_RESPONSES, check_params, check_sync_cost
+from api.uploads import JSON_RUN_RESPONSES, check_params, check_sync_cost, refused
 from pipeline.interfaces import ProgressCallback
 
 router = keyed_router("/v1", "rollout")
@@ -25,17 +24,12 @@ async def rollout(
 ) -> RolloutResponse:
     """Predict `horizon` states after `states` and render them; edit any state and call again to re-roll."""
     check_params(settings, body.states, horizon=body.horizon, steps=body.steps, guidance=body.guidance)
-    try:  # words the models cannot read, actions it cannot take: refused before any work is queued
+    n_context = min(body.render_context, len(body.states)) if body.render else 0
+    with refused():  # words the models cannot read, actions it cannot take: refused before any work is queued
         pipeline.check_states([s.strip() for s in body.states])
         pipeline.check_actions(body.actions)
-    except ValueError as err:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
-    n_context = min(body.render_context, len(body.states)) if body.render else 0
-    if body.render:
-        try:  # (weights without a renderer say so here)
-            check_sync_cost(body.horizon + n_context, body.steps, pipeline, settings)
-        except ValueError as err:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(err)) from None
+        if body.render:
+            check_sync_cost(body.horizon + n_context, body.steps, pipeline, settings)  # (or: no renderer)
 
     def work(callback: ProgressCallback) -> tuple:
         generator = torch.Generator("cpu").manual_seed(body.seed) if body.seed is not None else None

@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.cli.eval_actions import add_actions_parser
 from pipeline.cli.eval_plan import add_plan_parser
-from pipeline.cli.flags import add_result_flags
+from pipeline.cli.flags import add_result_flags, add_sticky_flag
 from pipeline.evaluation.world import PARTS, EvalWorldArgs
 from pipeline.utils import UserError, default_weights_dir
 
@@ -266,7 +266,7 @@ def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
     p.add_argument(
         "--episodes", type=int, default=48, help="a game: held-out test episodes (default %(default)s)"
     )
-    p.add_argument("--sticky", type=float, default=0.0, help="a game: sticky-action probability (default 0)")
+    add_sticky_flag(p)
     p.add_argument(
         "--weights", default=None, help="weights folder (default: $SEMWORLD_WEIGHTS_DIR or weights/)"
     )

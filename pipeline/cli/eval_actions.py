@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.cli.flags import add_result_flags
+from pipeline.cli.flags import add_result_flags, add_sticky_flag
 from pipeline.utils import UserError
 
 
@@ -28,8 +28,7 @@ def add_actions_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
     p.add_argument("--episodes", type=int, default=200, help="test episodes (default %(default)s)")
     p.add_argument("--horizon", type=int, default=16, help="forecast steps (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="test episode seed (default %(default)s)")
-    p.add_argument("--sticky", type=float, default=0.0, help="sticky-action probability in the emulator "
-                   "(default 0; 0.25 is the agents' protocol)")  # fmt: skip
+    add_sticky_flag(p)
     p.add_argument("--figure", default=None, help="write the horizon plot to this PNG")
     add_result_flags(p)
     p.set_defaults(func=run_eval_actions)
@@ -66,8 +65,6 @@ def run_eval_actions(ns: argparse.Namespace) -> int:
 
     if ns.episodes < 1 or ns.horizon < 1:
         raise UserError("--episodes and --horizon must be >= 1")
-    if not 0.0 <= ns.sticky < 1.0:
-        raise UserError(f"--sticky {ns.sticky}: a probability in [0, 1)")
     set_threads(ns.threads)
     predictor, domain = load_predictor_with_domain(ns.weights, ns.domain)
     if not predictor.actions:

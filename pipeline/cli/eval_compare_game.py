@@ -30,8 +30,8 @@ def run_game_compare(ns: argparse.Namespace) -> int:
         raise UserError(
             f"--domain {ns.domain}: eval compare reads the built-in world or a game with an emulator"
         )
-    if ns.episodes < 1 or ns.horizon < 1 or not 0 <= ns.sticky < 1:
-        raise UserError("--episodes and --horizon must be >= 1 and --sticky in [0, 1)")
+    if ns.episodes < 1 or ns.horizon < 1:
+        raise UserError("--episodes and --horizon must be >= 1")
     if ns.threads:
         torch.set_num_threads(ns.threads)
     weights = ns.weights or str(default_weights_dir())

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.cli.eval_actions import add_game_weights_flags, load_predictor_with_domain
-from pipeline.cli.flags import add_result_flags
+from pipeline.cli.flags import add_result_flags, add_sticky_flag
 from pipeline.cli.plan import add_search_flags, search_config
 from pipeline.utils import UserError
 
@@ -44,12 +44,7 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
     p.add_argument("--max-steps", type=int, default=2000, help="agent steps at most per game (default 2000: "
                    "about 2 minutes of play)")  # fmt: skip
     p.add_argument("--game-seed", type=int, default=0, help="the test games' seed (default %(default)s)")
-    p.add_argument(
-        "--sticky",
-        type=float,
-        default=0.0,
-        help="sticky-action probability (default 0; 0.25 is the agents' protocol)",
-    )
+    add_sticky_flag(p)
     p.add_argument(
         "--video",
         type=Path,
@@ -88,8 +83,6 @@ def run_eval_plan(ns: argparse.Namespace) -> int:
 
     if ns.games < 1 or ns.max_steps < 1:
         raise UserError("--games and --max-steps must be >= 1")
-    if not 0.0 <= ns.sticky < 1.0:
-        raise UserError(f"--sticky {ns.sticky}: a probability in [0, 1)")
     config = search_config(ns)
     set_threads(ns.threads)
     predictor, domain = load_predictor_with_domain(ns.weights, ns.domain)

@@ -217,3 +217,28 @@ def add_result_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
     parser.add_argument("--out", default=None, help="also write the result as JSON to this file")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def sticky_probability(text: str) -> float:
+    """argparse type of --sticky: a probability in [0, 1) (at 1 the console would never take a new action)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text}: a probability in [0, 1)")
+    return value
+
+
+def add_sticky_flag(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, default: float | None = 0.0
+) -> None:
+    """--sticky, the emulator's sticky-action probability (Machado et al. 2018: each frame, the console repeats
+    its previous action with this probability, so the action executed can differ from the one logged)."""
+    parser.add_argument(
+        "--sticky",
+        type=sticky_probability,
+        default=default,
+        help="a domain with actions (Atari): the probability that the console repeats its previous action each "
+        "frame (default 0; 0.25 is the protocol for evaluating agents)",
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pipeline.cli.flags import add_sticky_flag
 from pipeline.utils import UserError
 
 
@@ -49,12 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a domain with actions (Atari): the "
         "behaviour policy, random play, the game's scripted player, or a per-clip mix (the default)",
     )
-    g.add_argument(
-        "--sticky",
-        type=float,
-        help="a domain with actions (Atari): the probability that the console "
-        "repeats its previous action each frame (default 0; 0.25 is the protocol for evaluating agents)",
-    )
+    add_sticky_flag(g, default=None)
     g.add_argument(
         "--no-video",
         action="store_true",

@@ -1,5 +1,6 @@
 """`semworld plan` and `semworld eval plan` on tiny real Pong weights (a random predictor with actions): the plan
-is printed and written, and every bad input is one line and exit 2 before any search."""
+is printed and written, and every bad input is one line and exit 2 before any search; every command's --sticky
+takes only a probability in [0, 1)."""
 
 import json
 
@@ -80,3 +81,22 @@ def test_eval_plan_frames_needs_a_captioner(pong_weights, tmp_path, capsys):
         rc == 2 and "has no captioner/ to read the screens with" in err and len(err.strip().splitlines()) == 1
     )
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["world", "generate", "--domain", "pong", "--clips", "1"],
+        ["eval", "actions", "--weights", "w"],
+        ["eval", "plan", "--weights", "w"],
+        ["eval", "compare", "--domain", "pong"],
+    ],
+)
+@pytest.mark.parametrize("sticky", ["1", "-0.1", "often"])
+def test_every_sticky_flag_refuses_what_is_not_a_probability(tmp_path, capsys, command, sticky):
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, "--out", str(tmp_path / "out"), "--sticky", sticky])
+    assert exit_.value.code == 2
+    says = "'often' is not a number" if sticky == "often" else f"{sticky}: a probability in [0, 1)"
+    assert f"argument --sticky: {says}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
