@@ -399,10 +399,16 @@ RECIPES: dict[str, Recipe] = _by_name(
     # train-split clips of 64 states under the mixed policy, decoded from their MP4 files.
     Recipe("pong-captioner", "captioner", "weights/pong/captioner: Pong's frames (decoded MP4) to states",
            _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
-    # weights/pong/renderer: the VAE, then the UNet + text encoder on every frame of 200 train-split clips of 64
-    # states (decoded MP4), best/ chosen by the round trip through weights/pong/captioner on 256 val-split frames.
-    Recipe("pong-renderer", "renderer", "weights/pong/renderer: Pong's screens (decoded MP4) from states",
+    # weights/pong/renderer, phase 1: the VAE, then the UNet + text encoder on every frame of 200 train-split clips
+    # of 64 states (decoded MP4), best/ chosen by the round trip through weights/pong/captioner on 256 val-split
+    # frames.
+    Recipe("pong-renderer-base", "renderer", "phase 1 of weights/pong/renderer: the VAE, then 6,000 UNet steps",
            _ATARI_RENDERER, _ATARI_RENDERER_TRAIN),
+    # Phase 2, the shipped weights/pong/renderer: the UNet + text encoder (and the decoder) further on 200 fresh
+    # clips (seed + 1) at the same constant rate; the round trip was still rising when phase 1 ended.
+    Recipe("pong-renderer", "renderer", "weights/pong/renderer: phase 2, more UNet steps on 200 fresh clips",
+           _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 6000, "eval_every": 500},
+           init_from="pong-renderer-base", seed_offset=1),
     Recipe("quick-pong-renderer", "renderer", "smoke test of an Atari renderer", _QUICK_RENDERER,
            {"clips": 2, "clip_length": 8, "vae_steps": 2, "vae_batch": 2, "unet_steps": 2, "unet_batch": 2,
             "eval_every": 2, "eval_states": 4, "pool": 1}),
