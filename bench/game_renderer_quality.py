@@ -1,0 +1,84 @@
+"""A game renderer's quality on held-out screens: frames drawn from the states of test-split clips (the split no
+training run reads), against the recorded screens: PSNR, SSIM, each object's distance from its true place
+(found by its colour, `Game.locate`) and the round trip through the game's captioner, whole state and by field;
+and, as the round trip's ceiling, the captioner's read of the recorded screens themselves. Several renderer folders
+are scored on the same frames, side by side.
+
+    python -m bench.game_renderer_quality --domain pong \
+        --renderers weights/pong/renderer runs/pong-rend-ft/best --frames 512
+
+The clips are recorded once into --data (default runs/bench/<domain>-<split>-<seed>) and decoded from MP4, as the
+renderer's training reads its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from bench.record import add_record_flags, write_record
+from pipeline.captioner import Captioner
+from pipeline.domain import get_domain
+from pipeline.evaluation.metrics import caption_scores, evaluate_screens
+from pipeline.renderer import Renderer
+from pipeline.training.recorded_frames import record_frames
+
+CLIP_LENGTH = 64
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--domain", default="pong", help="a recording domain (default %(default)s)")
+    ap.add_argument("--renderers", nargs="+", type=Path, default=None,
+                    help="renderer folders (default: weights/<domain>/renderer)")  # fmt: skip
+    ap.add_argument("--captioner", type=Path, default=None, help="default: weights/<domain>/captioner")
+    ap.add_argument("--frames", type=int, default=512, help="held-out frames, spread through the clips")
+    ap.add_argument("--split", default="test", help="the clips' split (default %(default)s)")
+    ap.add_argument("--seed", type=int, default=0, help="the clips' seed (default %(default)s)")
+    ap.add_argument("--data", type=Path, default=None, help="where the clips are recorded (reused if there)")
+    add_record_flags(ap, threads=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    domain = get_domain(args.domain)
+    renderers = args.renderers or [Path("weights") / args.domain / "renderer"]
+    captioner = Captioner.from_pretrained(
+        args.captioner or Path("weights") / args.domain / "captioner", domain=domain
+    )
+    data = args.data or Path("runs/bench") / f"{args.domain}-{args.split}-{args.seed}"
+    clips = -(-args.frames // CLIP_LENGTH)
+    held = record_frames(domain, data, clips=clips, length=CLIP_LENGTH, seed=args.seed, split=args.split)
+    held = held.spread(args.frames)
+    read = captioner.caption(list(held.frames))
+    truth_read = caption_scores(domain, [r.strip() for r in read], [s.strip() for s in held.states])
+    print(
+        f"the captioner on the recorded screens: {truth_read['exact_match']:.1%} exact (the round trip's ceiling)"
+    )
+    results = {}
+    for folder in renderers:
+        renderer = Renderer.from_pretrained(folder)
+        t = time.perf_counter()
+        frames = renderer.render(held.states, generator=torch.Generator("cpu").manual_seed(args.seed))
+        seconds = time.perf_counter() - t
+        metrics = evaluate_screens(domain, held.states, frames, list(held.frames), captioner)
+        metrics["seconds_per_frame"] = seconds / len(frames)
+        results[str(folder)] = metrics
+        print(f"{folder}: round trip {metrics['roundtrip_acc']:.1%}, PSNR {metrics['psnr']:.2f} dB, "
+              f"SSIM {metrics['ssim']:.4f}, {1000 * metrics['seconds_per_frame']:.0f} ms a frame")  # fmt: skip
+    keys = sorted({k for m in results.values() for k in m})
+    print("\n| metric | " + " | ".join(str(f) for f in results) + " |")
+    print("|---|" + "---|" * len(results))
+    for k in keys:
+        cells = [results[str(f)].get(k) for f in results]
+        print(f"| {k} | " + " | ".join("" if v is None else f"{v:.4g}" for v in cells) + " |")
+    if args.out:
+        write_record(args.out, args, frames=len(held), captioner_on_screens=truth_read, results=results)
+    else:
+        print(json.dumps({"frames": len(held)}))
+
+
+if __name__ == "__main__":
+    main()
