@@ -53,7 +53,9 @@ def browser_page():
 
 
 def test_upload_predict_and_reroll_in_the_browser(start_server, browser_page, tmp_path):
-    server = start_server(FAKE_RENDER_DELAY="0.1", FAKE_WORLD="1")
+    # Two render batches of 0.6 s: the job runs past the page's first polls (0, 250 and 625 ms), so "running"
+    # shows however fast the machine is (at 0.1 s a fast run finished between two polls).
+    server = start_server(FAKE_RENDER_DELAY="0.6", FAKE_WORLD="1")
     page = browser_page
     page.set_default_timeout(30_000)
     errors: list[str] = []
