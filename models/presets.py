@@ -395,20 +395,28 @@ RECIPES: dict[str, Recipe] = _by_name(
            {"clips": 1200, "length": 256, "seed_offset": 2}, init_from="pong-predictor-screen"),
     Recipe("freeway-predictor", "predictor", "weights/freeway/predictor: Freeway states under actions",
            "small-t8-n20", _ATARI_TRAIN, {"clips": 340, "length": 256}),
-    # weights/pong/captioner: the tiny BLIP on Pong's frames at 160 x 160 (10 x 10 patches), every frame of 300
-    # train-split clips of 64 states under the mixed policy, decoded from their MP4 files.
-    Recipe("pong-captioner", "captioner", "weights/pong/captioner: Pong's frames (decoded MP4) to states",
+    # weights/pong/captioner, phase 1: the tiny BLIP on Pong's frames at 160 x 160 (10 x 10 patches), every frame of
+    # 300 train-split clips of 64 states under the mixed policy, decoded from their MP4 files.
+    Recipe("pong-captioner-base", "captioner", "phase 1 of weights/pong/captioner: 30 epochs from scratch",
            _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
+    # Phase 2, the shipped weights/pong/captioner: 12 epochs at a lower rate on 300 fresh clips (seed + 1).
+    Recipe("pong-captioner", "captioner", "weights/pong/captioner: phase 2, 12 epochs on 300 fresh clips",
+           _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN | {"epochs": 12, "lr": 4e-4, "warmup_steps": 50},
+           init_from="pong-captioner-base", seed_offset=1),
     # weights/pong/renderer, phase 1: the VAE, then the UNet + text encoder on every frame of 200 train-split clips
     # of 64 states (decoded MP4), best/ chosen by the round trip through weights/pong/captioner on 256 val-split
     # frames.
     Recipe("pong-renderer-base", "renderer", "phase 1 of weights/pong/renderer: the VAE, then 6,000 UNet steps",
            _ATARI_RENDERER, _ATARI_RENDERER_TRAIN),
-    # Phase 2, the shipped weights/pong/renderer: the UNet + text encoder (and the decoder) further on 200 fresh
-    # clips (seed + 1) at the same constant rate; the round trip was still rising when phase 1 ended.
-    Recipe("pong-renderer", "renderer", "weights/pong/renderer: phase 2, more UNet steps on 200 fresh clips",
+    # Phase 2: the UNet + text encoder (and the decoder) further on 200 fresh clips (seed + 1) at the same constant
+    # rate; the round trip was still rising when phase 1 ended.
+    Recipe("pong-renderer-2", "renderer", "phase 2 of weights/pong/renderer: 6,000 UNet steps on 200 fresh clips",
            _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 6000, "eval_every": 500},
            init_from="pong-renderer-base", seed_offset=1),
+    # Phase 3, the shipped weights/pong/renderer: 4,000 steps at 2e-4 on 200 fresh clips (seed + 2).
+    Recipe("pong-renderer", "renderer", "weights/pong/renderer: phase 3, 4,000 UNet steps at 2e-4 on fresh clips",
+           _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 4000, "unet_lr": 2e-4, "eval_every": 500},
+           init_from="pong-renderer-2", seed_offset=2),
     Recipe("quick-pong-renderer", "renderer", "smoke test of an Atari renderer", _QUICK_RENDERER,
            {"clips": 2, "clip_length": 8, "vae_steps": 2, "vae_batch": 2, "unet_steps": 2, "unet_batch": 2,
             "eval_every": 2, "eval_states": 4, "pool": 1}),
