@@ -10,9 +10,8 @@ from pipeline.evaluation.metrics import position_errors
 from tests.fakes import build_quick_game_stage
 
 
-def _screens(n: int, seed: int = 2) -> tuple[list[np.ndarray], list[str]]:
-    pong = get_domain("pong")
-    emu, policy = pong.simulator(1, seed=seed)
+def _screens(n: int, seed: int = 2, game: str = "pong") -> tuple[list[np.ndarray], list[str]]:
+    emu, policy = get_domain(game).simulator(1, seed=seed)
     screens, states = [], []
     for _ in range(n):
         emu.step(policy(emu.ram()))
@@ -41,6 +40,26 @@ def test_pong_objects_are_found_where_the_state_puts_them():
         player = state.split().index("player") + 1
         assert abs(where["player"][0] - places[player][0]) <= 3.5
     assert found > 100
+
+
+def test_freeway_objects_are_found_where_the_state_puts_them():
+    """On Freeway's screens the chicken is found within 4.5 pixels of the row its state's bin says (a bin is 4
+    RAM rows, one screen row each, so 2 of that is the bin) and at its column, and each lane's car within 3 columns of its bin's middle (away from the screen's
+    edges, where a car is cut in two), on its lane's row."""
+    pytest.importorskip("ale_py")
+    freeway = get_domain("freeway")
+    screens, states = _screens(300, game="freeway")
+    cars_checked = 0
+    for screen, state in zip(screens, states):
+        where, places = freeway.locate(screen), freeway.word_places(state)
+        assert where["chicken"] is not None
+        assert abs(where["chicken"][0] - places[1][0]) <= 4.5 and abs(where["chicken"][1] - places[1][1]) <= 2.5
+        for lane in range(10):
+            car, place = where[f"car {lane}"], places[5 + lane]
+            if car is not None and 16 < place[1] < 150:
+                assert car[0] == place[0] and abs(car[1] - place[1]) <= 3.0, (lane, car, place)
+                cars_checked += 1
+    assert cars_checked > 2000
 
 
 def test_position_errors_measure_how_far_objects_are_drawn_from_the_truth():
