@@ -85,7 +85,7 @@ class GrammarProjection:
         self.word_id = {w: vocab[w] for w in self.automaton.vocabulary if w in vocab}
         missing = sorted(set(self.automaton.vocabulary) - set(self.word_id))
         if missing:
-            logger.warning("projection: the tokenizer lacks %s words %s; they are never proposed", domain.name,
+            logger.debug("projection: the tokenizer lacks %s words %s; they are never proposed", domain.name,
                            missing)  # fmt: skip
         self.stats = ProjectionStats()
 

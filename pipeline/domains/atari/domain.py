@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipeline.domains.atari.games import ACTIONS, GAMES, Game
+from pipeline.domains.atari.games import ACTIONS, GAMES, Game, LayoutAutomaton
 from pipeline.domains.atari.goals import goals_of
 from pipeline.domains.atari.record import (
     FPS,
@@ -76,8 +76,10 @@ class AtariDomain:
     def changes(self, previous: str, current: str) -> list[str]:
         return self.game.changes(self.spell(previous), self.spell(current))
 
-    def automaton(self, max_tokens: int) -> None:
-        return None  # every slot's meaning is fixed; the states are short enough to decode without one
+    def automaton(self, max_tokens: int) -> LayoutAutomaton:
+        """The game's layouts (games.Game.layouts): a predicted state that does not parse, such as Pong's ball
+        written with one number where the slots held "none" before, is projected onto the best one that does."""
+        return self.game.automaton(max_tokens)
 
     def sample_clips(self, seed: int = 0) -> list[SampleClip]:
         """Two test-split clips of 48 states (3.2 s) when the emulator is installed, else none."""

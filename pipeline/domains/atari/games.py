@@ -24,6 +24,7 @@ import numpy as np
 QUANTUM = 4  # RAM position units per state unit: one step of the ball in x, a few pixels on the screen
 NUMBERS = tuple(str(i) for i in range(64))  # every number a state may hold (positions // QUANTUM, scores)
 ACTIONS = ("stay", "up", "down")
+NUMBER = "<number>"  # in a layout: any word of NUMBERS
 # Freeway's screen (210 x 160): the chicken's middle row is CHICKEN_ROW - CHICKEN_SLOPE * its RAM y, at column
 # CHICKEN_COL; ROAD is the road's grey.
 CHICKEN_ROW, CHICKEN_SLOPE, CHICKEN_COL = 196.8, 1.0, 46.0
@@ -53,6 +54,36 @@ def _expect(words: Sequence[str], at: int, keyword: str) -> None:
         raise ValueError(f"expected {keyword!r} at word {at + 1}, got {got!r}")
 
 
+class LayoutAutomaton:
+    """pipeline.domain.StateAutomaton over a game's layouts: a prefix is the words read so far (as a count) and
+    the layouts it still fits; the next words are those the fitting layouts allow at that place. Layouts longer
+    than `max_tokens` words are left out."""
+
+    def __init__(self, layouts: tuple[tuple[str, ...], ...], max_tokens: int) -> None:
+        self.layouts = tuple(layout for layout in layouts if len(layout) <= max_tokens)
+        if not self.layouts:
+            raise ValueError(f"no layout of the game fits in {max_tokens} tokens")
+        words = {w for layout in self.layouts for w in layout if w != NUMBER}
+        self.vocabulary: tuple[str, ...] = (*sorted(words), *NUMBERS)
+
+    def start(self) -> tuple[int, tuple[int, ...]]:
+        return 0, tuple(range(len(self.layouts)))
+
+    def step(self, prefix: tuple[int, tuple[int, ...]]) -> dict[str, tuple[int, tuple[int, ...]]]:
+        at, fitting = prefix
+        nexts: dict[str, list[int]] = {}
+        for i in fitting:
+            layout = self.layouts[i]
+            if at < len(layout):
+                for word in NUMBERS if layout[at] == NUMBER else (layout[at],):
+                    nexts.setdefault(word, []).append(i)
+        return {word: (at + 1, tuple(ids)) for word, ids in nexts.items()}
+
+    def done(self, prefix: tuple[int, tuple[int, ...]]) -> bool:
+        at, fitting = prefix
+        return any(len(self.layouts[i]) == at for i in fitting)
+
+
 @dataclass(frozen=True)
 class Game:
     """One game's state language. Subclasses give the RAM reading, the spelling and the scripted player."""
@@ -67,6 +98,8 @@ class Game:
     fields: ClassVar[
         tuple[str, ...]
     ]  # the flat names of parse's fields, for goals ("ball x", "score player")
+    # Every shape a state may take, word by word: a keyword, or NUMBER for any of NUMBERS.
+    layouts: ClassVar[tuple[tuple[str, ...], ...]]
 
     def read(self, ram: np.ndarray) -> dict[str, Any]:
         """The state's fields from the 128 RAM bytes (quantised)."""
@@ -98,6 +131,10 @@ class Game:
     @property
     def vocabulary(self) -> frozenset[str]:
         return frozenset(self.keywords) | frozenset(NUMBERS)
+
+    def automaton(self, max_tokens: int) -> LayoutAutomaton:
+        """The game's valid states as an automaton over its layouts (pipeline.projection)."""
+        return LayoutAutomaton(self.layouts, max_tokens)
 
     def changes(self, previous: str, current: str) -> list[str]:
         """Field by field, "ball 25 30 -> 26 28"; a state that does not parse is only said to have changed."""
@@ -142,6 +179,10 @@ class Pong(Game):
     ale_actions: ClassVar[Mapping[str, str]] = {"stay": "NOOP", "up": "RIGHT", "down": "LEFT"}
     controlled: ClassVar[str] = "player"
     fields: ClassVar[tuple[str, ...]] = ("ball x", "ball y", "player", "enemy", "score player", "score enemy")
+    layouts: ClassVar[tuple[tuple[str, ...], ...]] = tuple(
+        ("ball", *ball, "player", NUMBER, "enemy", NUMBER, "score", NUMBER, NUMBER, ".")
+        for ball in ((NUMBER, NUMBER), ("none",))
+    )
     aim: ClassVar[int] = 8  # RAM units from paddle_y to the point of the paddle the scripted player aims with
     enemy_hidden: ClassVar[int] = 32  # the computer's paddle y at and above which (smaller y) it is not drawn
 
@@ -252,6 +293,9 @@ class Freeway(Game):
     controlled: ClassVar[str] = "chicken"
     lanes: ClassVar[int] = 10
     fields: ClassVar[tuple[str, ...]] = ("chicken", "score", *(f"cars {i}" for i in range(10)))
+    layouts: ClassVar[tuple[tuple[str, ...], ...]] = (
+        ("chicken", NUMBER, "score", NUMBER, "cars", *(NUMBER,) * 10, "."),
+    )
 
     def read(self, ram: np.ndarray) -> dict[str, Any]:
         return {

@@ -119,3 +119,61 @@ def test_pong_says_where_each_word_is_read_within_two_pixels_of_the_screen():
             checked[name] += 1
     assert min(checked.values()) > 100
     assert pong.word_places("not a state") is None
+
+
+def _accepts(automaton, words: list[str]) -> bool:
+    prefix = automaton.start()
+    for w in words:
+        nxt = automaton.step(prefix)
+        if w not in nxt:
+            return False
+        prefix = nxt[w]
+    return automaton.done(prefix)
+
+
+@pytest.mark.parametrize("name", ["pong", "freeway"])
+def test_the_game_automaton_accepts_exactly_the_states_that_parse(name):
+    """Every state the game spells is accepted; states with a word dropped, swapped or added are accepted exactly
+    when the game's parser takes them (Pong's "ball none" and "ball x y" are both whole states)."""
+    game = GAMES[name]
+    automaton = game.automaton(20)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        ram = rng.integers(0, 64, size=128).astype(np.uint8)  # scores within NUMBERS
+        if name == "pong" and rng.random() < 0.3:
+            ram[54] = 0  # the ball out of play
+        words = game.spell(game.read(ram)).split()
+        assert _accepts(automaton, words)
+        at = int(rng.integers(len(words) - 1))
+        for broken in (words[:at] + words[at + 1 :], [*words[:at], words[at + 1], words[at], *words[at + 2 :]],
+                       [*words[:at], "7", *words[at:]]):  # fmt: skip
+            try:
+                game.parse(" ".join(broken))
+                valid = True
+            except ValueError:
+                valid = False
+            assert _accepts(automaton, broken) == valid, broken
+    assert not game.layouts or all(len(layout) <= game.max_tokens for layout in game.layouts)
+    with pytest.raises(ValueError, match="no layout"):
+        game.automaton(3)
+
+
+def test_a_pong_forecast_with_its_slots_out_of_line_is_projected_onto_a_valid_state():
+    """The ball coming into play moves every later word one slot on; a forecast whose slots mix the two layouts
+    ("ball none player 45 45 22 ...") becomes the best-scoring state that parses."""
+    import torch
+
+    from pipeline.projection import GrammarProjection
+    from pipeline.tokenizer import PAD_ID, StateTokenizer
+
+    pong = get_domain("pong")
+    tok = StateTokenizer.build(["ball none player 45 enemy 22 score 1 4 .", "ball 31 31 player 45 enemy 31 score 1 4 ."])
+    vocab = tok.backend.get_vocab()
+    argmax = "ball none player 45 45 22 score 1 4 .".split()
+    logits = torch.zeros(1, 16, tok.vocab_size)
+    for i in range(16):
+        logits[0, i, vocab[argmax[i]] if i < len(argmax) else PAD_ID] = 8.0
+    logits[0, 4, vocab["enemy"]] = 7.0  # the runner-up that puts the state back in line
+    proj = GrammarProjection(pong, tok, 16, tok.end_ids)
+    assert tok.spell(proj(logits)[0]) == "ball none player 45 enemy 22 score 1 4 ."
+    assert proj.stats.projected == 1
