@@ -341,7 +341,8 @@ class Freeway(Game):
         margin). A car leaving one edge shows at both: its halves are joined across the wrap."""
         screen = np.asarray(frame, dtype=np.int32)  # (210, 160, 3)
         r, g, b = screen[..., 0], screen[..., 1], screen[..., 2]
-        yellow = (r > 225) & (g > 225) & (b < 140)  # the chicken (252, 252, 84); the bottom lane's car is darker
+        # the chicken is (252, 252, 84); the bottom lane's car is a darker yellow
+        yellow = (r > 225) & (g > 225) & (b < 140)
         yellow[MEDIAN_ROWS[0] : MEDIAN_ROWS[1]] = False  # the road's yellow middle line, the chicken's colour
         rows, cols = np.nonzero(yellow[20:196, 40:52])
         out: dict[str, tuple[float, float] | None] = {

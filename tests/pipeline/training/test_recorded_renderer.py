@@ -52,8 +52,9 @@ def test_freeway_objects_are_found_where_the_state_puts_them():
     cars_checked = 0
     for screen, state in zip(screens, states):
         where, places = freeway.locate(screen), freeway.word_places(state)
-        assert where["chicken"] is not None
-        assert abs(where["chicken"][0] - places[1][0]) <= 4.5 and abs(where["chicken"][1] - places[1][1]) <= 2.5
+        chicken = where["chicken"]
+        assert chicken is not None
+        assert abs(chicken[0] - places[1][0]) <= 4.5 and abs(chicken[1] - places[1][1]) <= 2.5
         for lane in range(10):
             car, place = where[f"car {lane}"], places[5 + lane]
             if car is not None and 16 < place[1] < 150:

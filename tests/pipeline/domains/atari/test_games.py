@@ -167,7 +167,9 @@ def test_a_pong_forecast_with_its_slots_out_of_line_is_projected_onto_a_valid_st
     from pipeline.tokenizer import PAD_ID, StateTokenizer
 
     pong = get_domain("pong")
-    tok = StateTokenizer.build(["ball none player 45 enemy 22 score 1 4 .", "ball 31 31 player 45 enemy 31 score 1 4 ."])
+    tok = StateTokenizer.build(
+        ["ball none player 45 enemy 22 score 1 4 .", "ball 31 31 player 45 enemy 31 score 1 4 ."]
+    )
     vocab = tok.backend.get_vocab()
     argmax = "ball none player 45 45 22 score 1 4 .".split()
     logits = torch.zeros(1, 16, tok.vocab_size)
