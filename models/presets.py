@@ -418,10 +418,10 @@ RECIPES: dict[str, Recipe] = _by_name(
            _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 4000, "unet_lr": 2e-4, "eval_every": 500},
            init_from="pong-renderer-2", seed_offset=2),
     # weights/freeway/captioner and renderer: Pong's first phases on Freeway's frames (the same networks and
-    # arguments; the cars' and the chicken's places from Freeway.word_places), the renderer's UNet for 5,000 steps.
+    # arguments; the cars' and the chicken's places from Freeway.word_places), the renderer's UNet for 4,000 steps.
     *(Recipe(f"freeway-{stage}", stage, f"weights/freeway/{stage}: Pong's first phase on Freeway's frames", net, train)
       for stage, net, train in (("captioner", _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
-                                ("renderer", _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 5000, "eval_every": 500}))),
+                                ("renderer", _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 4000, "eval_every": 500}))),
     Recipe("quick-pong-renderer", "renderer", "smoke test of an Atari renderer", _QUICK_RENDERER,
            {"clips": 2, "clip_length": 8, "vae_steps": 2, "vae_batch": 2, "unet_steps": 2, "unet_batch": 2,
             "eval_every": 2, "eval_states": 4, "pool": 1}),

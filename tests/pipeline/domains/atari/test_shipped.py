@@ -66,23 +66,24 @@ def test_the_shipped_pong_predictor_plans_with_shared_prefixes():
     assert domain.parse(history[-1])["player"] > 20 and planner.step(history, past[:-1]).action == "up"
 
 
-def test_the_shipped_pong_captioner_reads_fresh_clips_and_predict_starts_from_one(tmp_path, capsys):
-    """The captioner of weights/pong on 4 test-split clips of another seed than its recipe's (decoded MP4, as a
+@pytest.mark.parametrize("game", ["pong", "freeway"])
+def test_the_shipped_game_captioner_reads_fresh_clips_and_predict_starts_from_one(game, tmp_path, capsys):
+    """The captioner of weights/<game> on 4 test-split clips of another seed than its recipe's (decoded MP4, as a
     user's clip): nearly every frame read exactly; then `semworld predict CLIP --actions` forecasts from the
     clip, its observed states the captioner's."""
     from pipeline.captioner import Captioner
     from pipeline.domain import get_domain
     from pipeline.training.recorded_frames import record_frames
 
-    pong = get_domain("pong")
-    data = record_frames(pong, tmp_path / "clips", clips=4, length=32, seed=5, split="test")
-    captioner = Captioner.from_pretrained(WEIGHTS / "pong" / "captioner", device="cpu", domain=pong)
+    domain = get_domain(game)
+    data = record_frames(domain, tmp_path / "clips", clips=4, length=32, seed=5, split="test")
+    captioner = Captioner.from_pretrained(WEIGHTS / game / "captioner", device="cpu", domain=domain)
     read = captioner.caption(list(data.frames))
     assert sum(r == s for r, s in zip(read, data.states)) / len(read) >= 0.9
 
     record = json.loads((tmp_path / "clips" / "states.jsonl").read_text().splitlines()[0])
     (tmp_path / "actions.txt").write_text("\n".join([*record["actions"][:31], *["up"] * 4]) + "\n")
-    argv = ["predict", str(tmp_path / "clips" / record["clip"]), "--weights", str(WEIGHTS / "pong"),
+    argv = ["predict", str(tmp_path / "clips" / record["clip"]), "--weights", str(WEIGHTS / game),
             "--actions", str(tmp_path / "actions.txt"), "--horizon", "4", "--out", str(tmp_path / "out")]  # fmt: skip
     assert main(argv) == 0
     doc = json.loads((tmp_path / "out" / "states.json").read_text())
