@@ -420,7 +420,7 @@ RECIPES: dict[str, Recipe] = _by_name(
     # weights/freeway/captioner: Pong's first captioner phase on Freeway's frames (the same network and arguments;
     # the chicken's, the score's and the cars' places from Freeway.word_places). The renderer's recipe is Pong's
     # first phase with 4,000 UNet steps; no Freeway renderer ships yet (docs/atari.md says how far one got).
-    *(Recipe(f"freeway-{stage}", stage, f"weights/freeway/{stage}: Pong's first phase on Freeway's frames", net, train)
+    *(Recipe(f"freeway-{stage}", stage, f"Freeway's {stage}: Pong's first phase on Freeway's frames", net, train)
       for stage, net, train in (("captioner", _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
                                 ("renderer", _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 4000, "eval_every": 500}))),
     Recipe("quick-pong-renderer", "renderer", "smoke test of an Atari renderer", _QUICK_RENDERER,

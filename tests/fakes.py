@@ -61,6 +61,17 @@ class WorldCaptioner:
         return [f"red ball middle {COLUMNS[int(f.mean()) // 8 % 5]} , lamp on ." for f in frames]
 
 
+def accepts(automaton: Any, words: Sequence[str]) -> bool:
+    """Whether a pipeline.domain.StateAutomaton reads `words` as one whole state."""
+    prefix = automaton.start()
+    for w in words:
+        nxt = automaton.step(prefix)
+        if w not in nxt:
+            return False
+        prefix = nxt[w]
+    return bool(automaton.done(prefix))
+
+
 def world_step(state: str) -> str:
     """The next state of WorldPredictor: every object one column right (from the right edge back to the left),
     the lamp switched, the screen taken away (so that no object stands in front of it). After "empty ." it says

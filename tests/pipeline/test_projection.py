@@ -18,7 +18,7 @@ from pipeline.projection import GrammarProjection, projection_for
 from pipeline.tokenizer import PAD_ID, StateTokenizer
 from pipeline.training.captioner import sample_scene, world_sentences
 from pipeline.world_model import WorldModelPipeline
-from tests.fakes import tiny_four_tensor
+from tests.fakes import accepts, tiny_four_tensor
 from world.automaton import Prefix, WorldAutomaton
 
 SHAPES = get_domain("shapes")
@@ -42,16 +42,6 @@ def peaked_logits(
     for i, w in (runner_up or {}).items():
         logits[0, i, vocab[w]] = 4.0
     return logits
-
-
-def accepts(automaton: WorldAutomaton, words: list[str]) -> bool:
-    prefix = Prefix()
-    for w in words:
-        nxt = automaton.step(prefix)
-        if w not in nxt:
-            return False
-        prefix = nxt[w]
-    return prefix.phase == "done"
 
 
 def test_automaton_accepts_every_valid_state_and_only_valid_states():

@@ -25,9 +25,10 @@ QUANTUM = 4  # RAM position units per state unit: one step of the ball in x, a f
 NUMBERS = tuple(str(i) for i in range(64))  # every number a state may hold (positions // QUANTUM, scores)
 ACTIONS = ("stay", "up", "down")
 NUMBER = "<number>"  # in a layout: any word of NUMBERS
-# Freeway's screen (210 x 160): the chicken's middle row is CHICKEN_ROW - CHICKEN_SLOPE * its RAM y, at column
-# CHICKEN_COL; ROAD is the road's grey.
-CHICKEN_ROW, CHICKEN_SLOPE, CHICKEN_COL = 196.8, 1.0, 46.0
+# Freeway's screen (210 x 160): the chicken's middle is at row CHICKEN_ROW minus its RAM y (one row per unit),
+# column CHICKEN_COL, inside the columns CHICKEN_COLS; ROAD is the road's grey.
+CHICKEN_ROW, CHICKEN_COL = 196.8, 46.0
+CHICKEN_COLS = slice(40, 52)
 ROAD = (142, 142, 142)
 MEDIAN_ROWS = (101, 106)  # the road's yellow middle line (dashes on rows 102 and 104), with a row either side
 
@@ -325,7 +326,7 @@ class Freeway(Game):
         pixels), column 46; lane i's car (i = 0 the bottom lane) at row 176 - 16 i, its middle at
         column x + 0.5; the score's digits about row 9, column 48."""
         f = self.parse(text)
-        chicken = (CHICKEN_ROW - CHICKEN_SLOPE * (QUANTUM * f["chicken"] + 1.5), CHICKEN_COL)
+        chicken = (CHICKEN_ROW - (QUANTUM * f["chicken"] + 1.5), CHICKEN_COL)  # the middle of its bin
         cars = [(self.lane_row(i), QUANTUM * x + 2.0) for i, x in enumerate(f["cars"])]
         return [None, chicken, None, (9.0, 48.0), None, *cars, None]
 
@@ -335,21 +336,24 @@ class Freeway(Game):
         return 176.0 - 16.0 * lane
 
     def locate(self, frame: np.ndarray) -> dict[str, tuple[float, float] | None] | None:
-        """The chicken and each lane's car, found by colour: the chicken is the yellow pixels of its column
-        (40..51) between the pavements, but for the rows of the road's middle line, a car the pixels of its lane's band (the lane's middle row +- 4) that
-        are neither the road's grey nor the chicken's yellow, at columns 8 and on (0..7 are the console's black
-        margin). A car leaving one edge shows at both: its halves are joined across the wrap."""
+        """The chicken and each lane's car, found by colour. The chicken is the yellow pixels of its columns
+        (40..51) between the pavements, but for the rows of the road's middle line. A car is the pixels of its
+        lane's band (the lane's middle row +- 4) that are neither the road's grey nor the chicken's yellow, at
+        columns 8 and on (0..7 are the console's black margin). A car leaving one edge shows at both: its halves
+        are joined across the wrap."""
         screen = np.asarray(frame, dtype=np.int32)  # (210, 160, 3)
         r, g, b = screen[..., 0], screen[..., 1], screen[..., 2]
         # the chicken is (252, 252, 84); the bottom lane's car is a darker yellow
         yellow = (r > 225) & (g > 225) & (b < 140)
         yellow[MEDIAN_ROWS[0] : MEDIAN_ROWS[1]] = False  # the road's yellow middle line, the chicken's colour
-        rows, cols = np.nonzero(yellow[20:196, 40:52])
-        out: dict[str, tuple[float, float] | None] = {
-            "chicken": (float(rows.mean()) + 20, float(cols.mean()) + 40) if len(rows) >= 3 else None
-        }
+        rows, cols = np.nonzero(yellow[20:196, CHICKEN_COLS])
+        chicken: tuple[float, float] | None = None
+        if len(rows) >= 3:
+            chicken = (float(rows.mean()) + 20, float(cols.mean()) + CHICKEN_COLS.start)
+        out: dict[str, tuple[float, float] | None] = {"chicken": chicken}
         off_road = np.abs(screen - np.array(ROAD)).sum(-1) > 60  # (210, 160)
-        off_road[:, 40:52] &= ~yellow[:, 40:52]
+        off_road[:, CHICKEN_COLS] &= ~yellow[:, CHICKEN_COLS]
+        width = 160 - 8  # the columns a car is drawn in
         for lane in range(self.lanes):
             mid = int(self.lane_row(lane))
             rows, cols = np.nonzero(off_road[mid - 4 : mid + 5, 8:])
@@ -358,9 +362,9 @@ class Freeway(Game):
                 continue
             cols = cols + 8
             if cols.max() - cols.min() > 20:  # across the wrap: the left part continues the right
-                cols = np.where(cols < 80, cols + 152, cols)
+                cols = np.where(cols < 80, cols + width, cols)
             centre = float(cols.mean())
-            out[f"car {lane}"] = (float(mid), centre - 152 if centre >= 160 else centre)
+            out[f"car {lane}"] = (float(mid), centre - width if centre >= 160 else centre)
         return out
 
     def track(self, ram: np.ndarray) -> str:

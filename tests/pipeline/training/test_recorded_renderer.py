@@ -44,8 +44,8 @@ def test_pong_objects_are_found_where_the_state_puts_them():
 
 def test_freeway_objects_are_found_where_the_state_puts_them():
     """On Freeway's screens the chicken is found within 4.5 pixels of the row its state's bin says (a bin is 4
-    RAM rows, one screen row each, so 2 of that is the bin) and at its column, and each lane's car within 3 columns of its bin's middle (away from the screen's
-    edges, where a car is cut in two), on its lane's row."""
+    RAM rows, one screen row each, so 2 of that is the bin) and at its column, and each lane's car within 3
+    columns of its bin's middle (away from the screen's edges, where a car is cut in two), on its lane's row."""
     pytest.importorskip("ale_py")
     freeway = get_domain("freeway")
     screens, states = _screens(300, game="freeway")

@@ -5,6 +5,7 @@ import pytest
 
 from pipeline.domain import get_domain
 from pipeline.domains.atari.games import GAMES, QUANTUM, Freeway, Pong
+from tests.fakes import accepts
 
 
 def pong_ram(ball=(100, 80), player=120, enemy=60, score=(3, 5)) -> np.ndarray:
@@ -121,16 +122,6 @@ def test_pong_says_where_each_word_is_read_within_two_pixels_of_the_screen():
     assert pong.word_places("not a state") is None
 
 
-def _accepts(automaton, words: list[str]) -> bool:
-    prefix = automaton.start()
-    for w in words:
-        nxt = automaton.step(prefix)
-        if w not in nxt:
-            return False
-        prefix = nxt[w]
-    return automaton.done(prefix)
-
-
 @pytest.mark.parametrize("name", ["pong", "freeway"])
 def test_the_game_automaton_accepts_exactly_the_states_that_parse(name):
     """Every state the game spells is accepted; states with a word dropped, swapped or added are accepted exactly
@@ -143,7 +134,7 @@ def test_the_game_automaton_accepts_exactly_the_states_that_parse(name):
         if name == "pong" and rng.random() < 0.3:
             ram[54] = 0  # the ball out of play
         words = game.spell(game.read(ram)).split()
-        assert _accepts(automaton, words)
+        assert accepts(automaton, words)
         at = int(rng.integers(len(words) - 1))
         for broken in (words[:at] + words[at + 1 :], [*words[:at], words[at + 1], words[at], *words[at + 2 :]],
                        [*words[:at], "7", *words[at:]]):  # fmt: skip
@@ -152,8 +143,8 @@ def test_the_game_automaton_accepts_exactly_the_states_that_parse(name):
                 valid = True
             except ValueError:
                 valid = False
-            assert _accepts(automaton, broken) == valid, broken
-    assert not game.layouts or all(len(layout) <= game.max_tokens for layout in game.layouts)
+            assert accepts(automaton, broken) == valid, broken
+    assert all(len(layout) <= game.max_tokens for layout in game.layouts)
     with pytest.raises(ValueError, match="no layout"):
         game.automaton(3)
 

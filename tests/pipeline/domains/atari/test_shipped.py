@@ -37,7 +37,7 @@ def test_the_shipped_pong_predictor_projects_every_forecast_onto_a_state_of_the_
     pong = get_domain("pong")
     episodes = record_episodes(pong, 40, 8, 12, seed=3)
     histories = [ep.history for ep in episodes]
-    actions = [[*ep.actions, *ep.futures["logged"][0]][:19] for ep in episodes]
+    actions = [[*ep.actions, *ep.futures["logged"][0]][: 8 + 12 - 1] for ep in episodes]
 
     def unparsed(predictor: Predictor) -> int:
         bad = 0
