@@ -83,9 +83,14 @@ KEY_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def keyed_router(prefix: str, tag: str) -> APIRouter:
+def keyed_router(
+    prefix: str, tag: str, responses: dict[int | str, dict[str, Any]] | None = None
+) -> APIRouter:
     """The router of one resource: every route under `prefix` needs the API key (when the server has one) and
-    documents its 401; `tag` groups the routes in the docs."""
+    documents its 401 and `responses` (the errors all its routes share); `tag` groups the routes in the docs."""
     return APIRouter(
-        prefix=prefix, tags=[tag], dependencies=[Depends(require_api_key)], responses=KEY_RESPONSES
+        prefix=prefix,
+        tags=[tag],
+        dependencies=[Depends(require_api_key)],
+        responses={**KEY_RESPONSES, **(responses or {})},
     )

@@ -13,15 +13,10 @@ from pipeline.interfaces import ProgressCallback
 from pipeline.loading import NotLoaded
 from pipeline.planning import PlanConfig
 
-router = keyed_router("/v1", "plan")
+router = keyed_router("/v1", "plan", JSON_RUN_RESPONSES)
 
 
-@router.post(
-    "/plan",
-    response_model=PlanResponse,
-    summary="Plan actions towards a goal in words",
-    responses=JSON_RUN_RESPONSES,
-)
+@router.post("/plan", response_model=PlanResponse, summary="Plan actions towards a goal in words")
 async def plan(
     body: PlanRequest, pipeline: PipelineDep, engine: EngineDep, settings: SettingsDep
 ) -> PlanResponse:

@@ -10,15 +10,10 @@ from api.schemas import RolloutRequest, RolloutResponse, b64png, states_fields
 from api.uploads import JSON_RUN_RESPONSES, check_params, check_sync_cost, refused
 from pipeline.interfaces import ProgressCallback
 
-router = keyed_router("/v1", "rollout")
+router = keyed_router("/v1", "rollout", JSON_RUN_RESPONSES)
 
 
-@router.post(
-    "/rollout",
-    response_model=RolloutResponse,
-    summary="Continue states written in words",
-    responses=JSON_RUN_RESPONSES,
-)
+@router.post("/rollout", response_model=RolloutResponse, summary="Continue states written in words")
 async def rollout(
     body: RolloutRequest, pipeline: PipelineDep, engine: EngineDep, settings: SettingsDep
 ) -> RolloutResponse:

@@ -207,30 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     test = write_probe(out / "test.jsonl", ns.test_clips * len(ks), seed=1, ks=ks)
     model_dir = out / "model"
     if not ns.eval_only:
-        train_predictor(
-            TrainArgs(
-                data=str(out / "train.jsonl"),
-                preset="small",
-                out=str(model_dir),
-                epochs=ns.epochs,
-                batch_size=ns.batch_size,
-                lr=ns.lr,
-                seed=0,
-                threads=ns.threads,
-                progress=False,
-                memory={
-                    "forget_bias": ns.forget_bias,
-                    "min_sigma": ns.min_sigma,
-                    "gate_init": ns.memory_gate_init,
-                },
-                bptt_windows=ns.bptt_windows,
-                memory_lr_scale=ns.memory_lr_scale,
-                memory_recall_weight=ns.memory_recall_weight,
-                memory_recall_target=ns.memory_recall_target,
-                target_slices=ns.target_slices,
-                init_from=ns.init_from,
-            )
-        )
+        # flags named as TrainArgs' fields
+        passed = "epochs batch_size lr threads bptt_windows memory_lr_scale memory_recall_weight".split()
+        passed += "memory_recall_target target_slices init_from".split()
+        memory = {"forget_bias": ns.forget_bias, "min_sigma": ns.min_sigma, "gate_init": ns.memory_gate_init}
+        train_predictor(TrainArgs(data=str(out / "train.jsonl"), preset="small", out=str(model_dir), seed=0,
+                                  progress=False, memory=memory, **{k: getattr(ns, k) for k in passed}))  # fmt: skip
     predictor = Predictor.from_pretrained(model_dir, device="cpu")
     with_memory = score(predictor, test)
     probe: dict[str, dict[str, float]] = {}

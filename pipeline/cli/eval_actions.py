@@ -21,10 +21,7 @@ def add_actions_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
         "under the logged actions and under each action held throughout; every forecast state is compared with "
         "the emulator's. Copy-last and constant-velocity references (and --baseline) read the same histories.",
     )
-    add_game_weights_flags(p)
-    p.add_argument(
-        "--baseline", default=None, help="another predictor folder (the 1-D baseline) scored beside"
-    )
+    add_game_weights_flags(p, baseline="another predictor folder (the 1-D baseline) scored beside")
     p.add_argument("--episodes", type=int, default=200, help="test episodes (default %(default)s)")
     p.add_argument("--horizon", type=int, default=16, help="forecast steps (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="test episode seed (default %(default)s)")
@@ -35,11 +32,13 @@ def add_actions_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
     return p
 
 
-def add_game_weights_flags(p: argparse.ArgumentParser) -> None:
-    """--weights (a game's weights folder, or a predictor folder) and --domain (for the latter)."""
+def add_game_weights_flags(p: argparse.ArgumentParser, baseline: str) -> None:
+    """--weights (a game's weights folder, or a predictor folder), --domain (for the latter) and --baseline (a
+    second predictor folder, what `baseline` says it does)."""
     p.add_argument("--weights", required=True, help="a weights folder (model_index.json naming its domain and "
                    "predictor, e.g. weights/pong) or a predictor folder with --domain")  # fmt: skip
     p.add_argument("--domain", default=None, help="the domain, when --weights is a predictor folder")
+    p.add_argument("--baseline", default=None, help=baseline)
 
 
 def load_predictor_with_domain(weights: str, domain: str | None) -> tuple[Any, Any]:

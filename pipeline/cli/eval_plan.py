@@ -32,9 +32,8 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
         "random play, always 'up') and, with --baseline, the planner with another predictor. Pong reports points "
         "and the share of balls reaching the paddle that it returns; Freeway crossings and knock-backs.",
     )
-    add_game_weights_flags(p)
+    add_game_weights_flags(p, baseline="another predictor folder to plan with, scored beside")
     p.add_argument("--goal", default=None, help="the planner's goal (default: the domain's first named goal)")
-    p.add_argument("--baseline", default=None, help="another predictor folder to plan with, scored beside")
     p.add_argument("--frames", action="store_true",
                    help="also play the planner reading each screen through the captioner of --weights "
                         "(what a user's clip gives it), scored beside the one reading RAM")  # fmt: skip

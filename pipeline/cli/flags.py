@@ -32,12 +32,20 @@ _DOC_LINE = re.compile(r"^\s*((?:\w+)(?:\s*(?:/|,)\s*\w+)*)\s*:\s*(.+)$")
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """{field: its whole description} from a docstring written as 'name: text' lines, each continued by the
-    more deeply indented lines under it (a help text cut at the end of its first line would stop mid-sentence)."""
+    """{field: its whole description} from the docstrings of `cls` and its bases (a field described in several:
+    the most derived class's words), each written as 'name: text' lines continued by the more deeply indented
+    lines under it (a help text cut at the end of its first line would stop mid-sentence)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        docs |= _docstring_fields(klass.__doc__ or "")
+    return docs
+
+
+def _docstring_fields(doc: str) -> dict[str, str]:
     docs: dict[str, str] = {}
     names: list[str] = []  # the fields of the description being read
     indent = 0
-    for line in (cls.__doc__ or "").splitlines():
+    for line in doc.splitlines():
         depth = len(line) - len(line.lstrip())
         if names and line.strip() and depth > indent:
             for name in names:

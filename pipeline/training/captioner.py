@@ -55,16 +55,9 @@ def build_tokenizer(sentences: Iterable[str]):  # -> transformers.PreTrainedToke
         single=f"{BOS_TOKEN} $A {EOS_TOKEN}",
         special_tokens=[(BOS_TOKEN, vocab[BOS_TOKEN]), (EOS_TOKEN, vocab[EOS_TOKEN])],
     )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        pad_token=PAD_TOKEN,
-        unk_token=UNK_TOKEN,
-        bos_token=BOS_TOKEN,
-        eos_token=EOS_TOKEN,
-        sep_token=EOS_TOKEN,
-        cls_token=BOS_TOKEN,
-        model_max_length=MAX_STATE_TOKENS + 2,
-    )
+    special = {"pad_token": PAD_TOKEN, "unk_token": UNK_TOKEN, "bos_token": BOS_TOKEN, "eos_token": EOS_TOKEN}
+    special |= {"sep_token": EOS_TOKEN, "cls_token": BOS_TOKEN}  # the same two marks under their other names
+    return PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=MAX_STATE_TOKENS + 2, **special)
 
 
 # ---- the data ------------------------------------------------------------------------------------------

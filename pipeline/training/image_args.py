@@ -14,10 +14,36 @@ from models.renderer import RendererConfig
 from pipeline.utils import UserError
 
 
+# ---- the optimiser the captioner and the pixel model share ---------------------------------------------------
+@dataclass(kw_only=True)
+class AdamWArgs:
+    """AdamW with a linear warmup, then a cosine decay (the captioner's and the pixel model's optimiser).
+
+    lr / min_lr_ratio / warmup_steps / weight_decay / grad_clip: AdamW at lr after warmup_steps of linear
+        warmup, then cosine decay to lr * min_lr_ratio at the last step; gradients clipped to norm grad_clip.
+    """
+
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 200
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+
+    def check_optimizer(self) -> None:
+        """A UserError naming the flag when a setting cannot train."""
+        if self.lr <= 0 or not 0 < self.min_lr_ratio <= 1:
+            raise UserError(
+                f"--lr must be > 0 and --min-lr-ratio in (0, 1], got {self.lr}, {self.min_lr_ratio}"
+            )
+        if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip <= 0:
+            raise UserError("--warmup-steps and --weight-decay must be >= 0 and --grad-clip > 0")
+
+
 # ---- the captioner (`semworld train captioner`) ----------------------------------------------------------
 @dataclass
-class TrainCaptionerArgs:
-    """Arguments of `semworld train captioner` (every field is a flag: --out, --epochs, --steps-per-epoch, ...).
+class TrainCaptionerArgs(AdamWArgs):
+    """Arguments of `semworld train captioner` (every field is a flag: --out, --epochs, --steps-per-epoch, ...;
+    the optimiser's are AdamWArgs').
 
     out: directory for the final model in the Hugging Face layout (config.json, model.safetensors, processor
         and tokenizer files); it is written when the run ends, holding the best evaluated weights.
@@ -26,8 +52,6 @@ class TrainCaptionerArgs:
     seed: seeds the model initialisation, every epoch's frames (seed, epoch) and the held-out set.
     epochs / steps_per_epoch / batch_size: fresh random frames every step, so an epoch is just a unit of
         evaluation and checkpointing; epochs * steps_per_epoch * batch_size frames are seen in all.
-    lr / min_lr_ratio / warmup_steps / weight_decay / grad_clip: AdamW with linear warmup and cosine decay to
-        lr * min_lr_ratio.
     count_weights: relative frequency of scenes with 0, 1, 2, 3 objects (the most crowded are the hardest).
     degrade_prob: fraction of training frames sent through a JPEG round trip (robustness to decoded video).
     jitter_prob / resize_prob: fractions of training frames whose objects sit up to 0.15 cell off their cell's
@@ -65,12 +89,7 @@ class TrainCaptionerArgs:
     epochs: int = 36
     steps_per_epoch: int = 250
     batch_size: int = 32
-    # AdamW: linear warmup, then cosine decay to lr * min_lr_ratio
-    lr: float = 1.5e-3
-    min_lr_ratio: float = 0.05
-    warmup_steps: int = 200
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
+    lr: float = field(default=1.5e-3, kw_only=True)  # the rest of AdamWArgs as it is
     # the frames: scene mix and augmentations
     count_weights: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4)
     degrade_prob: float = 0.2  # every epoch
@@ -103,8 +122,7 @@ class TrainCaptionerArgs:
                               "clip_length"))  # fmt: skip
         if self.target is not None and not 0 < self.target <= 1:
             raise ValueError(f"target must be in (0, 1] or None, got {self.target}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        self.check_optimizer()
         for name in ("degrade_prob", "rescale_prob", "noise_prob", "jitter_prob", "resize_prob"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
@@ -270,8 +288,9 @@ class TrainRendererArgs:
 
 # ---- the pixel-space baseline (`semworld train pixel`) ----------------------------------------------------
 @dataclass
-class TrainPixelArgs:
-    """Arguments of `semworld train pixel` (each field is a flag: --out, --steps, --batch-size, ...).
+class TrainPixelArgs(AdamWArgs):
+    """Arguments of `semworld train pixel` (each field is a flag: --out, --steps, --batch-size, ...; the
+    optimiser's are AdamWArgs', its cosine over `steps`).
 
     out: run directory: checkpoint.pt (atomic, resumable: rerun the same command), log.jsonl, loss_curve.png,
         training_summary.json and model/ (config.json + model.safetensors, rewritten at every evaluation).
@@ -287,8 +306,6 @@ class TrainPixelArgs:
         from a random clip and start).
     rollout_steps: the loss is taken on this many autoregressive steps (the model's own frames fed back), so
         that it learns to continue from its own output and not only from perfect frames.
-    lr / min_lr_ratio / warmup_steps / weight_decay / grad_clip: AdamW, linear warmup, cosine decay over `steps`
-        to lr * min_lr_ratio.
     object_weight: weight of the pixels that differ from the room (objects, screen, lamp) in the L1 + MSE loss
         (pipeline.training.renderer.reconstruction_loss); objects cover a few percent of a frame.
     eval_every / eval_clips: evaluation period (steps) and size (val-split clips: 8-frame rollouts from the first
@@ -308,11 +325,6 @@ class TrainPixelArgs:
     steps: int = 6000
     batch_size: int = 16
     rollout_steps: int = 2
-    lr: float = 1e-3
-    min_lr_ratio: float = 0.05
-    warmup_steps: int = 200
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
     object_weight: float = 10.0
     eval_every: int = 250
     eval_clips: int = 32
@@ -333,14 +345,11 @@ class TrainPixelArgs:
                 f"--length {self.length} is shorter than context {self.model.context} + rollout-steps "
                 f"{self.rollout_steps}"
             )
-        if self.lr <= 0 or not 0 < self.min_lr_ratio <= 1:
-            raise UserError(
-                f"--lr must be > 0 and --min-lr-ratio in (0, 1], got {self.lr}, {self.min_lr_ratio}"
-            )
+        self.check_optimizer()
         if self.object_weight < 1:
             raise UserError(f"--object-weight must be >= 1, got {self.object_weight}")
-        if self.minutes < 0 or self.warmup_steps < 0 or self.grad_clip <= 0:
-            raise UserError("--minutes and --warmup-steps must be >= 0 and --grad-clip > 0")
+        if self.minutes < 0:
+            raise UserError(f"--minutes must be >= 0, got {self.minutes}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -104,6 +104,18 @@ def test_multi_line_field_descriptions_are_whole_in_the_help():
     )
 
 
+def test_a_field_described_in_a_base_class_is_described_in_the_help():
+    """The captioner and the pixel model take AdamWArgs' fields; the help describes them once, in the base, and
+    shows each trainer's own default (the captioner's lr differs)."""
+    parsers = dict(_leaf_parsers(cli.build_parser()))
+    for name, default in (("captioner", "0.0015"), ("pixel", "0.001")):
+        action = next(a for a in parsers[("train", name)]._actions if "--lr" in a.option_strings)
+        assert "cosine decay to lr * min_lr_ratio" in action.help and "AdamW" in action.help, action.help
+        assert action.default == float(default)
+        grad_clip = next(a for a in parsers[("train", name)]._actions if "--grad-clip" in a.option_strings)
+        assert "clipped to norm grad_clip" in grad_clip.help
+
+
 def test_serve_shows_its_address_and_log_level_with_defaults(monkeypatch):
     monkeypatch.delenv("SEMWORLD_HOST", raising=False)
     monkeypatch.delenv("SEMWORLD_PORT", raising=False)
