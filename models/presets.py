@@ -393,8 +393,13 @@ RECIPES: dict[str, Recipe] = _by_name(
     Recipe("pong-predictor", "predictor", "weights/pong/predictor: phase 5, an epoch of fresh clips at 2e-4",
            "small-t8", _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": 2e-4, "warmup_steps": 100},
            {"clips": 1200, "length": 256, "seed_offset": 2}, init_from="pong-predictor-screen"),
-    Recipe("freeway-predictor", "predictor", "weights/freeway/predictor: Freeway states under actions",
+    Recipe("freeway-predictor-base", "predictor", "phase 1 of weights/freeway/predictor: Freeway states under actions",
            "small-t8-n20", _ATARI_TRAIN, {"clips": 340, "length": 256}),
+    # Phase 2, the shipped one: 2 epochs on fresh clips drawn from every phase of a whole game (a game is 2,048
+    # steps; up to 1,750 steps of play before each clip), so that late scores (10 and more) are not unseen words.
+    Recipe("freeway-predictor", "predictor", "weights/freeway/predictor: phase 2, clips from every phase of a game",
+           "small-t8-n20", _ATARI_TRAIN | {"epochs": 2, "lr": 5e-4, "warmup_steps": 100},
+           {"clips": 340, "length": 256, "seed_offset": 1, "warmup": 1750}, init_from="freeway-predictor-base"),
     # weights/pong/captioner, phase 1: the tiny BLIP on Pong's frames at 160 x 160 (10 x 10 patches), every frame of
     # 300 train-split clips of 64 states under the mixed policy, decoded from their MP4 files.
     Recipe("pong-captioner-base", "captioner", "phase 1 of weights/pong/captioner: 30 epochs from scratch",

@@ -121,7 +121,8 @@ def predictor_data(path: Path, seed: int, recipe: Recipe, domain: str = "shapes"
     """The recipe's state sequences (train split) as JSONL, written once. The shapes world: `data["clips"]` of
     every scenario at seed + data.get("seed_offset", 0), then each (scenarios, clips, offset[, length]) of
     `recipe.mix` (a part without a length has data's). Another domain that records data sets: its `generate`,
-    `data["clips"]` clips of `data["length"]` states, states only."""
+    `data["clips"]` clips of `data["length"]` states (after up to `data["warmup"]` steps of play, when given),
+    states only."""
     from world import sequences
 
     dom = get_domain(domain)
@@ -129,7 +130,7 @@ def predictor_data(path: Path, seed: int, recipe: Recipe, domain: str = "shapes"
         with tempfile.TemporaryDirectory(prefix="semworld-data-", dir=path.parent) as tmp:
             written = dom.generate(  # type: ignore[attr-defined]
                 tmp, clips=recipe.data["clips"], length=recipe.data["length"], split="train", video=False,
-                seed=seed + recipe.data.get("seed_offset", 0), progress=False,
+                seed=seed + recipe.data.get("seed_offset", 0), progress=False, warmup=recipe.data.get("warmup"),
             )  # fmt: skip
             os.replace(written, path)
     if not path.is_file():

@@ -23,6 +23,13 @@ import numpy as np
 
 QUANTUM = 4  # RAM position units per state unit: one step of the ball in x, a few pixels on the screen
 NUMBERS = tuple(str(i) for i in range(64))  # every number a state may hold (positions // QUANTUM, scores)
+
+
+def _bcd(byte: int) -> int:
+    """A binary-coded decimal byte's number (0x23 -> 23)."""
+    return (byte >> 4) * 10 + (byte & 0x0F)
+
+
 ACTIONS = ("stay", "up", "down")
 NUMBER = "<number>"  # in a layout: any word of NUMBERS
 # Freeway's screen (210 x 160): the chicken's middle is at row CHICKEN_ROW minus its RAM y (one row per unit),
@@ -301,7 +308,7 @@ class Freeway(Game):
     def read(self, ram: np.ndarray) -> dict[str, Any]:
         return {
             "chicken": int(ram[14]) // QUANTUM,
-            "score": int(ram[103]),
+            "score": _bcd(int(ram[103])),  # the console keeps it in binary-coded decimal (0x10 after 9)
             "cars": [int(ram[108 + i]) // QUANTUM for i in range(self.lanes)],
         }
 

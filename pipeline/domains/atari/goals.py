@@ -19,6 +19,7 @@ PADDLE_MIDDLE = (
 )
 MISS = 100.0  # a point lost inside the forecast
 ROAD_TOP = 44  # the chicken's y at the far side of the road
+CROSSING_SLACK = 2  # a crossing: the chicken within this of the top, then within this of its start
 
 
 def _rose(states: Sequence[Fields | None], field: str) -> int | None:
@@ -84,11 +85,26 @@ def follow_the_ball(states: Sequence[Fields | None], actions: Sequence[str]) -> 
     return sum(gaps) / len(gaps)
 
 
-def cross_the_road(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
-    """0 when the score rises (the chicken reached the far side) in the forecast; else 1 + the mean share of the
-    road left over the forecast states, so that of two plans that end as high, the one that climbs first wins
-    (a plan that waits to climb is re-planned the next step, and waits again)."""
+def _crossed(states: Sequence[Fields | None]) -> bool:
+    """Whether the chicken reaches the far side within the forecast: the score rises, or the chicken goes from the
+    top of the road straight back to its start (how the game restarts it after a crossing; a car knocks it back a
+    few units only). The second is what a forecast shows past the scores the predictor has seen: trained on
+    behaviour-policy clips that seldom cross more than a few times, it restarts the chicken but may keep the
+    score as it was, and a goal that waited for the score would keep the chicken at the top for good."""
     if _rose(states, "score") is not None:
+        return True
+    ys = [s.get("chicken") if s is not None else None for s in states]
+    return any(
+        a is not None and b is not None and a >= ROAD_TOP - CROSSING_SLACK and b <= CROSSING_SLACK
+        for a, b in zip(ys, ys[1:])
+    )
+
+
+def cross_the_road(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
+    """0 when the chicken reaches the far side in the forecast (`_crossed`); else 1 + the mean share of the road
+    left over the forecast states, so that of two plans that end as high, the one that climbs first wins (a plan
+    that waits to climb is re-planned the next step, and waits again)."""
+    if _crossed(states):
         return 0.0
     heights = [s.get("chicken") or 0 for s in states if s is not None and s.get("chicken") is not None]
     if not heights:

@@ -140,13 +140,17 @@ class Clip:
     frames: list[np.ndarray] = field(default_factory=list)  # (210, 160, 3) uint8 each, when asked for
 
 
-def start(game: Game | str, seed: int, policy: str = "mix", sticky: float = 0.0) -> tuple[Emulator, Policy]:
-    """An emulator seeded with `seed` after its warm-up under the policy, and the policy (same seed, same run)."""
+def start(
+    game: Game | str, seed: int, policy: str = "mix", sticky: float = 0.0, warmup: int | None = None
+) -> tuple[Emulator, Policy]:
+    """An emulator seeded with `seed` after its warm-up under the policy (0..warmup steps, drawn from the seed;
+    None: the game's WARMUP_STEPS), and the policy (same seed, same run)."""
     game = GAMES[game] if isinstance(game, str) else game
     rng = np.random.default_rng(seed)
     emu = Emulator(game, seed, sticky)
     act = Policy.make(policy, game, rng)
-    for _ in range(int(rng.integers(0, WARMUP_STEPS.get(game.name, 500) + 1))):
+    most = WARMUP_STEPS.get(game.name, 500) if warmup is None else warmup
+    for _ in range(int(rng.integers(0, most + 1))):
         emu.step(act(emu.ram()))
         if emu.over():
             emu.ale.reset_game()
@@ -160,12 +164,14 @@ def record_clip(
     policy: str = "mix",
     sticky: float = 0.0,
     frames: bool = True,
+    warmup: int | None = None,
 ) -> Clip:
-    """Record one clip of `length` states (fewer if the game ends first) from the emulator seeded with `seed`."""
+    """Record one clip of `length` states (fewer if the game ends first) from the emulator seeded with `seed`,
+    after `start`'s warm-up."""
     game = GAMES[game] if isinstance(game, str) else game
     if length < 1:
         raise ValueError(f"length must be >= 1, got {length}")
-    emu, act = start(game, seed, policy, sticky)
+    emu, act = start(game, seed, policy, sticky, warmup)
     clip = Clip(seed)
     while len(clip.states) < length and not emu.over():
         ram = emu.ram()
@@ -190,11 +196,13 @@ def generate(
     sticky: float = 0.0,
     video: bool = True,
     progress: bool = True,
+    warmup: int | None = None,
     **ignored: Any,
 ) -> Path:
     """Write `clips` clips of `game` into `out`: clips/NNNNNN.mp4 (15 states a second; with `video`) and one
     states.jsonl record per clip (states, actions, rewards, seed). Same arguments, same bytes. Returns the path
-    of states.jsonl. `ignored` takes the shapes world's options (size, workers) that mean nothing here."""
+    of states.jsonl. `warmup`: the most steps played before a clip's first state (None: the game's WARMUP_STEPS).
+    `ignored` takes the shapes world's options (size, workers) that mean nothing here."""
     from tqdm.auto import tqdm
 
     from pipeline.video import encode_mp4
@@ -204,6 +212,8 @@ def generate(
         raise ValueError(f"--clips must be >= 1, got {clips}")
     if seed < 0:
         raise ValueError(f"--seed must be a non-negative integer, got {seed}")
+    if warmup is not None and warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {warmup}")
     Policy.make(policy, game, np.random.default_rng(0))  # validates the policy before any file is written
     clip_seed(split, seed, 0)  # and the split
     root = Path(out)
@@ -215,7 +225,7 @@ def generate(
     with open(path, "w") as fh:
         for i in tqdm(range(clips), desc=f"{game.name} generate", unit="clip", disable=not progress):
             s = clip_seed(split, seed, i)
-            clip = record_clip(game, s, length, policy, sticky, frames=video)
+            clip = record_clip(game, s, length, policy, sticky, frames=video, warmup=warmup)
             record: dict[str, Any] = {"id": f"{split}-{seed}-{i:06d}"}
             if video:
                 name = f"clips/{i:06d}.mp4"

@@ -57,6 +57,21 @@ def test_cross_the_road_and_avoid_the_cars():
     assert cost(FREEWAY, "cross the road and avoid the cars", [freeway(43), freeway(1, 1)], ["up"]) == 0.0
 
 
+def test_a_crossing_is_the_chicken_restarted_from_the_top_whatever_the_score_says():
+    """Past the scores its training clips reached, the predictor restarts the chicken at the bottom but keeps the
+    score: that is a crossing too, or the planner would wait at the top for good. A knock-back is not one."""
+    assert cost(FREEWAY, "cross the road", [freeway(44, 5), freeway(1, 5)], ["up"]) == 0.0
+    assert (
+        cost(FREEWAY, "cross the road", [freeway(43, 5), freeway(44, 5), freeway(2, 5)], ["up", "up"]) == 0.0
+    )
+    waiting = cost(FREEWAY, "cross the road", [freeway(44, 5), freeway(44, 5)])
+    assert waiting > 0.0
+    knocked = cost(FREEWAY, "cross the road", [freeway(20, 5), freeway(21, 5), freeway(18, 5)], ["up", "up"])
+    assert knocked > 1.0
+    fell_from_mid_road = cost(FREEWAY, "cross the road", [freeway(30, 5), freeway(1, 5)], ["up"])
+    assert fell_from_mid_road > 1.0  # only a restart from the top of the road counts
+
+
 def ram(**at: int) -> np.ndarray:
     r = np.zeros(128, dtype=np.uint8)
     for k, v in at.items():
