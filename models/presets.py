@@ -422,12 +422,19 @@ RECIPES: dict[str, Recipe] = _by_name(
     Recipe("pong-renderer", "renderer", "weights/pong/renderer: phase 3, 4,000 UNet steps at 2e-4 on fresh clips",
            _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 4000, "unet_lr": 2e-4, "eval_every": 500},
            init_from="pong-renderer-2", seed_offset=2),
-    # weights/freeway/captioner: Pong's first captioner phase on Freeway's frames (the same network and arguments;
-    # the chicken's, the score's and the cars' places from Freeway.word_places). The renderer's recipe is Pong's
-    # first phase with 4,000 UNet steps; no Freeway renderer ships yet (docs/atari.md says how far one got).
-    *(Recipe(f"freeway-{stage}", stage, f"Freeway's {stage}: Pong's first phase on Freeway's frames", net, train)
-      for stage, net, train in (("captioner", _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
-                                ("renderer", _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 4000, "eval_every": 500}))),
+    # weights/freeway/captioner, phase 1: Pong's first captioner phase on Freeway's frames (the same network and
+    # arguments; the chicken's, the score's and the cars' places from Freeway.word_places).
+    Recipe("freeway-captioner-base", "captioner", "phase 1 of weights/freeway/captioner: Pong's first phase",
+           _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
+    # Phase 2: 12 epochs at a lower rate on fresh clips from every phase of a whole game (up to 1,750 steps of play
+    # before each), where the score has two digits.
+    Recipe("freeway-captioner", "captioner", "weights/freeway/captioner: phase 2, clips from every phase of a game",
+           _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN | {"epochs": 12, "lr": 4e-4, "warmup_steps": 50, "clip_warmup": 1750},
+           init_from="freeway-captioner-base", seed_offset=1),
+    # Freeway's renderer: Pong's first phase on clips from every phase of a game; no Freeway renderer ships yet
+    # (docs/atari.md says how far one got).
+    Recipe("freeway-renderer", "renderer", "Freeway's renderer: Pong's first phase on Freeway's frames", _ATARI_RENDERER,
+           _ATARI_RENDERER_TRAIN | {"unet_steps": 8000, "eval_every": 500, "clip_warmup": 1750}),
     Recipe("quick-pong-renderer", "renderer", "smoke test of an Atari renderer", _QUICK_RENDERER,
            {"clips": 2, "clip_length": 8, "vae_steps": 2, "vae_batch": 2, "unet_steps": 2, "unet_batch": 2,
             "eval_every": 2, "eval_states": 4, "pool": 1}),

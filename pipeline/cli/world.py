@@ -52,6 +52,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_sticky_flag(g, default=None)
     g.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        metavar="STEPS",
+        help="a domain with actions (Atari): the most steps played before each clip, drawn per clip (default: "
+        "the game's, 1500 for Pong, 500 for Freeway; a whole Freeway game is 2048)",
+    )
+    g.add_argument(
         "--no-video",
         action="store_true",
         help="a domain with actions (Atari): states.jsonl only, no MP4 clips (training corpora)",
@@ -101,12 +109,13 @@ def _generate(args: argparse.Namespace) -> int:
     if args.scenario != "all":  # a domain's own option (the shapes world's scenarios); "all" is its default
         options["scenario"] = args.scenario
     # the recorders of domains with actions (Atari): only what the user gave, so other domains never see them
-    options.update({k: v for k, v in (("policy", args.policy), ("sticky", args.sticky)) if v is not None})
+    given_options = (("policy", args.policy), ("sticky", args.sticky), ("warmup", args.warmup))
+    options.update({k: v for k, v in given_options if v is not None})
     if args.no_video:
         options["video"] = False
     given = [
         f"--{k.replace('_', '-')}"
-        for k in ("policy", "sticky", "no_video")
+        for k in ("policy", "sticky", "warmup", "no_video")
         if getattr(args, k) not in (None, False)
     ]
     if given and not domain.actions:

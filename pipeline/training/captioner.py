@@ -227,7 +227,7 @@ def caption_in_batches(captioner: Captioner, frames: Sequence[np.ndarray], batch
 def recorded_set(args: TrainCaptionerArgs, domain: Domain, split: str, clips: int) -> RecordedFrames:
     """`clips` clips of `split` of a recording domain, recorded once into run_dir/data-<split>."""
     return record_frames(domain, Path(args.run_dir) / f"data-{split}", clips=clips, length=args.clip_length,
-                         seed=args.seed, split=split, progress=args.progress)  # fmt: skip
+                         seed=args.seed, split=split, progress=args.progress, warmup=args.clip_warmup)  # fmt: skip
 
 
 def evaluation_set(seed: int, n: int, counts: int) -> tuple[list[np.ndarray], list[str]]:

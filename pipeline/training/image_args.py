@@ -66,6 +66,8 @@ class TrainCaptionerArgs(AdamWArgs):
         every step) or a domain that records clips (an Atari game), whose frames come from `clips` train-split
         clips of `clip_length` states recorded once into run_dir/data-train (MP4, decoded as a user's clip is);
         its held-out set is val-split clips, its test set `test_clips` test-split clips.
+    clip_warmup: a recording domain's clips each start after up to this many steps of play (None: the game's
+        default); a whole game of Freeway is 2,048 steps, and its score has two digits after 9 crossings.
     attn_weight: weight of the attention-supervision loss: while it writes an object's words, the decoder's
         cross-attention (mean over layers and heads) is pulled onto that object's cell (-log of its share).
         Without it the decoder reads colours and shapes from the whole image but learns *where* only after a
@@ -102,6 +104,7 @@ class TrainCaptionerArgs(AdamWArgs):
     domain: str = "shapes"
     clips: int = 300
     clip_length: int = 64
+    clip_warmup: int | None = None
     # where it starts, how it is judged
     init_from: str | None = None
     eval_frames: int = 800
@@ -148,6 +151,7 @@ class TrainRendererArgs:
         image_size squares; the saved renderer hands frames out at the screens' own size).
     clips, clip_length: a recording domain's training clips (train split at `seed`, recorded once into
         out/data-train); the held-out frames are eval_states frames spread through val-split clips.
+    clip_warmup: the most steps of play before each of those clips (None: the game's default).
     image_size: side of the frames the model draws (the world renders them at this size). 80 with a VAE that
         downsamples 16x gives a 5 x 5 latent: one latent pixel per cell of the world's 5 x 5 grid, which makes
         the UNet ~6x cheaper per sample than 16 x 16 latents (the shipped captioner reads frames at 64 anyway).
@@ -202,6 +206,7 @@ class TrainRendererArgs:
     domain: str = "shapes"
     clips: int = 300
     clip_length: int = 64
+    clip_warmup: int | None = None
     image_size: int = 80
     output_size: int = 128
     render_size: int = 128

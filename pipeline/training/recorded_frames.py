@@ -67,9 +67,11 @@ def record_frames(
     seed: int,
     split: str,
     progress: bool = False,
+    warmup: int | None = None,
 ) -> RecordedFrames:
     """The frames and states of `clips` clips of `length` states of `split` at `seed`, recorded into `folder`
-    once (the domain's `generate`, with video) and decoded from its MP4 files; a folder already there is read."""
+    once (the domain's `generate`, with video; `warmup`: the most steps played before a clip, None: the domain's
+    default) and decoded from its MP4 files; a folder already there is read."""
     folder = Path(folder)
     if not (folder / "states.jsonl").is_file():
         if not can_generate(domain):
@@ -79,7 +81,8 @@ def record_frames(
             logger.info("recording %d %s clips of %d states (%s split, seed %d) into %s", clips, domain.name,
                         length, split, seed, folder)  # fmt: skip
             generate: Any = domain.generate  # type: ignore[attr-defined]
-            generate(tmp, clips=clips, length=length, split=split, seed=seed, video=True, progress=progress)
+            generate(tmp, clips=clips, length=length, split=split, seed=seed, video=True, progress=progress,
+                     **({} if warmup is None else {"warmup": warmup}))  # fmt: skip
             os.replace(tmp, folder)
             os.mkdir(tmp)  # the context manager removes its folder, which now lives at `folder`
     frames: list[np.ndarray] = []

@@ -75,7 +75,7 @@ def renderer_data(args: TrainRendererArgs, domain: Domain) -> tuple[Scenes, Scen
 
     def recorded(split: str, clips: int):
         return record_frames(domain, out / f"data-{split}", clips=clips, length=args.clip_length, seed=args.seed,
-                             split=split, progress=args.progress)  # fmt: skip
+                             split=split, progress=args.progress, warmup=args.clip_warmup)  # fmt: skip
 
     val_clips = -(-args.eval_states // args.clip_length)
     held: Scenes = RecordedScenes(

@@ -49,6 +49,8 @@ def test_freeway_reads_ten_lanes():
     fields = fw.read(ram)
     assert fields == {"chicken": 25, "score": 7, "cars": [i * 4 for i in range(10)]}
     assert fw.parse(fw.spell(fields)) == fields
+    ram[103] = 0x16  # the console counts crossings in binary-coded decimal: 16 crossings
+    assert fw.read(ram)["score"] == 16
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,19 @@ def test_splits_draw_their_own_episodes():
         clip_seed("dev", 0, 0)
 
 
+def test_the_warm_up_decides_how_far_into_a_game_a_clip_starts():
+    """No warm-up: every clip starts at the console's reset. Up to 1,750 steps of play before each: clips from
+    every phase of a Freeway game, its later scores among them."""
+    fresh = [record_clip("freeway", clip_seed("train", 0, i), 2, frames=False, warmup=0) for i in range(3)]
+    assert {c.states[0] for c in fresh} == {fresh[0].states[0]}
+    assert " score 0 " in fresh[0].states[0]
+    late = [record_clip("freeway", clip_seed("train", 0, i), 2, frames=False, warmup=1750) for i in range(12)]
+    scores = [int(c.states[0].split()[3]) for c in late]
+    assert max(scores) >= 5 and len(set(scores)) > 3, scores
+    with pytest.raises(ValueError, match="warmup"):
+        generate("freeway", "unused", clips=1, warmup=-1)
+
+
 @pytest.mark.parametrize("game", ["pong", "freeway"])
 def test_up_and_down_move_the_player_apart(game):
     """The actions are wired to the right console inputs: from one saved state, holding "up" and holding "down"
@@ -83,6 +96,11 @@ def test_cli_records_and_refuses_actions_options_elsewhere(tmp_path, capsys):
         main(["world", "generate", "--clips", "1", "--policy", "random", "--out", str(tmp_path / "w")]) == 2
     )
     assert "no actions" in capsys.readouterr().err
+    assert main(["world", "generate", "--clips", "1", "--warmup", "10", "--out", str(tmp_path / "w")]) == 2
+    assert "--warmup" in capsys.readouterr().err
+    assert main(["world", "generate", "--domain", "freeway", "--clips", "1", "--length", "2", "--no-video",
+                 "--warmup", "-1", "--out", str(tmp_path / "bad"), "--no-progress"]) == 2  # fmt: skip
+    assert "--warmup must be >= 0" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:
         main(
             [
