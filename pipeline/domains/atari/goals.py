@@ -20,6 +20,11 @@ PADDLE_MIDDLE = (
 MISS = 100.0  # a point lost inside the forecast
 ROAD_TOP = 44  # the chicken's y at the far side of the road
 CROSSING_SLACK = 2  # a crossing: the chicken within this of the top, then within this of its start
+# Measured in the emulator over 12 games (604 knock-backs): with the chicken at y = 3 + 4 i .. 6 + 4 i it is in lane
+# i, and a knock-back starts on 19-53% of the steps at which that lane's car is at x = 10..13, on at most 4% of
+# the steps at any other x.
+LANES, LANE_HEIGHT = range(3, 43), 4
+CAR_AT_CHICKEN = range(10, 14)
 
 
 def _rose(states: Sequence[Fields | None], field: str) -> int | None:
@@ -112,9 +117,22 @@ def cross_the_road(states: Sequence[Fields | None], actions: Sequence[str]) -> f
     return 1.0 + sum(ROAD_TOP - h for h in heights) / (len(heights) * ROAD_TOP)
 
 
+def in_the_way(s: Fields) -> bool:
+    """Whether a car is at the chicken in state s: the chicken is in a lane (its y in LANES, four units a lane,
+    lane 0 the bottom one) whose car's x is in CAR_AT_CHICKEN, the columns where cars knock the chicken back."""
+    y = s.get("chicken")
+    if y is None or y not in LANES:
+        return False
+    car = s.get(f"cars {(y - LANES.start) // LANE_HEIGHT}")
+    return car is not None and car in CAR_AT_CHICKEN
+
+
 def avoid_the_cars(states: Sequence[Fields | None], actions: Sequence[str]) -> float:
-    """The number of forecast steps at which a car knocks the chicken back (it goes down without 'down')."""
-    hits = 0
+    """The forecast steps at which a car is in the chicken's way (`in_the_way`) or knocks it back (it goes down
+    without 'down'). The first is read from where the forecast puts the chicken and the cars, which the predictor
+    forecasts well; the second, from the chicken's own forecast, in which the predictor seldom shows a knock-back
+    coming, so that a planner looking for that alone walks into the cars."""
+    hits = sum(in_the_way(s) for s in states[1:] if s is not None)
     for j in range(1, len(states)):
         before, after = states[j - 1], states[j]
         if before is None or after is None or before.get("chicken") is None or after.get("chicken") is None:
@@ -138,7 +156,7 @@ GOALS: dict[str, tuple[GoalPredicate, ...]] = {
     ),
     "freeway": (
         GoalPredicate("cross the road", "the chicken reaches the far side (the score rises)", cross_the_road),
-        GoalPredicate("avoid the cars", "no car knocks the chicken back", avoid_the_cars),
+        GoalPredicate("avoid the cars", "no car in the chicken's way, none knocks it back", avoid_the_cars),
     ),
 }
 

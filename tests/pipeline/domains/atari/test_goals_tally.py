@@ -72,6 +72,48 @@ def test_a_crossing_is_the_chicken_restarted_from_the_top_whatever_the_score_say
     assert fell_from_mid_road > 1.0  # only a restart from the top of the road counts
 
 
+def freeway_cars(chicken: int, lane: int, x: int) -> str:
+    cars = [20] * 10
+    cars[lane] = x
+    return f"chicken {chicken} score 0 cars {' '.join(map(str, cars))} ."
+
+
+def test_avoid_the_cars_counts_the_steps_a_car_is_in_the_chickens_way():
+    # lane 1 holds the chicken from y = 7 to 10; its car at x = 11 is where cars knock the chicken back
+    hit = cost(FREEWAY, "avoid the cars", [freeway_cars(6, 1, 20), freeway_cars(7, 1, 11)], ["up"])
+    passed = cost(FREEWAY, "avoid the cars", [freeway_cars(6, 1, 20), freeway_cars(7, 1, 16)], ["up"])
+    other_lane = cost(FREEWAY, "avoid the cars", [freeway_cars(6, 1, 20), freeway_cars(7, 2, 11)], ["up"])
+    assert (hit, passed, other_lane) == (1.0, 0.0, 0.0)
+    # waiting below the lane while its car goes by beats walking into it, crossing and avoiding together
+    goal = "cross the road and avoid the cars"
+    wait = cost(FREEWAY, goal, [freeway_cars(6, 1, 12), freeway_cars(6, 1, 12)], ["stay"])
+    walk = cost(FREEWAY, goal, [freeway_cars(6, 1, 12), freeway_cars(7, 1, 12)], ["up"])
+    assert wait < walk
+
+
+def test_a_car_in_the_chickens_way_comes_before_the_emulators_knock_backs():
+    """Pressing up through a whole game: nearly every knock-back starts with a car in the chicken's way as the
+    goal reads it from the state, and the chicken is seldom in a car's way without being knocked back."""
+    pytest.importorskip("ale_py")
+    from pipeline.domains.atari.goals import in_the_way
+
+    emu, _ = FREEWAY.new_game(0, seed=0)
+    before: list[bool] = []  # in the way at the state before each step
+    knocked: list[bool] = []  # that step started a knock-back
+    was_knocked = False
+    while not emu.over():
+        y = int(emu.ram()[14])
+        before.append(in_the_way(state_fields(FREEWAY, emu.state())))
+        emu.step("up")
+        now = int(emu.ram()[14]) < y and y - int(emu.ram()[14]) < 100  # down without 'down': not a crossing
+        knocked.append(now and not was_knocked)
+        was_knocked = now
+    starts = [i for i, k in enumerate(knocked) if k]
+    flagged = sum(before[i] for i in starts)
+    assert len(starts) > 20 and flagged >= 0.8 * len(starts), (flagged, len(starts))
+    assert sum(before) <= 3 * len(starts), (sum(before), len(starts))
+
+
 def ram(**at: int) -> np.ndarray:
     r = np.zeros(128, dtype=np.uint8)
     for k, v in at.items():
