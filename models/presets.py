@@ -228,6 +228,20 @@ _ATARI_TRAIN: dict[str, Any] = {
     "min_lr_ratio": 0.05,
     "target_slices": "last",
 }
+
+
+def _game_captioner(game: str, phase2: dict[str, Any], what: str) -> tuple[Recipe, Recipe]:
+    """A game's two captioner phases: 30 epochs from scratch, then 12 at a lower rate on fresh clips (seed + 1),
+    with `phase2`'s changes."""
+    return (
+        Recipe(f"{game}-captioner-base", "captioner", f"phase 1 of weights/{game}/captioner: 30 epochs from scratch",
+               _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
+        Recipe(f"{game}-captioner", "captioner", f"weights/{game}/captioner: phase 2, {what}", _ATARI_CAPTIONER,
+               _ATARI_CAPTIONER_TRAIN | {"epochs": 12, "lr": 4e-4, "warmup_steps": 50} | phase2,
+               init_from=f"{game}-captioner-base", seed_offset=1),
+    )  # fmt: skip
+
+
 RECIPES: dict[str, Recipe] = _by_name(
     # weights/captioner: 36 epochs from scratch (the defaults), then a short fine-tune on jittered and natively
     # resized frames, so that the model reads frames that are not pixel-perfect world renders.
@@ -400,14 +414,9 @@ RECIPES: dict[str, Recipe] = _by_name(
     Recipe("freeway-predictor", "predictor", "weights/freeway/predictor: phase 2, clips from every phase of a game",
            "small-t8-n20", _ATARI_TRAIN | {"epochs": 2, "lr": 5e-4, "warmup_steps": 100},
            {"clips": 340, "length": 256, "seed_offset": 1, "warmup": 1750}, init_from="freeway-predictor-base"),
-    # weights/pong/captioner, phase 1: the tiny BLIP on Pong's frames at 160 x 160 (10 x 10 patches), every frame of
-    # 300 train-split clips of 64 states under the mixed policy, decoded from their MP4 files.
-    Recipe("pong-captioner-base", "captioner", "phase 1 of weights/pong/captioner: 30 epochs from scratch",
-           _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
-    # Phase 2, the shipped weights/pong/captioner: 12 epochs at a lower rate on 300 fresh clips (seed + 1).
-    Recipe("pong-captioner", "captioner", "weights/pong/captioner: phase 2, 12 epochs on 300 fresh clips",
-           _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN | {"epochs": 12, "lr": 4e-4, "warmup_steps": 50},
-           init_from="pong-captioner-base", seed_offset=1),
+    # weights/pong/captioner: the tiny BLIP on Pong's frames at 160 x 160 (10 x 10 patches), every frame of 300
+    # train-split clips of 64 states under the mixed policy, decoded from their MP4 files; then a second phase.
+    *_game_captioner("pong", {}, "12 epochs on 300 fresh clips"),
     # weights/pong/renderer, phase 1: the VAE, then the UNet + text encoder on every frame of 200 train-split clips
     # of 64 states (decoded MP4), best/ chosen by the round trip through weights/pong/captioner on 256 val-split
     # frames.
@@ -422,15 +431,10 @@ RECIPES: dict[str, Recipe] = _by_name(
     Recipe("pong-renderer", "renderer", "weights/pong/renderer: phase 3, 4,000 UNet steps at 2e-4 on fresh clips",
            _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 4000, "unet_lr": 2e-4, "eval_every": 500},
            init_from="pong-renderer-2", seed_offset=2),
-    # weights/freeway/captioner, phase 1: Pong's first captioner phase on Freeway's frames (the same network and
-    # arguments; the chicken's, the score's and the cars' places from Freeway.word_places).
-    Recipe("freeway-captioner-base", "captioner", "phase 1 of weights/freeway/captioner: Pong's first phase",
-           _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
-    # Phase 2: 12 epochs at a lower rate on fresh clips from every phase of a whole game (up to 1,750 steps of play
-    # before each), where the score has two digits.
-    Recipe("freeway-captioner", "captioner", "weights/freeway/captioner: phase 2, clips from every phase of a game",
-           _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN | {"epochs": 12, "lr": 4e-4, "warmup_steps": 50, "clip_warmup": 1750},
-           init_from="freeway-captioner-base", seed_offset=1),
+    # weights/freeway/captioner: Pong's two phases on Freeway's frames (the chicken's, the score's and the cars'
+    # places from Freeway.word_places), the second on clips from every phase of a whole game (up to 1,750 steps of
+    # play before each), where the score has two digits.
+    *_game_captioner("freeway", {"clip_warmup": 1750}, "12 epochs on fresh clips from every phase of a game"),
     # Freeway's renderer: Pong's first phase on clips from every phase of a game; no Freeway renderer ships yet
     # (docs/atari.md says how far one got).
     Recipe("freeway-renderer", "renderer", "Freeway's renderer: Pong's first phase on Freeway's frames", _ATARI_RENDERER,

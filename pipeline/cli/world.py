@@ -51,14 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "behaviour policy, random play, the game's scripted player, or a per-clip mix (the default)",
     )
     add_sticky_flag(g, default=None)
-    g.add_argument(
-        "--warmup",
-        type=int,
-        default=None,
-        metavar="STEPS",
-        help="a domain with actions (Atari): the most steps played before each clip, drawn per clip (default: "
-        "the game's, 1500 for Pong, 500 for Freeway; a whole Freeway game is 2048)",
-    )
+    g.add_argument("--warmup", type=int, default=None, metavar="STEPS", help="a domain with actions (Atari): the "
+                   "most steps played before each clip, drawn per clip (default: the game's, 1500 for Pong, 500 for "
+                   "Freeway; a whole Freeway game is 2048)")  # fmt: skip
     g.add_argument(
         "--no-video",
         action="store_true",

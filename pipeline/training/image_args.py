@@ -39,11 +39,32 @@ class AdamWArgs:
             raise UserError("--warmup-steps and --weight-decay must be >= 0 and --grad-clip > 0")
 
 
+# ---- the clips a recording domain's image stages learn from --------------------------------------------------
+@dataclass(kw_only=True)
+class RecordedClipsArgs:
+    """Where the captioner's and the renderer's frames come from.
+
+    domain: "shapes" (the built-in world, whose frames are drawn for each state) or a domain that records clips
+        (an Atari game): its frames come from `clips` train-split clips of `clip_length` states, recorded once
+        into the run's data-train folder (MP4, decoded as a user's clip is); the held-out frames come from
+        val-split clips.
+    clips / clip_length: the number and length of those training clips.
+    clip_warmup: each clip starts after up to this many steps of play, drawn per clip (None: the game's default);
+        a whole game of Freeway is 2,048 steps, and its score has two digits after 9 crossings.
+    """
+
+    domain: str = "shapes"
+    clips: int = 300
+    clip_length: int = 64
+    clip_warmup: int | None = None
+
+
 # ---- the captioner (`semworld train captioner`) ----------------------------------------------------------
 @dataclass
-class TrainCaptionerArgs(AdamWArgs):
+class TrainCaptionerArgs(AdamWArgs, RecordedClipsArgs):
     """Arguments of `semworld train captioner` (every field is a flag: --out, --epochs, --steps-per-epoch, ...;
-    the optimiser's are AdamWArgs').
+    the optimiser's are AdamWArgs', where the frames come from RecordedClipsArgs': a recording domain's held-out
+    set is val-split clips, its test set `test_clips` test-split clips).
 
     out: directory for the final model in the Hugging Face layout (config.json, model.safetensors, processor
         and tokenizer files); it is written when the run ends, holding the best evaluated weights.
@@ -62,12 +83,6 @@ class TrainCaptionerArgs(AdamWArgs):
         renderer's low-resolution frames) / given Gaussian pixel noise; both only from epoch `augment_from`
         on (a curriculum: clean frames first, then the harder ones).
     eval_frames: size of the seeded held-out set, balanced over object counts; evaluated by exact match.
-    domain: the domain whose frames the captioner learns to read: "shapes" (the built-in world, drawn fresh
-        every step) or a domain that records clips (an Atari game), whose frames come from `clips` train-split
-        clips of `clip_length` states recorded once into run_dir/data-train (MP4, decoded as a user's clip is);
-        its held-out set is val-split clips, its test set `test_clips` test-split clips.
-    clip_warmup: a recording domain's clips each start after up to this many steps of play (None: the game's
-        default); a whole game of Freeway is 2,048 steps, and its score has two digits after 9 crossings.
     attn_weight: weight of the attention-supervision loss: while it writes an object's words, the decoder's
         cross-attention (mean over layers and heads) is pulled onto that object's cell (-log of its share).
         Without it the decoder reads colours and shapes from the whole image but learns *where* only after a
@@ -100,11 +115,6 @@ class TrainCaptionerArgs(AdamWArgs):
     jitter_prob: float = 0.0
     resize_prob: float = 0.0
     augment_from: int = 12
-    # the domain, and a recorded domain's clips
-    domain: str = "shapes"
-    clips: int = 300
-    clip_length: int = 64
-    clip_warmup: int | None = None
     # where it starts, how it is judged
     init_from: str | None = None
     eval_frames: int = 800
@@ -141,17 +151,14 @@ class TrainCaptionerArgs(AdamWArgs):
 
 # ---- the renderer (`semworld train renderer`) ------------------------------------------------------------
 @dataclass
-class TrainRendererArgs:
-    """Arguments of `semworld train renderer` (each field is a flag: --out, --vae-steps, ...).
+class TrainRendererArgs(RecordedClipsArgs):
+    """Arguments of `semworld train renderer` (each field is a flag: --out, --vae-steps, ...; where the frames come
+    from, RecordedClipsArgs': a recording domain's frames are resized to image_size squares, its held-out frames
+    are eval_states frames spread through val-split clips, and the saved renderer hands frames out at the
+    screens' own size).
 
     out: run directory: checkpoint.pt (atomic, resumable), log.jsonl, strips/*.png (truth | render) and, when
         the run ends, pipeline/ (the diffusers checkpoint, save_pretrained with safetensors).
-    domain: whose frames it learns: "shapes" (the built-in world, drawn for each state) or a recording domain
-        ("pong": frames of clips recorded with `semworld world generate`, decoded from their MP4s, resized to
-        image_size squares; the saved renderer hands frames out at the screens' own size).
-    clips, clip_length: a recording domain's training clips (train split at `seed`, recorded once into
-        out/data-train); the held-out frames are eval_states frames spread through val-split clips.
-    clip_warmup: the most steps of play before each of those clips (None: the game's default).
     image_size: side of the frames the model draws (the world renders them at this size). 80 with a VAE that
         downsamples 16x gives a 5 x 5 latent: one latent pixel per cell of the world's 5 x 5 grid, which makes
         the UNet ~6x cheaper per sample than 16 x 16 latents (the shipped captioner reads frames at 64 anyway).
@@ -203,10 +210,6 @@ class TrainRendererArgs:
     """
 
     out: str
-    domain: str = "shapes"
-    clips: int = 300
-    clip_length: int = 64
-    clip_warmup: int | None = None
     image_size: int = 80
     output_size: int = 128
     render_size: int = 128
