@@ -204,6 +204,12 @@ class ModelInfo(BaseModel):
     renderer: bool = Field(description="states can be drawn (frames in every response)")
     context: int | None = Field(None, description="the states the predictor reads at once (T), when it says")
     state_rate: float | None = Field(None, description="states per second a clip is read at by default")
+    goals: list[str] = Field(
+        default_factory=list,
+        examples=[["return the ball", "score a point", "follow the ball"]],
+        description="the domain's named goals (POST /v1/plan takes them, conditions on its fields and their "
+        "conjunctions with 'and'); empty when it has none",
+    )
 
 
 class SampleInfo(BaseModel):

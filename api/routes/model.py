@@ -20,4 +20,5 @@ def model_info(pipeline: PipelineDep) -> ModelInfo:
         renderer=pipeline.renderer is not None,
         context=context if isinstance(context, int) else None,
         state_rate=pipeline.default_state_rate,
+        goals=list(getattr(pipeline.domain, "goals", None) or {}),
     )

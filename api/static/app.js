@@ -266,6 +266,7 @@ function startPlay() {
     box.appendChild(b);
   }
   $("#play-log").replaceChildren();
+  fillGoals();
   $("#play-latency").textContent = "press a key: the model forecasts the next state under its action and draws it";
   showPlayState(current.observedFrames[n - 1], null);
   $("#play").hidden = false;
@@ -291,6 +292,7 @@ function median(values) {
 }
 
 async function step(action, pressed) {
+  if (play.planning) return;  // the planner has the controls
   if (play.busy) { play.pending = [action, pressed]; return; }  // the latest key waits; older ones are dropped
   play.busy = true;
   const button = $(`#play-keys button[data-action="${action}"]`);
@@ -327,6 +329,57 @@ async function step(action, pressed) {
       play.pending = null;
       step(next, at);
     }
+  }
+}
+
+// ---- the planner plays ----------------------------------------------------------------------------------------
+// With a goal in words, each round asks POST /v1/plan for one action from the game so far (the service searches
+// action sequences with the predictor towards the goal: docs/planning.md) and draws the state it leads to, until
+// the button is pressed again or PLAN_STEPS have been played.
+const PLAN_STEPS = 300;
+
+function fillGoals() {
+  const list = $("#plan-goals");
+  list.replaceChildren();
+  for (const goal of model.goals || []) {
+    const option = document.createElement("option");
+    option.value = goal;
+    list.appendChild(option);
+  }
+  if (model.goals && model.goals.length) $("#plan-goal").placeholder = `e.g. ${model.goals[0]}`;
+}
+
+async function planPlay(event) {
+  event.preventDefault();
+  if (play.planning) { play.planning = false; return; }  // a second press stops the planner
+  const goal = $("#plan-goal").value.trim() || (model.goals || [])[0];
+  if (!goal) { setStatus("plan: write a goal in words, e.g. a field and a number: player < 20", true); return; }
+  const game = play;
+  game.planning = true;
+  $("#plan-btn").textContent = "Stop the planner";
+  try {
+    for (let k = 0; k < PLAN_STEPS && game.planning && play === game; k++) {
+      const started = performance.now();
+      const from = Math.max(0, game.states.length - PLAY_HISTORY);
+      const body = { states: game.states.slice(from), actions: game.actions.slice(from), goal, steps: 1,
+                     render: true, seed: game.states.length };
+      const res = await (await api("/v1/plan", {
+        method: "POST", body: JSON.stringify(body), headers: { "Content-Type": "application/json" },
+      })).json();
+      if (play !== game) break;  // the game was restarted meanwhile
+      game.states.push(res.predicted_states[0]);
+      game.actions.push(res.actions[0]);
+      showPlayState(res.frames[0], `planner: ${res.actions[0]}`);
+      await $("#play-frame").decode();
+      const el = $("#play-latency");
+      el.dataset.planMs = (performance.now() - started).toFixed(0);
+      el.textContent = `the planner, towards "${goal}": ${el.dataset.planMs} ms a step (search and drawing)`;
+    }
+  } catch (err) {
+    setStatus(`plan: ${err.message}`, true);
+  } finally {
+    game.planning = false;
+    $("#plan-btn").textContent = "Let the planner play";
   }
 }
 
@@ -442,6 +495,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#cancel-btn").addEventListener("click", cancel);
   $("#play-btn").addEventListener("click", startPlay);
   $("#play-restart").addEventListener("click", startPlay);
+  $("#plan-form").addEventListener("submit", planPlay);
   document.addEventListener("keydown", playKey);
   loadSamples();
 });

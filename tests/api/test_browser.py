@@ -288,4 +288,23 @@ def test_play_pong_inside_the_model_with_the_arrow_keys(start_server, browser_pa
     shots = Path(os.environ.get("SEMWORLD_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     page.locator("#play").screenshot(path=str(shots / "play-pong.png"))
+
+    # The goal box: the domain's named goals are offered; a goal that means nothing in Pong is refused by name;
+    # a named one lets the planner play (an action and a drawn frame per step) until the button stops it.
+    offered = page.locator("#plan-goals option").evaluate_all("os => os.map(o => o.value)")
+    assert "return the ball" in offered, offered
+    page.fill("#plan-goal", "cross the road")
+    page.click("#plan-btn")
+    page.wait_for_selector("#status.error")
+    assert "cross the road" in page.inner_text("#status"), page.inner_text("#status")
+    page.fill("#plan-goal", "return the ball")
+    page.click("#plan-btn")
+    page.wait_for_function("[...document.querySelectorAll('#play-log li')].filter(li => "
+                           "li.textContent.startsWith('planner: ')).length >= 3")  # fmt: skip
+    page.click("#plan-btn")  # stop
+    page.wait_for_function("document.querySelector('#plan-btn').textContent === 'Let the planner play'")
+    planned = [t for t in page.locator("#play-log li").all_inner_texts() if t.startswith("planner: ")]
+    assert all(t.split()[1] in ("stay", "up", "down") for t in planned), planned
+    assert "ms a step" in page.inner_text("#play-latency")
+    page.locator("#play").screenshot(path=str(shots / "play-pong-planner.png"))
     assert errors == []
