@@ -155,7 +155,11 @@ GOALS: dict[str, tuple[GoalPredicate, ...]] = {
         ),
     ),
     "freeway": (
-        GoalPredicate("cross the road", "the chicken reaches the far side (and starts again at the bottom)", cross_the_road),
+        GoalPredicate(
+            "cross the road",
+            "the chicken reaches the far side (and starts again at the bottom)",
+            cross_the_road,
+        ),
         GoalPredicate("avoid the cars", "no car in the chicken's way, none knocks it back", avoid_the_cars),
     ),
 }
