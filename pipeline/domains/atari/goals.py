@@ -93,9 +93,9 @@ def follow_the_ball(states: Sequence[Fields | None], actions: Sequence[str]) -> 
 def _crossed(states: Sequence[Fields | None]) -> bool:
     """Whether the chicken reaches the far side within the forecast: the score rises, or the chicken goes from the
     top of the road straight back to its start (how the game restarts it after a crossing; a car knocks it back a
-    few units only). The second is what a forecast shows past the scores the predictor has seen: trained on
-    behaviour-policy clips that seldom cross more than a few times, it restarts the chicken but may keep the
-    score as it was, and a goal that waited for the score would keep the chicken at the top for good."""
+    few units only). The second is what a forecast may show past the scores the predictor was trained on (it
+    restarts the chicken but keeps the score), where a goal that waited for the score would keep the chicken at
+    the top for good."""
     if _rose(states, "score") is not None:
         return True
     ys = [s.get("chicken") if s is not None else None for s in states]
