@@ -253,6 +253,7 @@ def setup_run(args: TrainRendererArgs) -> RendererRun:
 RESUME_KEYS = (
     "domain",
     "clips",
+    "clip_warmup",
     "seed",
     "count_weights",
     "pool",

@@ -107,6 +107,10 @@ def test_resuming_with_arguments_of_another_run_is_refused_by_name(tmp_path):
         train_renderer(tiny_args(out, unet_steps=2, unet_lr=1e-4, **common))
     with pytest.raises(UserError, match=r"seed 0 -> 1, count_weights"):
         train_renderer(tiny_args(out, unet_steps=2, seed=1, count_weights=(0.0, 0.2, 0.4, 0.4), **common))
+    with pytest.raises(
+        UserError, match=r"clip_warmup None -> 1750"
+    ):  # a recording domain's clips from elsewhere
+        train_renderer(tiny_args(out, unet_steps=2, clip_warmup=1750, **common))
     train_renderer(tiny_args(out, unet_steps=2, **common))
     assert torch.load(out / "checkpoint.pt", weights_only=False)["step"] == 2
 
