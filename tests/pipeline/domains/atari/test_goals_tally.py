@@ -30,6 +30,40 @@ def test_return_the_ball_is_reached_by_a_return_and_missed_by_a_lost_point():
     assert 1.0 <= cost(PONG, "return the ball", near) < cost(PONG, "return the ball", far)
 
 
+def test_a_forecast_return_with_the_paddle_away_from_the_ball_is_not_believed():
+    """A serve along the top wall, as a whole game showed it: the predictor turned the ball back off a paddle
+    moving down and five units below it (the game then lost the point); the paddle that stays on the line
+    returns it."""
+    now = pong(44, 19, 16)
+    away = [now, pong(45, 18, 19), pong(46, 17, 21), pong(47, 17, 22), pong(46, 19, 22)]
+    there = [now, pong(45, 18, 16), pong(46, 17, 16), pong(47, 17, 16), pong(46, 19, 16)]
+    assert cost(PONG, "return the ball", away) >= 1.0
+    assert cost(PONG, "return the ball", there) == 0.0
+
+
+def test_the_emulators_returns_meet_the_paddle_where_the_goal_believes_them():
+    """Under the recording policy, nearly every ball the player's paddle sends back turns with the ball's line
+    within HIT of the paddle."""
+    pytest.importorskip("ale_py")
+    from pipeline.domains.atari.goals import HIT
+    from pipeline.domains.atari.record import start
+
+    inside = outside = 0
+    for seed in range(6):
+        emu, act = start("pong", 100 + seed, warmup=0)
+        seen: list[dict] = []
+        for _ in range(1500):
+            seen = [*seen[-2:], state_fields(PONG, emu.state())]
+            emu.step(act(emu.ram()))
+            xs = [s["ball x"] for s in seen]
+            if len(seen) == 3 and None not in xs and xs[1] >= 46 and xs[0] < xs[1] > xs[2]:
+                if seen[1]["ball y"] - seen[1]["player"] in HIT:
+                    inside += 1
+                else:
+                    outside += 1
+    assert inside > 20 and outside <= 0.05 * inside, (inside, outside)
+
+
 def test_score_a_point_and_follow_the_ball():
     assert cost(PONG, "score a point", [pong(20, 30, 28), pong(None, None, 28, won=1)]) == 0.0
     assert cost(PONG, "score a point", [pong(20, 30, 28), pong(19, 30, 28)]) > 1.0
