@@ -28,7 +28,7 @@ from models.captioner import (
 )
 from pipeline.domain import Domain, get_domain
 from pipeline.evaluation.metrics import caption_scores, exact_match
-from pipeline.training.image_args import TrainCaptionerArgs
+from pipeline.training.image_args import TrainCaptionerArgs, refuse_other_run
 from pipeline.training.recorded_frames import RecordedFrames, record_frames
 from pipeline.training.schedule import warmup_cosine
 from pipeline.utils import UserError, atomic_dir, atomic_torch_save, quiet_loading
@@ -375,6 +375,12 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
     return save_and_test(run)
 
 
+# What makes a run the run it is (resuming under other values would continue one run's checkpoint as another's);
+# budgets, evaluation, threads and the target may change on a resume.
+RESUME_KEYS = ("model", "domain", "clips", "clip_length", "clip_warmup", "seed", "init_from", "lr", "batch_size",
+               "steps_per_epoch", "count_weights")  # fmt: skip
+
+
 def setup_run(args: TrainCaptionerArgs) -> CaptionerRun:
     """The seeded fresh BLIP (or the --init-from model to fine-tune) and its optimizer, restored from
     run_dir/checkpoint.pt when there is one."""
@@ -414,9 +420,7 @@ def setup_run(args: TrainCaptionerArgs) -> CaptionerRun:
     ckpt_path = run_dir / "checkpoint.pt"
     if ckpt_path.exists():
         state = torch.load(ckpt_path, map_location=device, weights_only=False)
-        if state["args"]["model"] != asdict(args.model):
-            raise UserError(f"{ckpt_path} was trained with model {state['args']['model']}, not {asdict(args.model)};"
-                            " use another --run-dir")  # fmt: skip
+        refuse_other_run(state.get("args"), asdict(args), RESUME_KEYS, "captioner", ckpt_path)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         run.start_epoch, run.best = state["epoch"] + 1, state["best"]

@@ -4,6 +4,7 @@ train` command, derived by pipeline.cli.flags): the captioner, the renderer and 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -57,6 +58,24 @@ class RecordedClipsArgs:
     clips: int = 300
     clip_length: int = 64
     clip_warmup: int | None = None
+
+
+def refuse_other_run(saved: dict[str, Any] | None, now: dict[str, Any], keys: tuple[str, ...], what: str,
+                     path: Any) -> None:  # fmt: skip
+    """Refuse to resume the checkpoint at `path`, saved with arguments `saved`, under arguments `now` that differ
+    in any of `keys`: those make another run, and continuing one recipe's checkpoint as another's (a recipe
+    renamed, another --clips) would mix two runs silently. A checkpoint saved without its arguments is allowed."""
+    if saved is None:
+        return
+    now = json.loads(json.dumps(now))  # tuples as lists, as they were saved
+    before = json.loads(json.dumps(saved))
+    diff = [k for k in keys if k in before and before[k] != now.get(k)]
+    if diff:
+        changes = ", ".join(f"{k} {before[k]} -> {now.get(k)}" for k in diff)
+        raise UserError(
+            f"{path} holds a checkpoint of a different {what} run ({changes}); use another output folder or "
+            f"delete {path}"
+        )
 
 
 # ---- the captioner (`semworld train captioner`) ----------------------------------------------------------

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.domain import Domain, get_domain
-from pipeline.training.image_args import TrainRendererArgs
+from pipeline.training.image_args import TrainRendererArgs, refuse_other_run
 from pipeline.training.recorded_frames import record_frames
 from pipeline.training.renderer_parts import (
     DrawnScenes,
@@ -36,7 +36,7 @@ from pipeline.training.renderer_parts import (
     validation_states,
     write_log,
 )
-from pipeline.utils import UserError, atomic_torch_save, quiet_loading
+from pipeline.utils import atomic_torch_save, quiet_loading
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ def setup_run(args: TrainRendererArgs) -> RendererRun:
             _init_from(run, Path(args.init_from))
         return run
     ckpt = torch.load(ckpt_path, weights_only=False)
-    _check_same_run(ckpt.get("args"), args, ckpt_path)
+    refuse_other_run(ckpt.get("args"), args.to_dict(), RESUME_KEYS, "renderer", ckpt_path)
     vae.load_state_dict(ckpt["vae"])
     run.vae_opt.load_state_dict(ckpt["vae_opt"])
     # At the start of stage 2 the UNet is still untrained: its sizes may be changed before resuming.
@@ -268,21 +268,6 @@ RESUME_KEYS = (
     "object_weight",
     "pixel_weight",
 )
-
-
-def _check_same_run(saved: dict[str, Any] | None, args: TrainRendererArgs, path: Path) -> None:
-    """Refuse to resume `path` with arguments that make another run (a checkpoint without its arguments: allowed)."""
-    if saved is None:
-        return
-    now = json.loads(json.dumps(args.to_dict()))  # tuples as lists, as they were saved
-    before = json.loads(json.dumps(saved))
-    diff = [k for k in RESUME_KEYS if k in before and before[k] != now[k]]
-    if diff:
-        changes = ", ".join(f"{k} {before[k]} -> {now[k]}" for k in diff)
-        raise UserError(
-            f"{path.parent} holds a checkpoint of a different renderer run ({changes}); "
-            f"use another --out or delete {path}"
-        )
 
 
 def _init_from(run: RendererRun, folder: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from pipeline.captioner import Captioner
 from pipeline.utils import UserError
@@ -48,6 +49,14 @@ def test_train_captioner_tiny_run_resumes_and_loads(tmp_path):
     captioner = Captioner.from_pretrained(tmp_path / "model", device="cpu")
     assert len(captioner.caption(_frames(2))) == 2
     assert not (tmp_path / "model" / "checkpoint.pt").exists()  # the HF folder holds the model only
+    # the same run folder under arguments of another run is refused by name, and the checkpoint is kept
+    args.epochs, args.lr = 3, 1e-4
+    with pytest.raises(UserError, match=r"different captioner run \(lr 0.0015 -> 0.0001\)"):
+        train_captioner(args)
+    args.lr, args.seed = 1.5e-3, 1
+    with pytest.raises(UserError, match=r"seed 0 -> 1"):
+        train_captioner(args)
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["epoch"] == 1
 
 
 def test_init_from_continues_from_a_saved_captioner(tmp_path, capfd):
