@@ -54,6 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--warmup", type=int, default=None, metavar="STEPS", help="a domain with actions (Atari): the "
                    "most steps played before each clip, drawn per clip (default: the game's, 1500 for Pong, 500 for "
                    "Freeway; a whole Freeway game is 2048)")  # fmt: skip
+    g.add_argument("--score-max", type=int, default=None, metavar="N", help="a game whose score can be set "
+                   "(Freeway): each clip starts at a score drawn from 0..N, which the screen shows (scores play "
+                   "seldom reaches, for a captioner to learn)")  # fmt: skip
     g.add_argument(
         "--no-video",
         action="store_true",
@@ -104,13 +107,14 @@ def _generate(args: argparse.Namespace) -> int:
     if args.scenario != "all":  # a domain's own option (the shapes world's scenarios); "all" is its default
         options["scenario"] = args.scenario
     # the recorders of domains with actions (Atari): only what the user gave, so other domains never see them
-    given_options = (("policy", args.policy), ("sticky", args.sticky), ("warmup", args.warmup))
+    given_options = (("policy", args.policy), ("sticky", args.sticky), ("warmup", args.warmup),
+                     ("score_max", args.score_max))  # fmt: skip
     options.update({k: v for k, v in given_options if v is not None})
     if args.no_video:
         options["video"] = False
     given = [
         f"--{k.replace('_', '-')}"
-        for k in ("policy", "sticky", "warmup", "no_video")
+        for k in ("policy", "sticky", "warmup", "score_max", "no_video")
         if getattr(args, k) not in (None, False)
     ]
     if given and not domain.actions:

@@ -53,18 +53,21 @@ def _recipe(args: TrainAllArgs, stage: str) -> Recipe:
 
 
 def build_captioner(args: TrainAllArgs, run: Path, out: Path) -> dict[str, Any]:
-    """The captioner recipe into `out`; a recipe that fine-tunes another trains that one first (run/base)."""
+    """The captioner recipe into `out`. A recipe that fine-tunes another trains its chain of bases first (the
+    first in run/base, later ones in run/<recipe name>), each started from the one before; the recipe itself
+    trains in run/finetune."""
     from pipeline.training.captioner import train_captioner
 
-    recipe = _recipe(args, "captioner")
+    *bases, recipe = recipe_chain(_recipe(args, "captioner"))
     common = {"seed": args.seed, "threads": args.threads, "progress": args.progress, "domain": args.domain}
     phases: dict[str, Any] = {}
     init_from = None
-    if recipe.init_from is not None:
+    for i, base_recipe in enumerate(bases):
+        folder = run / ("base" if i == 0 else base_recipe.name)
         base = args_from_recipe(
-            get_recipe(recipe.init_from), out=str(run / "base" / "model"), run_dir=str(run / "base"), **common
+            base_recipe, out=str(folder / "model"), run_dir=str(folder), init_from=init_from, **common
         )
-        phases[recipe.init_from] = {"args": dataclasses.asdict(base), "metrics": train_captioner(base)}  # type: ignore[arg-type]
+        phases[base_recipe.name] = {"args": dataclasses.asdict(base), "metrics": train_captioner(base)}  # type: ignore[arg-type]
         init_from = base.out
     targs = args_from_recipe(
         recipe,

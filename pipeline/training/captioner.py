@@ -227,7 +227,8 @@ def caption_in_batches(captioner: Captioner, frames: Sequence[np.ndarray], batch
 def recorded_set(args: TrainCaptionerArgs, domain: Domain, split: str, clips: int) -> RecordedFrames:
     """`clips` clips of `split` of a recording domain, recorded once into run_dir/data-<split>."""
     return record_frames(domain, Path(args.run_dir) / f"data-{split}", clips=clips, length=args.clip_length,
-                         seed=args.seed, split=split, progress=args.progress, warmup=args.clip_warmup)  # fmt: skip
+                         seed=args.seed, split=split, progress=args.progress, warmup=args.clip_warmup,
+                         score_max=args.clip_score_max)  # fmt: skip
 
 
 def evaluation_set(seed: int, n: int, counts: int) -> tuple[list[np.ndarray], list[str]]:
@@ -377,8 +378,8 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
 
 # What makes a run the run it is (resuming under other values would continue one run's checkpoint as another's);
 # budgets, evaluation, threads and the target may change on a resume.
-RESUME_KEYS = ("model", "domain", "clips", "clip_length", "clip_warmup", "seed", "init_from", "lr", "batch_size",
-               "steps_per_epoch", "count_weights")  # fmt: skip
+RESUME_KEYS = ("model", "domain", "clips", "clip_length", "clip_warmup", "clip_score_max", "seed", "init_from", "lr",
+               "batch_size", "steps_per_epoch", "count_weights")  # fmt: skip
 
 
 def setup_run(args: TrainCaptionerArgs) -> CaptionerRun:

@@ -52,12 +52,15 @@ class RecordedClipsArgs:
     clips / clip_length: the number and length of those training clips.
     clip_warmup: each clip starts after up to this many steps of play, drawn per clip (None: the game's default);
         a whole game of Freeway is 2,048 steps, and its score has two digits after 9 crossings.
+    clip_score_max: each clip's score is set to one drawn from 0..this before its first state, which the screen
+        then shows (None: the score play reached). For a game whose scores play seldom reaches (Freeway past 18).
     """
 
     domain: str = "shapes"
     clips: int = 300
     clip_length: int = 64
     clip_warmup: int | None = None
+    clip_score_max: int | None = None
 
 
 def refuse_other_run(saved: dict[str, Any] | None, now: dict[str, Any], keys: tuple[str, ...], what: str,

@@ -68,10 +68,12 @@ def record_frames(
     split: str,
     progress: bool = False,
     warmup: int | None = None,
+    score_max: int | None = None,
 ) -> RecordedFrames:
     """The frames and states of `clips` clips of `length` states of `split` at `seed`, recorded into `folder`
     once (the domain's `generate`, with video; `warmup`: the most steps played before a clip, None: the domain's
-    default) and decoded from its MP4 files; a folder already there is read."""
+    default; `score_max`: each clip's score drawn from 0..score_max, None: as play left it) and decoded from its
+    MP4 files; a folder already there is read."""
     folder = Path(folder)
     if not (folder / "states.jsonl").is_file():
         if not can_generate(domain):
@@ -82,7 +84,8 @@ def record_frames(
                         length, split, seed, folder)  # fmt: skip
             generate: Any = domain.generate  # type: ignore[attr-defined]
             generate(tmp, clips=clips, length=length, split=split, seed=seed, video=True, progress=progress,
-                     **({} if warmup is None else {"warmup": warmup}))  # fmt: skip
+                     **({} if warmup is None else {"warmup": warmup}),
+                     **({} if score_max is None else {"score_max": score_max}))  # fmt: skip
             os.replace(tmp, folder)
             os.mkdir(tmp)  # the context manager removes its folder, which now lives at `folder`
     frames: list[np.ndarray] = []

@@ -75,7 +75,8 @@ def renderer_data(args: TrainRendererArgs, domain: Domain) -> tuple[Scenes, Scen
 
     def recorded(split: str, clips: int):
         return record_frames(domain, out / f"data-{split}", clips=clips, length=args.clip_length, seed=args.seed,
-                             split=split, progress=args.progress, warmup=args.clip_warmup)  # fmt: skip
+                             split=split, progress=args.progress, warmup=args.clip_warmup,
+                             score_max=args.clip_score_max)  # fmt: skip
 
     val_clips = -(-args.eval_states // args.clip_length)
     held: Scenes = RecordedScenes(
@@ -254,6 +255,7 @@ RESUME_KEYS = (
     "domain",
     "clips",
     "clip_warmup",
+    "clip_score_max",
     "seed",
     "count_weights",
     "pool",

@@ -124,6 +124,11 @@ class Game:
         """The scripted player's action for this RAM."""
         raise NotImplementedError
 
+    def score_bytes(self, score: int) -> dict[int, int] | None:
+        """The RAM writes that set the player's score to `score` (the console then draws it), or None where the
+        game's score cannot be set so."""
+        return None
+
     def word_places(self, text: str) -> list[tuple[float, float] | None] | None:
         """Where on the screen (row, column of the 210 x 160 frame) each word of a state is read, None for a word
         read from no one place: what a captioner's attention is pulled onto while it writes that word. None when
@@ -311,6 +316,11 @@ class Freeway(Game):
             "score": _bcd(int(ram[103])),  # the console keeps it in binary-coded decimal (0x10 after 9)
             "cars": [int(ram[108 + i]) // QUANTUM for i in range(self.lanes)],
         }
+
+    def score_bytes(self, score: int) -> dict[int, int] | None:
+        if not 0 <= score <= 99:
+            raise ValueError(f"a Freeway score is 0..99, got {score}")
+        return {103: (score // 10) << 4 | score % 10}  # binary-coded decimal
 
     def spell(self, fields: Mapping[str, Any]) -> str:
         cars = " ".join(str(x) for x in fields["cars"])

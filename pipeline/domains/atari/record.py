@@ -100,6 +100,15 @@ class Emulator:
     def over(self) -> bool:
         return bool(self.ale.game_over())
 
+    def set_score(self, score: int) -> None:
+        """Set the player's score in RAM; the screen shows it from the next step on. ValueError for a game whose
+        score cannot be set."""
+        writes = self.game.score_bytes(score)
+        if writes is None:
+            raise ValueError(f"the {self.game.name} recorder cannot set the score")
+        for address, value in writes.items():
+            self.ale.setRAM(address, value)
+
     def clone(self) -> Any:
         """The emulator's full state (for replaying one history under other actions)."""
         return self.ale.cloneState(include_rng=True)
@@ -141,10 +150,17 @@ class Clip:
 
 
 def start(
-    game: Game | str, seed: int, policy: str = "mix", sticky: float = 0.0, warmup: int | None = None
+    game: Game | str,
+    seed: int,
+    policy: str = "mix",
+    sticky: float = 0.0,
+    warmup: int | None = None,
+    score_max: int | None = None,
 ) -> tuple[Emulator, Policy]:
     """An emulator seeded with `seed` after its warm-up under the policy (0..warmup steps, drawn from the seed;
-    None: the game's WARMUP_STEPS), and the policy (same seed, same run)."""
+    None: the game's WARMUP_STEPS), and the policy (same seed, same run). `score_max`: then the player's score is
+    set to one drawn from 0..score_max and one more step played, so that the screen shows it (scores that play
+    seldom reaches, for a captioner to learn; Freeway)."""
     game = GAMES[game] if isinstance(game, str) else game
     rng = np.random.default_rng(seed)
     emu = Emulator(game, seed, sticky)
@@ -154,6 +170,9 @@ def start(
         emu.step(act(emu.ram()))
         if emu.over():
             emu.ale.reset_game()
+    if score_max is not None:
+        emu.set_score(int(rng.integers(0, score_max + 1)))
+        emu.step(act(emu.ram()))
     return emu, act
 
 
@@ -165,13 +184,14 @@ def record_clip(
     sticky: float = 0.0,
     frames: bool = True,
     warmup: int | None = None,
+    score_max: int | None = None,
 ) -> Clip:
     """Record one clip of `length` states (fewer if the game ends first) from the emulator seeded with `seed`,
-    after `start`'s warm-up."""
+    after `start`'s warm-up (and score, with `score_max`)."""
     game = GAMES[game] if isinstance(game, str) else game
     if length < 1:
         raise ValueError(f"length must be >= 1, got {length}")
-    emu, act = start(game, seed, policy, sticky, warmup)
+    emu, act = start(game, seed, policy, sticky, warmup, score_max)
     clip = Clip(seed)
     while len(clip.states) < length and not emu.over():
         ram = emu.ram()
@@ -197,11 +217,13 @@ def generate(
     video: bool = True,
     progress: bool = True,
     warmup: int | None = None,
+    score_max: int | None = None,
     **ignored: Any,
 ) -> Path:
     """Write `clips` clips of `game` into `out`: clips/NNNNNN.mp4 (15 states a second; with `video`) and one
     states.jsonl record per clip (states, actions, rewards, seed). Same arguments, same bytes. Returns the path
     of states.jsonl. `warmup`: the most steps played before a clip's first state (None: the game's WARMUP_STEPS).
+    `score_max`: each clip's score set to one drawn from 0..score_max before its first state (see `start`).
     `ignored` takes the shapes world's options (size, workers) that mean nothing here."""
     from tqdm.auto import tqdm
 
@@ -215,6 +237,11 @@ def generate(
     if warmup is not None and warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {warmup}")
     Policy.make(policy, game, np.random.default_rng(0))  # validates the policy before any file is written
+    if score_max is not None:
+        if score_max < 0:
+            raise ValueError(f"--score-max must be >= 0, got {score_max}")
+        if game.score_bytes(score_max) is None:  # (ValueError past the game's highest score)
+            raise ValueError(f"--score-max: the {game.name} recorder cannot set the score")
     clip_seed(split, seed, 0)  # and the split
     root = Path(out)
     try:
@@ -225,7 +252,9 @@ def generate(
     with open(path, "w") as fh:
         for i in tqdm(range(clips), desc=f"{game.name} generate", unit="clip", disable=not progress):
             s = clip_seed(split, seed, i)
-            clip = record_clip(game, s, length, policy, sticky, frames=video, warmup=warmup)
+            clip = record_clip(
+                game, s, length, policy, sticky, frames=video, warmup=warmup, score_max=score_max
+            )
             record: dict[str, Any] = {"id": f"{split}-{seed}-{i:06d}"}
             if video:
                 name = f"clips/{i:06d}.mp4"

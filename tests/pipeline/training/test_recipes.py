@@ -234,3 +234,33 @@ def test_train_all_hands_its_progress_switch_to_both_captioner_phases(monkeypatc
         tmp_path / "w" / "captioner",
     )
     assert [p for _, p in seen] == [False, False] and len(seen) == 2
+
+
+def test_train_all_builds_a_three_phase_captioner_chain_each_from_the_one_before(monkeypatch, tmp_path):
+    """Freeway's captioner has three phases: the first in run/base, the second in run/<its name>, the shipped one
+    in run/finetune, each started from the folder the phase before saved."""
+    import pipeline.training.captioner as tc
+    from pipeline.training import all as ta
+
+    seen: list[tuple[str, str | None, str, int]] = []
+    monkeypatch.setattr(
+        tc, "train_captioner", lambda a: seen.append((a.run_dir, a.init_from, a.out, a.seed)) or {}
+    )
+    run, out = tmp_path / "run", tmp_path / "w" / "captioner"
+    built = ta.build_captioner(
+        ta.TrainAllArgs(out=str(tmp_path / "w"), domain="freeway", progress=False), run, out
+    )
+    assert seen == [
+        (str(run / "base"), None, str(run / "base" / "model"), 0),
+        (
+            str(run / "freeway-captioner-2"),
+            str(run / "base" / "model"),
+            str(run / "freeway-captioner-2" / "model"),
+            1,
+        ),
+        (str(run / "finetune"), str(run / "freeway-captioner-2" / "model"), str(out), 2),
+    ]
+    assert built["recipe"] == "freeway-captioner" and list(built["phases"]) == [
+        "freeway-captioner-base",
+        "freeway-captioner-2",
+    ]

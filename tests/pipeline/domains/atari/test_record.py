@@ -44,6 +44,26 @@ def test_the_warm_up_decides_how_far_into_a_game_a_clip_starts():
         generate("freeway", "unused", clips=1, warmup=-1)
 
 
+def test_a_clip_may_start_at_a_drawn_score_which_the_screen_shows():
+    """Freeway's score set in RAM before a clip: the states carry scores from the whole range, the screen draws
+    the set score (its digits differ from the score play left), and play goes on counting from it."""
+    plain = record_clip("freeway", clip_seed("train", 0, 0), 2, warmup=0)
+    clips = [record_clip("freeway", clip_seed("train", 0, i), 2, warmup=0, score_max=40) for i in range(10)]
+    scores = [int(c.states[0].split()[3]) for c in clips]
+    assert all(0 <= s <= 40 for s in scores) and max(scores) >= 19 and len(set(scores)) >= 5, scores
+    top = slice(0, 20)  # the score's rows
+    for clip, score in zip(clips, scores):
+        differs = (clip.frames[0][top] != plain.frames[0][top]).any()
+        assert differs == (score != 0), score
+    climbed = record_clip("freeway", clip_seed("train", 0, 3), 400, warmup=0, score_max=30, policy="tracking")
+    first, last = (int(climbed.states[k].split()[3]) for k in (0, -1))
+    assert last > first
+    with pytest.raises(ValueError, match="cannot set the score"):
+        generate("pong", "unused", clips=1, score_max=5)
+    with pytest.raises(ValueError, match="score-max must be >= 0"):
+        generate("freeway", "unused", clips=1, score_max=-1)
+
+
 @pytest.mark.parametrize("game", ["pong", "freeway"])
 def test_up_and_down_move_the_player_apart(game):
     """The actions are wired to the right console inputs: from one saved state, holding "up" and holding "down"
@@ -98,6 +118,15 @@ def test_cli_records_and_refuses_actions_options_elsewhere(tmp_path, capsys):
     assert "no actions" in capsys.readouterr().err
     assert main(["world", "generate", "--clips", "1", "--warmup", "10", "--out", str(tmp_path / "w")]) == 2
     assert "--warmup" in capsys.readouterr().err
+    assert main(["world", "generate", "--clips", "1", "--score-max", "9", "--out", str(tmp_path / "w")]) == 2
+    assert "--score-max" in capsys.readouterr().err
+    assert main(["world", "generate", "--domain", "pong", "--clips", "1", "--no-video", "--score-max", "9",
+                 "--out", str(tmp_path / "p"), "--no-progress"]) == 2  # fmt: skip
+    assert "cannot set the score" in capsys.readouterr().err
+    assert main(["world", "generate", "--domain", "freeway", "--clips", "2", "--length", "2", "--no-video",
+                 "--warmup", "0", "--score-max", "30", "--out", str(tmp_path / "s"), "--no-progress"]) == 0  # fmt: skip
+    scores = [json.loads(line)["states"][0].split()[3] for line in (tmp_path / "s" / "states.jsonl").open()]
+    assert scores != ["0", "0"]
     assert main(["world", "generate", "--domain", "freeway", "--clips", "1", "--length", "2", "--no-video",
                  "--warmup", "-1", "--out", str(tmp_path / "bad"), "--no-progress"]) == 2  # fmt: skip
     assert "--warmup must be >= 0" in capsys.readouterr().err
