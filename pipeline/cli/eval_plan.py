@@ -26,7 +26,7 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
         "plan",
         help="play whole games in the domain's emulator with the planner (closed loop), beside scripted players",
         description="The planner plays held-out games in the emulator from their reset: each step it reads the "
-        "true state (RAM, in words; with --frames a second planner reads each screen through the captioner), "
+        "true state (RAM, in words; with --frames a second planner reads each screen through the captioner; --no-ram plays only the others), "
         "plans towards --goal with the predictor and the emulator executes the "
         "first action. Beside it, the same games under --references (the game's scripted player reading RAM, "
         "random play, always 'up') and, with --baseline, the planner with another predictor. Pong reports points "
@@ -37,6 +37,9 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
     p.add_argument("--frames", action="store_true",
                    help="also play the planner reading each screen through the captioner of --weights "
                         "(what a user's clip gives it), scored beside the one reading RAM")  # fmt: skip
+    p.add_argument("--ram", action=argparse.BooleanOptionalAction, default=True,
+                   help="play the planner reading RAM, the upper bound (default); --no-ram leaves it out, to play "
+                        "only --frames or --baseline in the time a long game takes")  # fmt: skip
     p.add_argument("--references", nargs="*", default=["tracker", "random"], choices=SCRIPTED,
                    help="scripted players scored on the same games (default: tracker random)")  # fmt: skip
     p.add_argument("--games", type=int, default=4, help="games per controller (default %(default)s)")
@@ -48,7 +51,7 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
         "--video",
         type=Path,
         default=None,
-        help="write the first 30 s of the planner's first game as MP4 here",
+        help="write the first 30 s of the first planner's first game as MP4 here",
     )
     add_search_flags(p)
     add_result_flags(p)
@@ -91,9 +94,11 @@ def run_eval_plan(ns: argparse.Namespace) -> int:
     if goal is None:
         raise UserError(f"the {domain.name} domain names no goal; give --goal")
     parse_goal(goal, domain)
-    controllers: dict[str, Controller | PlannerSpec] = {
-        "planner": make_planner(predictor, domain, goal, config)
-    }
+    if not (ns.ram or ns.frames or ns.baseline):
+        raise UserError("--no-ram leaves no planner to play: give --frames or --baseline")
+    controllers: dict[str, Controller | PlannerSpec] = {}
+    if ns.ram:
+        controllers["planner"] = make_planner(predictor, domain, goal, config)
     if ns.frames:
         planner, window = make_planner(predictor, domain, goal, config)
         controllers["planner-frames"] = (planner, window, screen_reader(ns.weights, domain))
@@ -103,8 +108,9 @@ def run_eval_plan(ns: argparse.Namespace) -> int:
     for name in ns.references:
         controllers[name] = scripted_controller(name, domain, np.random.default_rng(ns.game_seed))
     frames: list = []
+    filmed = next(iter(controllers))  # the first planner played
     result = evaluate_plan(domain, goal, controllers, ns.games, ns.game_seed, ns.sticky, ns.max_steps,
-                           video=("planner", frames) if ns.video else None)  # fmt: skip
+                           video=(filmed, frames) if ns.video else None)  # fmt: skip
     result["search"] = vars(config)
     if ns.video and frames:
         from pipeline.video import encode_mp4

@@ -73,6 +73,24 @@ def test_eval_plan_plays_games_in_the_emulator(pong_weights, tmp_path, capsys):
     assert "| planner |" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(not ale_available(), reason="the Atari emulator (the atari extra) is not installed")
+def test_eval_plan_without_ram_plays_only_the_other_planner(pong_weights, tmp_path):
+    rc = main(["eval", "plan", "--weights", str(pong_weights), "--no-ram", "--baseline", str(pong_weights / "predictor"),
+               "--references", "--games", "1", "--max-steps", "5", "--horizon", "2", "--candidates", "3",
+               "--out", str(tmp_path / "r.json"), "--video", str(tmp_path / "g.mp4"), "--threads", "1"])  # fmt: skip
+    assert rc == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert set(result["controllers"]) == {"baseline-planner"}
+    assert result["controllers"]["baseline-planner"]["plan_ms"]["steps"] == 5
+    assert (tmp_path / "g.mp4").stat().st_size > 1000  # the video films the first planner played
+
+
+def test_eval_plan_without_ram_needs_another_planner(pong_weights, capsys):
+    rc = main(["eval", "plan", "--weights", str(pong_weights), "--no-ram", "--games", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--no-ram leaves no planner to play" in err and len(err.strip().splitlines()) == 1
+
+
 def test_eval_plan_frames_needs_a_captioner(pong_weights, tmp_path, capsys):
     rc = main(["eval", "plan", "--weights", str(pong_weights), "--frames", "--games", "1", "--max-steps", "2",
                "--out", str(tmp_path / "r.json")])  # fmt: skip
