@@ -230,13 +230,15 @@ _ATARI_TRAIN: dict[str, Any] = {
 }
 
 
-def _game_captioner(game: str, phase2: dict[str, Any], what: str) -> tuple[Recipe, Recipe]:
-    """A game's two captioner phases: 30 epochs from scratch, then 12 at a lower rate on fresh clips (seed + 1),
-    with `phase2`'s changes."""
+def _game_captioner(game: str, phase2: dict[str, Any], what: str, last: bool = True) -> tuple[Recipe, Recipe]:
+    """A game's first two captioner phases: 30 epochs from scratch, then 12 at a lower rate on fresh clips (seed
+    + 1), with `phase2`'s changes; the second is the shipped "<game>-captioner" when `last`, else "<game>-captioner-2"
+    (a third phase follows)."""
+    name, ships = (f"{game}-captioner", f"weights/{game}/captioner:") if last else (f"{game}-captioner-2", "")
     return (
         Recipe(f"{game}-captioner-base", "captioner", f"phase 1 of weights/{game}/captioner: 30 epochs from scratch",
                _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
-        Recipe(f"{game}-captioner", "captioner", f"weights/{game}/captioner: phase 2, {what}", _ATARI_CAPTIONER,
+        Recipe(name, "captioner", f"{ships or f'phase 2 of weights/{game}/captioner:'} {what}", _ATARI_CAPTIONER,
                _ATARI_CAPTIONER_TRAIN | {"epochs": 12, "lr": 4e-4, "warmup_steps": 50} | phase2,
                init_from=f"{game}-captioner-base", seed_offset=1),
     )  # fmt: skip
@@ -433,14 +435,14 @@ RECIPES: dict[str, Recipe] = _by_name(
            init_from="pong-renderer-2", seed_offset=2),
     # weights/freeway/captioner: Pong's two phases on Freeway's frames (the chicken's, the score's and the cars'
     # places from Freeway.word_places), the second on clips from every phase of a whole game (up to 1,750 steps of
-    # play before each), where the score has two digits.
-    *_game_captioner("freeway", {"clip_warmup": 1750}, "12 epochs on fresh clips from every phase of a game"),
-    # A third phase, not shipped yet (docs/history.md): such clips each set to a score drawn from 0..39 (a good
-    # player's whole game makes about 30 crossings, the mixed policy's seldom 19).
-    Recipe("freeway-captioner-scores", "captioner", "a third Freeway captioner phase: 6 epochs on scores 0..39",
+    # play before each), where the score has two digits; then a third on such clips each set to a score drawn from
+    # 0..39 (a good player's whole game makes about 30 crossings, the mixed policy's seldom 19).
+    *_game_captioner("freeway", {"clip_warmup": 1750}, "12 epochs on fresh clips from every phase of a game",
+                     last=False),
+    Recipe("freeway-captioner", "captioner", "weights/freeway/captioner: phase 3, 6 epochs on drawn scores 0..39",
            _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN | {"epochs": 6, "lr": 2e-4, "warmup_steps": 50,
                                                         "clip_warmup": 1750, "clip_score_max": 39},
-           init_from="freeway-captioner", seed_offset=2),
+           init_from="freeway-captioner-2", seed_offset=2),
     # Freeway's renderer: Pong's first phase on clips from every phase of a game; no Freeway renderer ships yet
     # (docs/atari.md says how far one got).
     Recipe("freeway-renderer", "renderer", "Freeway's renderer: Pong's first phase on Freeway's frames", _ATARI_RENDERER,

@@ -237,8 +237,9 @@ def test_train_all_hands_its_progress_switch_to_both_captioner_phases(monkeypatc
 
 
 def test_train_all_builds_a_three_phase_captioner_chain_each_from_the_one_before(monkeypatch, tmp_path):
-    """A captioner recipe two fine-tunes deep (Freeway's phase on drawn scores): the first phase in run/base, the
-    second in run/<its name>, the recipe itself in run/finetune, each started from the folder the one before saved."""
+    """A captioner recipe two fine-tunes deep (Freeway's shipped one: its third phase is on drawn scores): the first
+    phase in run/base, the second in run/<its name>, the recipe itself in run/finetune, each started from the folder
+    the one before saved."""
     import pipeline.training.captioner as tc
     from pipeline.training import all as ta
 
@@ -246,7 +247,6 @@ def test_train_all_builds_a_three_phase_captioner_chain_each_from_the_one_before
     monkeypatch.setattr(
         tc, "train_captioner", lambda a: seen.append((a.run_dir, a.init_from, a.out, a.seed)) or {}
     )
-    monkeypatch.setattr(ta, "_recipe", lambda args, stage: get_recipe("freeway-captioner-scores"))
     run, out = tmp_path / "run", tmp_path / "w" / "captioner"
     built = ta.build_captioner(
         ta.TrainAllArgs(out=str(tmp_path / "w"), domain="freeway", progress=False), run, out
@@ -254,14 +254,14 @@ def test_train_all_builds_a_three_phase_captioner_chain_each_from_the_one_before
     assert seen == [
         (str(run / "base"), None, str(run / "base" / "model"), 0),
         (
-            str(run / "freeway-captioner"),
+            str(run / "freeway-captioner-2"),
             str(run / "base" / "model"),
-            str(run / "freeway-captioner" / "model"),
+            str(run / "freeway-captioner-2" / "model"),
             1,
         ),
-        (str(run / "finetune"), str(run / "freeway-captioner" / "model"), str(out), 2),
+        (str(run / "finetune"), str(run / "freeway-captioner-2" / "model"), str(out), 2),
     ]
-    assert built["recipe"] == "freeway-captioner-scores" and list(built["phases"]) == [
+    assert built["recipe"] == "freeway-captioner" and list(built["phases"]) == [
         "freeway-captioner-base",
-        "freeway-captioner",
+        "freeway-captioner-2",
     ]
