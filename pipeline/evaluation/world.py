@@ -40,13 +40,16 @@ STATES_FILE = "states.jsonl"
 # ---- data ----------------------------------------------------------------------------------------------
 @dataclass
 class Clip:
-    """One line of states.jsonl: its states, predictable flags, scenario, and the folder of its PNG frames."""
+    """One line of states.jsonl: its states, predictable flags, scenario, the folder of its PNG frames (the
+    built-in world writes them) and its MP4 file, in which state k is frame k * stride."""
 
     index: int
     states: list[str]
     predictable: list[bool]
     scenario: str
     frames_dir: Path | None
+    video: Path | None = None
+    stride: int = 1
 
 
 def clips_from_records(records: Sequence[dict[str, Any]]) -> list[Clip]:
@@ -73,11 +76,14 @@ def read_world_dir(data: str | Path) -> list[Clip]:
             raise UserError(f"{path}:{lineno}: not a world record ({type(err).__name__}: {err})") from None
         if len(predictable) != len(states):
             raise UserError(f"{path}:{lineno}: {len(states)} states but {len(predictable)} predictable flags")
-        frames_dir = None
+        frames_dir = video = None
         if rec.get("clip"):
             candidate = root / "frames" / Path(rec["clip"]).stem
             frames_dir = candidate if candidate.is_dir() else None
-        clips.append(Clip(len(clips), states, predictable, str(rec.get("scenario", "unknown")), frames_dir))
+            video = root / rec["clip"] if (root / rec["clip"]).is_file() else None
+        scenario = str(rec.get("scenario", "unknown"))
+        stride = int(rec.get("stride", 1))
+        clips.append(Clip(len(clips), states, predictable, scenario, frames_dir, video, stride))
     if not clips:
         raise UserError(f"{path}: no clips")
     return clips
@@ -120,36 +126,69 @@ def is_valid_state(state: str) -> bool:
 
 
 # ---- captioner -----------------------------------------------------------------------------------------
+def captioner_pairs(clips: Sequence[Clip]) -> list[tuple[Path, int, str]]:
+    """(file, frame, true state) for every state whose frame the data has: a PNG of the clip's frames folder
+    (frame -1), else its frame of the clip's MP4 (an Atari domain's clips have no PNGs)."""
+    pairs: list[tuple[Path, int, str]] = []
+    for c in clips:
+        if c.frames_dir is not None:
+            pairs += [(c.frames_dir / f"{k:02d}.png", -1, s) for k, s in enumerate(c.states)]
+        elif c.video is not None:
+            pairs += [(c.video, k * c.stride, s) for k, s in enumerate(c.states)]
+    return pairs
+
+
 def score_captioner(
-    captioner: Any, clips: Sequence[Clip], max_frames: int | None = None, batch_size: int = 64
+    captioner: Any,
+    clips: Sequence[Clip],
+    max_frames: int | None = None,
+    batch_size: int = 64,
+    domain: Domain | None = None,
 ) -> dict[str, Any]:
-    """Exact match of captions of the PNG frames against the true states, overall and by object count."""
-    pairs = [
-        (c.frames_dir / f"{k:02d}.png", s)
-        for c in clips
-        if c.frames_dir is not None
-        for k, s in enumerate(c.states)
-    ]
+    """Exact match of captions of the clips' frames against the true states, overall and by object count (the
+    built-in world) or by field (`domain`'s fields, the other domains)."""
+    from pipeline.evaluation.metrics import caption_scores
+    from pipeline.video import read_video
+
+    pairs = captioner_pairs(clips)
     if max_frames is not None:
         pairs = pairs[:max_frames]
     if not pairs:
-        return {"skipped": "no PNG frames in the data directory (was it written with --no-frames?)"}
-    hits: list[bool] = []
+        return {"skipped": "no frames in the data directory: neither PNG frames nor MP4 clips"}
+    decoded: dict[Path, list[np.ndarray]] = {}
+
+    def frame(path: Path, k: int) -> np.ndarray:
+        if k < 0:
+            return read_png(path)
+        if path not in decoded:
+            decoded.clear()  # one clip's frames at a time
+            decoded[path] = list(read_video(path).frames)
+        if k >= len(decoded[path]):
+            raise UserError(f"{path}: {len(decoded[path])} frames, fewer than its states")
+        return decoded[path][k]
+
+    read: list[str] = []
     by_count: dict[str, list[bool]] = {}
     t0 = time.perf_counter()
     for i in range(0, len(pairs), batch_size):
         chunk = pairs[i : i + batch_size]
-        read = captioner.caption([read_png(p) for p, _ in chunk])
-        for r, (_, s) in zip(read, chunk):
-            hit = canonical_state(r) == canonical_state(s)
-            hits.append(hit)
-            by_count.setdefault(f"objects={n_objects(s)}", []).append(hit)
-    return {
-        "exact_match": _rate(hits),
-        "frames": len(hits),
-        "by_objects": {k: _rate(v) for k, v in sorted(by_count.items())},
-        "seconds": round(time.perf_counter() - t0, 2),
-    }
+        read += captioner.caption([frame(p, k) for p, k, _ in chunk])
+    truths = [canonical_state(s) for _, _, s in pairs]
+    read = [canonical_state(r) for r in read]
+    for r, s in zip(read, truths):
+        count = n_objects(s)
+        if count is not None:
+            by_count.setdefault(f"objects={count}", []).append(r == s)
+    out: dict[str, Any] = {"exact_match": _rate([r == s for r, s in zip(read, truths)]), "frames": len(read)}
+    if by_count:
+        out["by_objects"] = {k: _rate(v) for k, v in sorted(by_count.items())}
+    if domain is not None and domain.name != "shapes":
+        scores = caption_scores(domain, read, truths)
+        out["by_field"] = {
+            k.removeprefix("field="): round(v, 4) for k, v in scores.items() if k != "exact_match"
+        }
+    out["seconds"] = round(time.perf_counter() - t0, 2)
+    return out
 
 
 # ---- predictor -----------------------------------------------------------------------------------------
@@ -432,7 +471,10 @@ def evaluate_world(args: EvalWorldArgs) -> dict[str, Any]:
         result["captioner"] = (
             missing("captioner")
             if captioner is None
-            else {"weights": str(folders["captioner"]), **score_captioner(captioner, clips, args.max_frames)}
+            else {
+                "weights": str(folders["captioner"]),
+                **score_captioner(captioner, clips, args.max_frames, domain=domain),
+            }
         )
     for part in ("predictor", "renderer"):
         folder = folders[part]

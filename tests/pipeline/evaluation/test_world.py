@@ -395,3 +395,35 @@ def test_a_wrong_guess_after_a_random_event_counts_only_in_the_flagged_rows(worl
     )
     text = capsys.readouterr().out
     assert "after event" in text and "all flagged" in text
+
+
+def test_the_captioner_is_scored_on_mp4_frames_where_the_data_has_no_pngs(tmp_path):
+    """An Atari data set has clips and states.jsonl but no frames/: state k is read from frame k * stride of the
+    clip's MP4, and a domain other than the built-in world gets its score by field."""
+    from pipeline.domain import get_domain
+    from pipeline.video import encode_mp4
+
+    # six flat grey frames (64, 64, 3), their levels far apart so that H.264 keeps them apart
+    levels = [0, 50, 100, 150, 200, 250]
+    frames = [np.full((64, 64, 3), v, np.uint8) for v in levels]
+    (tmp_path / "clips").mkdir()
+    (tmp_path / "clips" / "000000.mp4").write_bytes(encode_mp4(frames, 15.0))
+    states = [f"ball none player {v // 10} enemy 3 score 0 1 ." for v in levels[::2]]  # every other frame
+    record = {"clip": "clips/000000.mp4", "stride": 2, "states": states}
+    (tmp_path / "states.jsonl").write_text(json.dumps(record) + "\n")
+
+    class Reader:  # reads the frame's grey level back into the player's place; misreads the last frame's enemy
+        def caption(self, frames):
+            levels = [int(round(f.mean() / 50) * 50) for f in frames]
+            return [f"ball none player {v // 10} enemy {3 + (v == 200)} score 0 1 ." for v in levels]
+
+    clips = read_world_dir(tmp_path)
+    assert clips[0].frames_dir is None and clips[0].stride == 2
+    scored = score_captioner(Reader(), clips, domain=get_domain("pong"))
+    assert scored["frames"] == 3 and scored["exact_match"] == round(2 / 3, 4)
+    assert scored["by_field"]["player"] == 1.0 and scored["by_field"]["enemy"] == round(2 / 3, 4)
+    assert "by_objects" not in scored
+    shutil.rmtree(tmp_path / "clips")
+    assert (
+        "neither PNG frames nor MP4 clips" in score_captioner(Reader(), read_world_dir(tmp_path))["skipped"]
+    )
