@@ -2,7 +2,8 @@
 
 Owns the world metrics of the shipped models: captioner exact match on the PNG frames (or on the MP4 clips' frames
 of a domain that writes no PNGs), predictor exact match by horizon on the steps the history determines (rolled out
-from true histories, beside a copy-last-state reference), and the renderer round trip (render a state, caption it, compare) with PSNR and SSIM against `world.render_state`.
+from true histories, beside a copy-last-state reference), and the renderer round trip (render a state, caption it,
+compare) with PSNR and SSIM against `world.render_state`.
 """
 
 from __future__ import annotations
