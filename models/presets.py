@@ -417,8 +417,13 @@ RECIPES: dict[str, Recipe] = _by_name(
            "small-t8-n20", _ATARI_TRAIN | {"epochs": 2, "lr": 5e-4, "warmup_steps": 100},
            {"clips": 340, "length": 256, "seed_offset": 1, "warmup": 1750}, init_from="freeway-predictor-base"),
     # weights/pong/captioner: the tiny BLIP on Pong's frames at 160 x 160 (10 x 10 patches), every frame of 300
-    # train-split clips of 64 states under the mixed policy, decoded from their MP4 files; then a second phase.
-    *_game_captioner("pong", {}, "12 epochs on 300 fresh clips"),
+    # train-split clips of 64 states under the mixed policy, decoded from their MP4 files; then a second phase;
+    # then a third on clips each set to a player's score drawn from 0..20 (the mixed policy seldom scores 8).
+    *_game_captioner("pong", {}, "12 epochs on 300 fresh clips", last=False),
+    Recipe("pong-captioner", "captioner", "weights/pong/captioner: phase 3, 6 epochs on drawn scores 0..20",
+           _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN | {"epochs": 6, "lr": 2e-4, "warmup_steps": 50,
+                                                        "clip_score_max": 20},
+           init_from="pong-captioner-2", seed_offset=2),
     # weights/pong/renderer, phase 1: the VAE, then the UNet + text encoder on every frame of 200 train-split clips
     # of 64 states (decoded MP4), best/ chosen by the round trip through weights/pong/captioner on 256 val-split
     # frames.

@@ -55,8 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "most steps played before each clip, drawn per clip (default: the game's, 1500 for Pong, 500 for "
                    "Freeway; a whole Freeway game is 2048)")  # fmt: skip
     g.add_argument("--score-max", type=int, default=None, metavar="N", help="a game whose score can be set "
-                   "(Freeway): each clip starts at a score drawn from 0..N, which the screen shows (scores play "
-                   "seldom reaches, for a captioner to learn)")  # fmt: skip
+                   "(Pong: the player's, 0..20; Freeway: 0..99): each clip starts at a score drawn from 0..N, which the screen "
+                   "shows (scores play seldom reaches, for a captioner to learn)")  # fmt: skip
     g.add_argument(
         "--no-video",
         action="store_true",

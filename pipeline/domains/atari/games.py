@@ -209,6 +209,11 @@ class Pong(Game):
             "score": {"player": int(ram[14]), "enemy": int(ram[13])},
         }
 
+    def score_bytes(self, score: int) -> dict[int, int] | None:
+        if not 0 <= score <= 20:  # 21 ends the game
+            raise ValueError(f"a Pong score that play goes on from is 0..20, got {score}")
+        return {14: score}
+
     def spell(self, fields: Mapping[str, Any]) -> str:
         ball = fields["ball"]
         where = "none" if ball is None else f"{ball['x']} {ball['y']}"

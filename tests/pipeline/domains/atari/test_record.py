@@ -58,10 +58,26 @@ def test_a_clip_may_start_at_a_drawn_score_which_the_screen_shows():
     climbed = record_clip("freeway", clip_seed("train", 0, 3), 400, warmup=0, score_max=30, policy="tracking")
     first, last = (int(climbed.states[k].split()[3]) for k in (0, -1))
     assert last > first
-    with pytest.raises(ValueError, match="cannot set the score"):
-        generate("pong", "unused", clips=1, score_max=5)
     with pytest.raises(ValueError, match="score-max must be >= 0"):
         generate("freeway", "unused", clips=1, score_max=-1)
+
+
+def test_pongs_player_score_may_be_drawn_and_a_game_without_a_score_writer_refuses(monkeypatch):
+    """Pong's player score set in RAM (14) before a clip: drawn from 0..20, shown on the screen; 21, which ends a
+    game, is refused; a game whose score cannot be set refuses --score-max by name."""
+    pong = GAMES["pong"]
+    plain = record_clip("pong", clip_seed("train", 0, 0), 2, warmup=0)
+    clips = [record_clip("pong", clip_seed("train", 0, i), 2, warmup=0, score_max=20) for i in range(10)]
+    scores = [pong.parse(c.states[0])["score"]["player"] for c in clips]
+    assert all(0 <= s <= 20 for s in scores) and max(scores) >= 8 and len(set(scores)) >= 5, scores
+    top = slice(0, 22)  # the scores' rows
+    for clip, score in zip(clips, scores):
+        assert (clip.frames[0][top] != plain.frames[0][top]).any() == (score != 0), score
+    with pytest.raises(ValueError, match="0..20"):
+        generate("pong", "unused", clips=1, score_max=21)
+    monkeypatch.setattr(type(pong), "score_bytes", lambda self, score: None)
+    with pytest.raises(ValueError, match="cannot set the score"):
+        generate("pong", "unused", clips=1, score_max=5)
 
 
 @pytest.mark.parametrize("game", ["pong", "freeway"])
@@ -120,9 +136,9 @@ def test_cli_records_and_refuses_actions_options_elsewhere(tmp_path, capsys):
     assert "--warmup" in capsys.readouterr().err
     assert main(["world", "generate", "--clips", "1", "--score-max", "9", "--out", str(tmp_path / "w")]) == 2
     assert "--score-max" in capsys.readouterr().err
-    assert main(["world", "generate", "--domain", "pong", "--clips", "1", "--no-video", "--score-max", "9",
+    assert main(["world", "generate", "--domain", "pong", "--clips", "1", "--no-video", "--score-max", "25",
                  "--out", str(tmp_path / "p"), "--no-progress"]) == 2  # fmt: skip
-    assert "cannot set the score" in capsys.readouterr().err
+    assert "0..20" in capsys.readouterr().err
     assert main(["world", "generate", "--domain", "freeway", "--clips", "2", "--length", "2", "--no-video",
                  "--warmup", "0", "--score-max", "30", "--out", str(tmp_path / "s"), "--no-progress"]) == 0  # fmt: skip
     scores = [json.loads(line)["states"][0].split()[3] for line in (tmp_path / "s" / "states.jsonl").open()]
