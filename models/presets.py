@@ -230,17 +230,21 @@ _ATARI_TRAIN: dict[str, Any] = {
 }
 
 
-def _game_captioner(game: str, phase2: dict[str, Any], what: str, last: bool = True) -> tuple[Recipe, Recipe]:
-    """A game's first two captioner phases: 30 epochs from scratch, then 12 at a lower rate on fresh clips (seed
-    + 1), with `phase2`'s changes; the second is the shipped "<game>-captioner" when `last`, else "<game>-captioner-2"
-    (a third phase follows)."""
-    name, ships = (f"{game}-captioner", f"weights/{game}/captioner:") if last else (f"{game}-captioner-2", "")
+def _game_captioner(
+    game: str, phase2: dict[str, Any], what2: str, phase3: dict[str, Any], what3: str
+) -> tuple[Recipe, Recipe, Recipe]:
+    """A game's three captioner phases: 30 epochs from scratch; 12 at a lower rate on fresh clips (seed + 1) with
+    `phase2`'s changes; then the shipped "<game>-captioner", 6 at half that rate on fresh clips (seed + 2) with
+    `phase3`'s changes."""
     return (
         Recipe(f"{game}-captioner-base", "captioner", f"phase 1 of weights/{game}/captioner: 30 epochs from scratch",
                _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
-        Recipe(name, "captioner", f"{ships or f'phase 2 of weights/{game}/captioner:'} {what}", _ATARI_CAPTIONER,
+        Recipe(f"{game}-captioner-2", "captioner", f"phase 2 of weights/{game}/captioner: {what2}", _ATARI_CAPTIONER,
                _ATARI_CAPTIONER_TRAIN | {"epochs": 12, "lr": 4e-4, "warmup_steps": 50} | phase2,
                init_from=f"{game}-captioner-base", seed_offset=1),
+        Recipe(f"{game}-captioner", "captioner", f"weights/{game}/captioner: phase 3, {what3}", _ATARI_CAPTIONER,
+               _ATARI_CAPTIONER_TRAIN | {"epochs": 6, "lr": 2e-4, "warmup_steps": 50} | phase3,
+               init_from=f"{game}-captioner-2", seed_offset=2),
     )  # fmt: skip
 
 
@@ -419,11 +423,8 @@ RECIPES: dict[str, Recipe] = _by_name(
     # weights/pong/captioner: the tiny BLIP on Pong's frames at 160 x 160 (10 x 10 patches), every frame of 300
     # train-split clips of 64 states under the mixed policy, decoded from their MP4 files; then a second phase;
     # then a third on clips each set to a player's score drawn from 0..20 (the mixed policy seldom scores 8).
-    *_game_captioner("pong", {}, "12 epochs on 300 fresh clips", last=False),
-    Recipe("pong-captioner", "captioner", "weights/pong/captioner: phase 3, 6 epochs on drawn scores 0..20",
-           _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN | {"epochs": 6, "lr": 2e-4, "warmup_steps": 50,
-                                                        "clip_score_max": 20},
-           init_from="pong-captioner-2", seed_offset=2),
+    *_game_captioner("pong", {}, "12 epochs on 300 fresh clips", {"clip_score_max": 20},
+                     "6 epochs on drawn scores 0..20"),
     # weights/pong/renderer, phase 1: the VAE, then the UNet + text encoder on every frame of 200 train-split clips
     # of 64 states (decoded MP4), best/ chosen by the round trip through weights/pong/captioner on 256 val-split
     # frames.
@@ -443,11 +444,7 @@ RECIPES: dict[str, Recipe] = _by_name(
     # play before each), where the score has two digits; then a third on such clips each set to a score drawn from
     # 0..39 (a good player's whole game makes about 30 crossings, the mixed policy's seldom 19).
     *_game_captioner("freeway", {"clip_warmup": 1750}, "12 epochs on fresh clips from every phase of a game",
-                     last=False),
-    Recipe("freeway-captioner", "captioner", "weights/freeway/captioner: phase 3, 6 epochs on drawn scores 0..39",
-           _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN | {"epochs": 6, "lr": 2e-4, "warmup_steps": 50,
-                                                        "clip_warmup": 1750, "clip_score_max": 39},
-           init_from="freeway-captioner-2", seed_offset=2),
+                     {"clip_warmup": 1750, "clip_score_max": 39}, "6 epochs on drawn scores 0..39"),
     # Freeway's renderer: Pong's first phase on clips from every phase of a game; no Freeway renderer ships yet
     # (docs/atari.md says how far one got).
     Recipe("freeway-renderer", "renderer", "Freeway's renderer: Pong's first phase on Freeway's frames", _ATARI_RENDERER,
