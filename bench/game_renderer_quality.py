@@ -6,6 +6,7 @@ are scored on the same frames, side by side.
 
     python -m bench.game_renderer_quality --domain pong \
         --renderers weights/pong/renderer runs/pong-rend-ft/best --frames 512
+    python -m bench.game_renderer_quality --domain freeway --warmup 1750 --frames 512
 
 The clips are recorded once into --data (default runs/bench/<domain>-<split>-<seed>) and decoded from MP4, as the
 renderer's training reads its own.
@@ -40,6 +41,9 @@ def main() -> None:
     ap.add_argument("--split", default="test", help="the clips' split (default %(default)s)")
     ap.add_argument("--seed", type=int, default=0, help="the clips' seed (default %(default)s)")
     ap.add_argument("--data", type=Path, default=None, help="where the clips are recorded (reused if there)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="the most steps played before a clip (default: the domain's; Freeway's renderer "
+                         "trains on 1750, every phase of a game)")  # fmt: skip
     add_record_flags(ap, threads=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -48,9 +52,12 @@ def main() -> None:
     captioner = Captioner.from_pretrained(
         args.captioner or Path("weights") / args.domain / "captioner", domain=domain
     )
-    data = args.data or Path("runs/bench") / f"{args.domain}-{args.split}-{args.seed}"
+    warm = "" if args.warmup is None else f"-w{args.warmup}"
+    data = args.data or Path("runs/bench") / f"{args.domain}-{args.split}-{args.seed}{warm}"
     clips = -(-args.frames // CLIP_LENGTH)
-    held = record_frames(domain, data, clips=clips, length=CLIP_LENGTH, seed=args.seed, split=args.split)
+    held = record_frames(
+        domain, data, clips=clips, length=CLIP_LENGTH, seed=args.seed, split=args.split, warmup=args.warmup
+    )
     held = held.spread(args.frames)
     read = captioner.caption(list(held.frames))
     truth_read = caption_scores(domain, [r.strip() for r in read], [s.strip() for s in held.states])

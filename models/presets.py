@@ -445,10 +445,17 @@ RECIPES: dict[str, Recipe] = _by_name(
     # 0..39 (a good player's whole game makes about 30 crossings, the mixed policy's seldom 19).
     *_game_captioner("freeway", {"clip_warmup": 1750}, "12 epochs on fresh clips from every phase of a game",
                      {"clip_warmup": 1750, "clip_score_max": 39}, "6 epochs on drawn scores 0..39"),
-    # Freeway's renderer: Pong's first phase on clips from every phase of a game; no Freeway renderer ships yet
-    # (docs/atari.md says how far one got).
-    Recipe("freeway-renderer", "renderer", "Freeway's renderer: Pong's first phase on Freeway's frames", _ATARI_RENDERER,
-           _ATARI_RENDERER_TRAIN | {"unet_steps": 8000, "eval_every": 500, "clip_warmup": 1750}),
+    # Freeway's renderer, phase 1: Pong's first phase on clips from every phase of a game (up to 1,750 steps of play
+    # before each), 8,000 UNet steps: the cars are drawn by step 1,500, the chicken only from about 3,500.
+    Recipe("freeway-renderer-base", "renderer", "phase 1 of Freeway's renderer: the VAE, then 8,000 UNet steps",
+           _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 8000, "eval_every": 500, "clip_warmup": 1750}),
+    # Phase 2: the UNet + text encoder (and the decoder) further on 200 fresh clips (seed + 1), each set to a score
+    # drawn from 0..39 as in the captioner's third phase: play's clips hold a few scores each, too few to learn the
+    # small digits from (phase 1 drew the score right in one frame of six).
+    Recipe("freeway-renderer", "renderer", "Freeway's renderer: phase 2, 5,000 UNet steps on clips of drawn scores",
+           _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 5000, "eval_every": 500, "clip_warmup": 1750,
+                                                     "clip_score_max": 39},
+           init_from="freeway-renderer-base", seed_offset=1),
     Recipe("quick-pong-renderer", "renderer", "smoke test of an Atari renderer", _QUICK_RENDERER,
            {"clips": 2, "clip_length": 8, "vae_steps": 2, "vae_batch": 2, "unet_steps": 2, "unet_batch": 2,
             "eval_every": 2, "eval_states": 4, "pool": 1}),

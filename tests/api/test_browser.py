@@ -308,3 +308,52 @@ def test_play_pong_inside_the_model_with_the_arrow_keys(start_server, browser_pa
     assert "ms a step" in page.inner_text("#play-latency")
     page.locator("#play").screenshot(path=str(shots / "play-pong-planner.png"))
     assert errors == []
+
+
+FREEWAY = Path(
+    os.environ.get("SEMWORLD_TEST_FREEWAY_WEIGHTS")
+    or Path(__file__).resolve().parents[2] / "weights" / "freeway"
+)
+
+
+def test_play_freeway_inside_the_model_the_chicken_follows_the_keys(start_server, browser_page, tmp_path):
+    """The shipped Freeway weights in play mode: the up key walks the chicken up the road (its number rises), the
+    down key back; each press draws a 210 x 160 frame."""
+    pytest.importorskip("ale_py")
+    if not (FREEWAY / "renderer").is_dir():
+        pytest.skip(f"{FREEWAY} has no renderer")
+    from bench.play_speed import start_play
+    from pipeline.video import write_samples
+
+    (sample,) = write_samples(tmp_path / "samples", get_domain("freeway"))[:1]
+    server = start_server(weights=FREEWAY, SEMWORLD_SAMPLES_DIR=str(tmp_path / "samples"))
+    page = browser_page
+    page.set_default_timeout(60_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    start_play(page, server.url, sample.name)
+    assert sorted(page.locator("#play-keys button").all_inner_texts()) == ["space stay", "↑ up", "↓ down"]
+
+    def chicken() -> int:
+        words = page.inner_text("#play-state").split()
+        return int(words[words.index("chicken") + 1])
+
+    def press(key: str, times: int) -> int:
+        for _ in range(times):
+            done = page.evaluate("() => document.querySelectorAll('#play-log li').length")
+            page.keyboard.press(key)
+            page.wait_for_function(f"document.querySelectorAll('#play-log li').length > {done}")
+        return chicken()
+
+    first = chicken()
+    up = press("ArrowUp", 8)
+    down = press("ArrowDown", 4)
+    assert page.locator("#status.error").count() == 0, page.inner_text("#status")
+    # A chicken at the top scores and starts again at the bottom; the sample's ends low on the road.
+    assert up > first, (first, up)
+    assert down < up, (up, down)
+    assert page.locator("#play-frame").evaluate("i => [i.naturalWidth, i.naturalHeight]") == [160, 210]
+    shots = Path(os.environ.get("SEMWORLD_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    page.locator("#play").screenshot(path=str(shots / "play-freeway.png"))
+    assert errors == []

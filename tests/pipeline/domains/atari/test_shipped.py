@@ -99,7 +99,7 @@ def test_the_shipped_pong_predictor_plans_with_shared_prefixes():
 def test_the_shipped_game_captioner_reads_fresh_clips_and_predict_starts_from_one(game, tmp_path, capsys):
     """The captioner of weights/<game> on 4 test-split clips of another seed than its recipe's (decoded MP4, as a
     user's clip): nearly every frame read exactly; then `semworld predict CLIP --actions` forecasts from the
-    clip, its observed states the captioner's."""
+    clip, its observed states the captioner's, and draws the forecast."""
     from pipeline.captioner import Captioner
     from pipeline.domain import get_domain
     from pipeline.training.recorded_frames import record_frames
@@ -118,3 +118,8 @@ def test_the_shipped_game_captioner_reads_fresh_clips_and_predict_starts_from_on
     doc = json.loads((tmp_path / "out" / "states.json").read_text())
     assert doc["observed_states"] == read[:32] and len(doc["predicted_states"]) == 4
     assert doc["actions"][-4:] == ["up"] * 4 and (tmp_path / "out" / "strip.png").is_file()
+    # Each game ships a renderer: the forecast ends in frames at the screen's size.
+    from PIL import Image
+
+    assert Image.open(tmp_path / "out" / "predicted_003.png").size == (160, 210)
+    assert (tmp_path / "out" / "predicted.mp4").is_file()
