@@ -61,7 +61,7 @@ test-slow: install
 weights: install
 	$(BIN)/semworld train all --out weights --run-dir runs/weights
 	$(BIN)/semworld train all --domain pong --stages captioner,renderer,predictor --out weights/pong --run-dir runs/weights-pong
-	$(BIN)/semworld train all --domain freeway --stages captioner,predictor --out weights/freeway --run-dir runs/weights-freeway
+	$(BIN)/semworld train all --domain freeway --stages captioner,renderer,predictor --out weights/freeway --run-dir runs/weights-freeway
 
 bench: install
 	$(BIN)/python -m bench.predictor_speed

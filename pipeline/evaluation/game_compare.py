@@ -219,7 +219,8 @@ def compare_game(
     frames: dict[str, dict[str, list[list[np.ndarray]]]] = {}
     result: dict[str, Any] = {"domain": domain.name, "episodes": len(eps), "horizon": horizon, "context": T,
                               "pixel_context": stages.pixel.context if stages.pixel else None, "seed": seed,
-                              "sticky": sticky, "logged": {}, "counterfactual": {}}  # fmt: skip
+                              "sticky": sticky, "controlled": domain.controlled, "logged": {},
+                              "counterfactual": {}}  # fmt: skip
     for name in eps[0].futures:
         t1 = time.perf_counter()
         frames[name] = method_frames(stages, eps, name, horizon, render_seed)
@@ -252,6 +253,12 @@ def summarise(result: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
+def held_object(result: dict[str, Any]) -> str:
+    """What the actions move, for titles: "player" is Pong's paddle (results from before the field: Pong's)."""
+    controlled = result.get("controlled", "player")
+    return "player's paddle" if controlled == "player" else str(controlled)
+
+
 # ---- figures -------------------------------------------------------------------------------------------
 def plot_game_horizons(result: dict[str, Any], path: str | Path) -> Path:
     """Exact match of the read-back frames, object distance in pixels and the counterfactual direction rate by
@@ -272,7 +279,7 @@ def plot_game_horizons(result: dict[str, Any], path: str | Path) -> Path:
                 hs, np.mean([s["controlled_direction"] for s in held.values()], axis=0), marker="o", ms=3
             )
     titles = ("state exact match of the drawn frame, read back", "objects' distance from the truth (pixels)",
-              "held actions: paddle moves as in the emulator")  # fmt: skip
+              f"held actions: the {held_object(result)} moves as in the emulator")  # fmt: skip
     for ax, title in zip(axes, titles):
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("horizon h (steps of 4 frames)")
