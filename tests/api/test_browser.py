@@ -243,40 +243,47 @@ PONG = Path(
 )
 
 
+def play_game(start_server, page, tmp_path: Path, weights: Path, game: str) -> list[str]:
+    """Serve `weights`, read and forecast the game's first sample clip on the page, then enter play mode from its
+    last state; returns the list the page's script errors are collected into."""
+    pytest.importorskip("ale_py")
+    if not (weights / "renderer").is_dir():
+        pytest.skip(f"{weights} has no renderer")
+    from bench.play_speed import start_play
+    from pipeline.video import write_samples
+
+    (sample,) = write_samples(tmp_path / "samples", get_domain(game))[:1]
+    server = start_server(weights=weights, SEMWORLD_SAMPLES_DIR=str(tmp_path / "samples"))
+    page.set_default_timeout(60_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    start_play(page, server.url, sample.name)
+    return errors
+
+
+def press(page, key: str, times: int, field: str) -> list[int]:
+    """Press `key` `times` times in play mode, each time waiting for its frame; `field`'s number after each."""
+    seen = []
+    for _ in range(times):
+        done = page.evaluate("() => document.querySelectorAll('#play-log li').length")
+        page.keyboard.press(key)
+        page.wait_for_function(f"document.querySelectorAll('#play-log li').length > {done}")
+        words = page.inner_text("#play-state").split()
+        seen.append(int(words[words.index(field) + 1]))
+    return seen
+
+
 def test_play_pong_inside_the_model_with_the_arrow_keys(start_server, browser_page, tmp_path):
     """The shipped Pong weights on the page: a sample game clip read and forecast, then play mode. Each arrow key
     asks for the next state under its action; a drawn 210 x 160 frame and the state in words come back each time,
     and the player's paddle follows the keys (down, then up)."""
-    pytest.importorskip("ale_py")
-    if not (PONG / "renderer").is_dir():
-        pytest.skip(f"{PONG} has no renderer")
-    from bench.play_speed import start_play
-    from pipeline.video import write_samples
-
-    (sample,) = write_samples(tmp_path / "samples", get_domain("pong"))[:1]
-    server = start_server(weights=PONG, SEMWORLD_SAMPLES_DIR=str(tmp_path / "samples"))
     page = browser_page
-    page.set_default_timeout(60_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda err: errors.append(str(err)))
-    start_play(page, server.url, sample.name)  # the sample read and forecast, then play mode
+    errors = play_game(start_server, page, tmp_path, PONG, "pong")
     keys = page.locator("#play-keys button").all_inner_texts()  # in the predictor's order of its action words
     assert sorted(keys) == ["space stay", "↑ up", "↓ down"], keys
     start = page.inner_text("#play-state")
-
-    def press(key: str, times: int) -> list[int]:
-        """The player's paddle (its number in the state) after each of `times` presses of `key`."""
-        seen = []
-        for _ in range(times):
-            done = page.evaluate("() => document.querySelectorAll('#play-log li').length")
-            page.keyboard.press(key)
-            page.wait_for_function(f"document.querySelectorAll('#play-log li').length > {done}")
-            words = page.inner_text("#play-state").split()
-            seen.append(int(words[words.index("player") + 1]))
-        return seen
-
-    down = press("ArrowDown", 6)
-    up = press("ArrowUp", 8)
+    down = press(page, "ArrowDown", 6, "player")  # the player's paddle after each press
+    up = press(page, "ArrowUp", 8, "player")
     assert page.locator("#status.error").count() == 0, page.inner_text("#status")
     assert page.locator("#play-log li").count() == 14
     first = int(start.split()[start.split().index("player") + 1])
@@ -319,35 +326,13 @@ FREEWAY = Path(
 def test_play_freeway_inside_the_model_the_chicken_follows_the_keys(start_server, browser_page, tmp_path):
     """The shipped Freeway weights in play mode: the up key walks the chicken up the road (its number rises), the
     down key back; each press draws a 210 x 160 frame."""
-    pytest.importorskip("ale_py")
-    if not (FREEWAY / "renderer").is_dir():
-        pytest.skip(f"{FREEWAY} has no renderer")
-    from bench.play_speed import start_play
-    from pipeline.video import write_samples
-
-    (sample,) = write_samples(tmp_path / "samples", get_domain("freeway"))[:1]
-    server = start_server(weights=FREEWAY, SEMWORLD_SAMPLES_DIR=str(tmp_path / "samples"))
     page = browser_page
-    page.set_default_timeout(60_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda err: errors.append(str(err)))
-    start_play(page, server.url, sample.name)
+    errors = play_game(start_server, page, tmp_path, FREEWAY, "freeway")
     assert sorted(page.locator("#play-keys button").all_inner_texts()) == ["space stay", "↑ up", "↓ down"]
-
-    def chicken() -> int:
-        words = page.inner_text("#play-state").split()
-        return int(words[words.index("chicken") + 1])
-
-    def press(key: str, times: int) -> int:
-        for _ in range(times):
-            done = page.evaluate("() => document.querySelectorAll('#play-log li').length")
-            page.keyboard.press(key)
-            page.wait_for_function(f"document.querySelectorAll('#play-log li').length > {done}")
-        return chicken()
-
-    first = chicken()
-    up = press("ArrowUp", 8)
-    down = press("ArrowDown", 4)
+    words = page.inner_text("#play-state").split()
+    first = int(words[words.index("chicken") + 1])
+    up = press(page, "ArrowUp", 8, "chicken")[-1]
+    down = press(page, "ArrowDown", 4, "chicken")[-1]
     assert page.locator("#status.error").count() == 0, page.inner_text("#status")
     # A chicken at the top scores and starts again at the bottom; the sample's ends low on the road.
     assert up > first, (first, up)
