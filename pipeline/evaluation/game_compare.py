@@ -254,9 +254,9 @@ def summarise(result: dict[str, Any]) -> dict[str, dict[str, float]]:
 
 
 def held_object(result: dict[str, Any]) -> str:
-    """What the actions move, for titles: "player" is Pong's paddle (results from before the field: Pong's)."""
-    controlled = result.get("controlled", "player")
-    return "player's paddle" if controlled == "player" else str(controlled)
+    """What the actions move, for titles: the domain's controlled field, "player" being Pong's paddle."""
+    controlled = str(result["controlled"])
+    return "player's paddle" if controlled == "player" else controlled
 
 
 # ---- figures -------------------------------------------------------------------------------------------

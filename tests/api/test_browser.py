@@ -261,6 +261,12 @@ def play_game(start_server, page, tmp_path: Path, weights: Path, game: str) -> l
     return errors
 
 
+def state_number(page, field: str) -> int:
+    """The number after `field` in the state play mode shows now."""
+    words = page.inner_text("#play-state").split()
+    return int(words[words.index(field) + 1])
+
+
 def press(page, key: str, times: int, field: str) -> list[int]:
     """Press `key` `times` times in play mode, each time waiting for its frame; `field`'s number after each."""
     seen = []
@@ -268,8 +274,7 @@ def press(page, key: str, times: int, field: str) -> list[int]:
         done = page.evaluate("() => document.querySelectorAll('#play-log li').length")
         page.keyboard.press(key)
         page.wait_for_function(f"document.querySelectorAll('#play-log li').length > {done}")
-        words = page.inner_text("#play-state").split()
-        seen.append(int(words[words.index(field) + 1]))
+        seen.append(state_number(page, field))
     return seen
 
 
@@ -281,12 +286,11 @@ def test_play_pong_inside_the_model_with_the_arrow_keys(start_server, browser_pa
     errors = play_game(start_server, page, tmp_path, PONG, "pong")
     keys = page.locator("#play-keys button").all_inner_texts()  # in the predictor's order of its action words
     assert sorted(keys) == ["space stay", "↑ up", "↓ down"], keys
-    start = page.inner_text("#play-state")
+    first = state_number(page, "player")
     down = press(page, "ArrowDown", 6, "player")  # the player's paddle after each press
     up = press(page, "ArrowUp", 8, "player")
     assert page.locator("#status.error").count() == 0, page.inner_text("#status")
     assert page.locator("#play-log li").count() == 14
-    first = int(start.split()[start.split().index("player") + 1])
     assert down[-1] > first or down[-1] >= 48, (first, down)  # lower on the screen (or at the bottom)
     assert up[-1] < down[-1], (down, up)  # and back up
     assert page.locator("#play-frame").evaluate("i => [i.naturalWidth, i.naturalHeight]") == [160, 210]
@@ -329,8 +333,7 @@ def test_play_freeway_inside_the_model_the_chicken_follows_the_keys(start_server
     page = browser_page
     errors = play_game(start_server, page, tmp_path, FREEWAY, "freeway")
     assert sorted(page.locator("#play-keys button").all_inner_texts()) == ["space stay", "↑ up", "↓ down"]
-    words = page.inner_text("#play-state").split()
-    first = int(words[words.index("chicken") + 1])
+    first = state_number(page, "chicken")
     up = press(page, "ArrowUp", 8, "chicken")[-1]
     down = press(page, "ArrowDown", 4, "chicken")[-1]
     assert page.locator("#status.error").count() == 0, page.inner_text("#status")
