@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.cli.eval_actions import add_actions_parser
 from pipeline.cli.eval_plan import add_plan_parser
-from pipeline.cli.flags import add_result_flags, add_sticky_flag
+from pipeline.cli.flags import add_result_flags, add_sticky_flag, emit_result
 from pipeline.evaluation.world import PARTS, EvalWorldArgs
 from pipeline.utils import UserError, default_weights_dir
 
@@ -332,17 +332,11 @@ def report_compare(
     tables: Callable[[dict[str, Any]], None],
 ) -> int:
     """A comparison's result: into --out (JSON) and --markdown when given, then printed as JSON or as tables."""
-    from pipeline.utils import atomic_write_json, atomic_write_text
+    from pipeline.utils import atomic_write_text
 
-    if ns.out:
-        atomic_write_json(ns.out, result)
     if ns.markdown:
         atomic_write_text(ns.markdown, markdown(result))
-    if ns.json:
-        print(json.dumps(result))
-    else:
-        tables(result)
-    return 0
+    return emit_result(ns, result, lambda: tables(result))
 
 
 def write_compare_report(result: dict[str, Any]) -> None:

@@ -4,11 +4,10 @@ the logged actions and counterfactual ones; the scoring lives in pipeline.evalua
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.cli.flags import add_result_flags, add_sticky_flag
+from pipeline.cli.flags import add_result_flags, add_sticky_flag, emit_result
 from pipeline.utils import UserError
 
 
@@ -74,14 +73,7 @@ def run_eval_actions(ns: argparse.Namespace) -> int:
     result = evaluate_actions(predictor, domain, ns.episodes, ns.horizon, ns.seed, ns.sticky, baseline)
     if ns.figure:
         plot_horizons(result, ns.figure)
-    if ns.out:
-        Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(ns.out).write_text(json.dumps(result, indent=1) + "\n")
-    if ns.json:
-        print(json.dumps(result))
-        return 0
-    print(format_report(result))
-    return 0
+    return emit_result(ns, result, lambda: print(format_report(result)))
 
 
 def format_report(result: dict[str, Any]) -> str:

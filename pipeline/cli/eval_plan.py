@@ -4,7 +4,6 @@ pipeline.evaluation.plan."""
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.cli.eval_actions import add_game_weights_flags, load_predictor_with_domain
-from pipeline.cli.flags import add_result_flags, add_sticky_flag
+from pipeline.cli.flags import add_result_flags, add_sticky_flag, emit_result
 from pipeline.cli.plan import add_search_flags, search_config
 from pipeline.utils import UserError
 
@@ -117,14 +116,11 @@ def run_eval_plan(ns: argparse.Namespace) -> int:
 
         ns.video.parent.mkdir(parents=True, exist_ok=True)
         ns.video.write_bytes(encode_mp4(frames[:VIDEO_STEPS], 15.0, "threads=1:sliced-threads=0"))
-    if ns.out:
-        Path(ns.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(ns.out).write_text(json.dumps(result, indent=1) + "\n")
-    if ns.json:
-        print(json.dumps(result))
-        return 0
-    print(
-        f"{domain.name}: goal {goal!r}, {ns.games} games of at most {ns.max_steps} steps, sticky {ns.sticky}"
-    )
-    print(markdown(result), end="")
-    return 0
+
+    def report() -> None:
+        print(
+            f"{domain.name}: goal {goal!r}, {ns.games} games of at most {ns.max_steps} steps, sticky {ns.sticky}"
+        )
+        print(markdown(result), end="")
+
+    return emit_result(ns, result, report)

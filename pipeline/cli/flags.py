@@ -227,6 +227,22 @@ def add_result_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def emit_result(ns: argparse.Namespace, result: dict[str, Any], print_report: Callable[[], None]) -> int:
+    """The result of a command with add_result_flags: written to --out (atomic JSON) when given, then printed as
+    one JSON object (--json) or by `print_report`. Returns the exit status, 0."""
+    import json
+
+    from pipeline.utils import atomic_write_json
+
+    if ns.out:
+        atomic_write_json(ns.out, result)
+    if ns.json:
+        print(json.dumps(result))
+    else:
+        print_report()
+    return 0
+
+
 def sticky_probability(text: str) -> float:
     """argparse type of --sticky: a probability in [0, 1) (at 1 the console would never take a new action)."""
     try:
