@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,7 @@ class WorldPredictor:
         return out
 
 
+@dataclass(eq=False)  # compared (and hashed) by identity, as a model is
 class NoiseRenderer:
     """Seeded noise frames; `delay` seconds per batch, and an optional gate it waits on (to hold a job).
 
@@ -112,21 +114,14 @@ class NoiseRenderer:
     is the monotonic time the last one ended (how long the model stayed busy).
     """
 
-    def __init__(
-        self,
-        delay: float = 0.0,
-        gate: threading.Event | None = None,
-        step_delay: float = 0.0,
-        default_steps: int = 4,
-    ) -> None:
-        self.delay = delay
-        self.gate = gate
-        self.step_delay = step_delay
-        self.default_steps = default_steps
-        self.calls = 0
-        self.batches: list[int] = []  # the size of every batch it was given
-        self.steps_run = 0
-        self.last_step_end = 0.0
+    delay: float = 0.0
+    gate: threading.Event | None = None
+    step_delay: float = 0.0
+    default_steps: int = 4
+    calls: int = field(default=0, init=False)
+    batches: list[int] = field(default_factory=list, init=False)  # the size of every batch it was given
+    steps_run: int = field(default=0, init=False)
+    last_step_end: float = field(default=0.0, init=False)
 
     def render(self, states, generator=None, steps=None, guidance=None, step_callback=None):
         self.calls += 1
