@@ -25,6 +25,9 @@ def add_actions_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
     p.add_argument("--horizon", type=int, default=16, help="forecast steps (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="test episode seed (default %(default)s)")
     add_sticky_flag(p)
+    p.add_argument("--policy", default="mix", help="the behaviour policy that plays the episodes' histories and "
+                   "logged futures (Atari: mix, random, tracking, or runs, whose random actions are held for a "
+                   "while; default %(default)s)")  # fmt: skip
     p.add_argument("--figure", default=None, help="write the horizon plot to this PNG")
     add_result_flags(p)
     p.set_defaults(func=run_eval_actions)
@@ -70,7 +73,13 @@ def run_eval_actions(ns: argparse.Namespace) -> int:
     if not callable(getattr(domain, "simulator", None)):
         raise UserError(f"the {domain.name} domain has no simulator to score against")
     baseline = Predictor.from_pretrained(ns.baseline, domain=domain) if ns.baseline else None
-    result = evaluate_actions(predictor, domain, ns.episodes, ns.horizon, ns.seed, ns.sticky, baseline)
+    try:  # the first episode's emulator, to refuse a policy the domain does not have before any work
+        domain.simulator(0, seed=ns.seed, policy=ns.policy, sticky=ns.sticky)
+    except ValueError as err:
+        raise UserError(f"--policy: {err}") from None
+    result = evaluate_actions(
+        predictor, domain, ns.episodes, ns.horizon, ns.seed, ns.sticky, baseline, policy=ns.policy
+    )
     if ns.figure:
         plot_horizons(result, ns.figure)
     return emit_result(ns, result, lambda: print(format_report(result)))
@@ -82,7 +91,7 @@ def format_report(result: dict[str, Any]) -> str:
     shown = [h for h in (1, 2, 4, 8, 12, 16) if h <= H]
     head = "| method | " + " | ".join(f"h={h}" for h in shown) + " |\n|---|" + "---|" * len(shown) + "\n"
     lines = [f"{result['domain']}: {result['episodes']} test episodes, history {result['history']} states, "
-             f"sticky {result['sticky']}", "", "Exact next state under the logged actions:", "", head.rstrip()]  # fmt: skip
+             f"sticky {result['sticky']}, policy {result['policy']}", "", "Exact next state under the logged actions:", "", head.rstrip()]  # fmt: skip
     sem = result["logged"]["semworld"]
     rows = [
         *result["logged"].items(),

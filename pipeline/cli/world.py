@@ -46,9 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     g.add_argument(
         "--policy",
-        choices=("mix", "random", "tracking"),
-        help="a domain with actions (Atari): the "
-        "behaviour policy, random play, the game's scripted player, or a per-clip mix (the default)",
+        choices=("mix", "random", "tracking", "runs"),
+        help="a domain with actions (Atari): the behaviour policy, random play, the game's scripted player, a "
+        "per-clip mix (the default), or the mix with each random action held for a run of steps",
     )
     add_sticky_flag(g, default=None)
     g.add_argument("--warmup", type=int, default=None, metavar="STEPS", help="a domain with actions (Atari): the "

@@ -43,20 +43,27 @@ class Episode:
 
 
 def record_episodes(
-    domain: Any, n: int, T: int, horizon: int, seed: int = 0, sticky: float = 0.0, screens: bool = False
+    domain: Any,
+    n: int,
+    T: int,
+    horizon: int,
+    seed: int = 0,
+    sticky: float = 0.0,
+    screens: bool = False,
+    policy: str = "mix",
 ) -> list[Episode]:
-    """n test episodes of `domain.simulator`, each with the logged future and the counterfactual ones (and with
-    `screens`, the emulator's screens of the history and of every future)."""
+    """n test episodes of `domain.simulator` under its behaviour `policy`, each with the logged future and the
+    counterfactual ones (and with `screens`, the emulator's screens of the history and of every future)."""
     episodes = []
     for i in range(n):
-        emu, policy = domain.simulator(i, seed=seed, sticky=sticky)
+        emu, act = domain.simulator(i, seed=seed, policy=policy, sticky=sticky)
         ep = Episode([], [])
         for t in range(T):
             ep.history.append(emu.state())
             if screens:
                 ep.context.append(emu.screen())
             if t < T - 1:
-                ep.actions.append(policy(emu.ram()))
+                ep.actions.append(act(emu.ram()))
                 emu.step(ep.actions[-1])
         snapshot = emu.clone()  # at the last history state, before the action after it
         sequences = {"logged": None, **{f"all {a}": a for a in COUNTERFACTUALS if a in domain.actions}}
@@ -64,7 +71,7 @@ def record_episodes(
             emu.restore(snapshot)
             acts, states, shown = [], [], []
             for _ in range(horizon):
-                acts.append(held or policy(emu.ram()))
+                acts.append(held or act(emu.ram()))
                 emu.step(acts[-1])
                 states.append(emu.state())
                 if screens:
@@ -216,10 +223,12 @@ def evaluate_actions(
     sticky: float = 0.0,
     baseline: Any | None = None,
     quantum: int = 4,
+    policy: str = "mix",
 ) -> dict[str, Any]:
     """Every number above for `predictor` (a pipeline.predictor.Predictor with actions) on `episodes` test
-    episodes of `domain`; `baseline`, another such predictor (the 1-D model), is scored beside it."""
-    eps = record_episodes(domain, episodes, predictor.T, horizon, seed=seed, sticky=sticky)
+    episodes of `domain` played by its behaviour `policy`; `baseline`, another such predictor (the 1-D model), is
+    scored beside it."""
+    eps = record_episodes(domain, episodes, predictor.T, horizon, seed=seed, sticky=sticky, policy=policy)
     names = list(eps[0].futures)
 
     def model(p: Any) -> Callable[[list[list[str]], int, list[list[str | None]]], list[list[str]]]:
@@ -249,6 +258,7 @@ def evaluate_actions(
         "history": predictor.T,
         "sticky": sticky,
         "seed": seed,
+        "policy": policy,
         "logged": logged,
         "counterfactual": score_counterfactuals(domain, eps, {n: ours[n] for n in names if n != "logged"}),
         "predicted_states_per_s": round(states / max(t_predict, 1e-9), 1),

@@ -124,8 +124,8 @@ def predictor_data(path: Path, seed: int, recipe: Recipe, domain: str = "shapes"
     """The recipe's state sequences (train split) as JSONL, written once. The shapes world: `data["clips"]` of
     every scenario at seed + data.get("seed_offset", 0), then each (scenarios, clips, offset[, length]) of
     `recipe.mix` (a part without a length has data's). Another domain that records data sets: its `generate`,
-    `data["clips"]` clips of `data["length"]` states (after up to `data["warmup"]` steps of play, when given),
-    states only."""
+    `data["clips"]` clips of `data["length"]` states (after up to `data["warmup"]` steps of play, when given,
+    under `data["policy"]`, "mix" if absent), states only."""
     from world import sequences
 
     dom = get_domain(domain)
@@ -134,6 +134,7 @@ def predictor_data(path: Path, seed: int, recipe: Recipe, domain: str = "shapes"
             written = dom.generate(  # type: ignore[attr-defined]
                 tmp, clips=recipe.data["clips"], length=recipe.data["length"], split="train", video=False,
                 seed=seed + recipe.data.get("seed_offset", 0), progress=False, warmup=recipe.data.get("warmup"),
+                policy=recipe.data.get("policy", "mix"),
             )  # fmt: skip
             os.replace(written, path)
     if not path.is_file():

@@ -12,7 +12,10 @@ taken after it. Seeds are drawn per (split, seed, clip), so the splits never sha
 
 The behaviour policy mixes random play with the game's scripted player (`Game.track`): "random", "tracking"
 (the scripted player, with 10% random actions) or "mix" (each clip draws how often it tracks, 20-95%), so the
-data holds hits and misses, points and serves, and every action in every situation.
+data holds hits and misses, points and serves, and every action in every situation. "runs" is "mix" whose random
+actions are held for a while (each clip draws how long, from one step to ten on average): a player who walks the
+other way for a stretch and then turns back, which one-step random actions almost never make (Freeway's
+scripted player only walks forward).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 FRAME_SKIP = 4
 FPS = 60 // FRAME_SKIP  # states per second at the game's own speed
-POLICIES = ("mix", "random", "tracking")
+POLICIES = ("mix", "random", "tracking", "runs")
 SPLITS = {"train": 0, "val": 1, "test": 2}
 X264_PARAMS = "threads=1:sliced-threads=0"  # x264's own threads pinned: the same clip, the same bytes
 WARMUP_STEPS = {"pong": 1500, "freeway": 500}  # the most warm-up steps before a clip's first state
@@ -119,23 +122,35 @@ class Emulator:
 
 @dataclass
 class Policy:
-    """The seeded behaviour policy: the scripted player with probability `track`, else a uniform action."""
+    """The seeded behaviour policy: the scripted player with probability `track`, else a uniform action, which
+    is then held on with probability `hold` each step (a run of 1 / (1 - hold) steps on average; 0: one step)."""
 
     game: Game
     track: float
     rng: np.random.Generator
+    hold: float = 0.0
+    held: str | None = None  # the random action being held on, if any
 
     @classmethod
     def make(cls, kind: str, game: Game, rng: np.random.Generator) -> Policy:
         if kind not in POLICIES:
             raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {kind!r}")
         track = {"random": 0.0, "tracking": 0.9}.get(kind)
-        return cls(game, float(rng.uniform(0.2, 0.95)) if track is None else track, rng)
+        policy = cls(game, float(rng.uniform(0.2, 0.95)) if track is None else track, rng)
+        if kind == "runs":
+            policy.hold = float(rng.uniform(0.0, 0.9))
+        return policy
 
     def __call__(self, ram: np.ndarray) -> str:
+        if self.held is not None and self.rng.random() < self.hold:
+            return self.held
+        self.held = None
         if self.rng.random() < self.track:
             return self.game.track(ram)
-        return ACTIONS[int(self.rng.integers(len(ACTIONS)))]
+        action = ACTIONS[int(self.rng.integers(len(ACTIONS)))]
+        if self.hold > 0:
+            self.held = action
+        return action
 
 
 @dataclass

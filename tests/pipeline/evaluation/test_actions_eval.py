@@ -69,3 +69,8 @@ def test_cli_scores_a_game_predictor_and_refuses_one_without_actions(tmp_path, c
     assert main(argv) == 0 and "| semworld |" in capsys.readouterr().out
     assert main(["eval", "actions", "--weights", str(tiny_weights), "--episodes", "1"]) == 2
     assert "states alone" in capsys.readouterr().err
+    assert main([*argv, "--policy", "walks"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--policy" in err and "runs" in err
+    assert main([*argv, "--policy", "runs", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["policy"] == "runs"

@@ -176,3 +176,19 @@ def test_sticky_actions_make_the_console_disobey_sometimes():
             path.append(emu.state())
         ends.append(path)
     assert ends[0] != ends[1]
+
+
+def test_the_runs_policy_holds_its_random_actions_for_a_while():
+    def longest(values: list, keep) -> int:  # the longest stretch of consecutive values that `keep` accepts
+        best = run = 0
+        for v in values:
+            run = run + 1 if keep(v) else 0
+            best = max(best, run)
+        return best
+
+    clips = {p: [record_clip("freeway", s, 200, policy=p, warmup=0, frames=False) for s in range(6)]
+             for p in ("mix", "runs")}  # fmt: skip
+    downs = {p: max(longest(c.actions, lambda a: a == "down") for c in cs) for p, cs in clips.items()}
+    assert downs["mix"] < 6 <= downs["runs"]
+    with pytest.raises(ValueError, match="runs"):
+        record_clip("freeway", 0, 4, policy="walks", frames=False)
