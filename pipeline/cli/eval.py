@@ -334,9 +334,11 @@ def report_compare(
     """A comparison's result: into --out (JSON) and --markdown when given, then printed as JSON or as tables."""
     from pipeline.utils import atomic_write_text
 
-    if ns.markdown:
-        atomic_write_text(ns.markdown, markdown(result))
-    return emit_result(ns, result, lambda: tables(result))
+    def write_markdown() -> None:
+        if ns.markdown:
+            atomic_write_text(ns.markdown, markdown(result))
+
+    return emit_result(ns, result, lambda: tables(result), then_write=write_markdown)
 
 
 def write_compare_report(result: dict[str, Any]) -> None:

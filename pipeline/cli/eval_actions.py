@@ -66,17 +66,18 @@ def run_eval_actions(ns: argparse.Namespace) -> int:
 
     if ns.episodes < 1 or ns.horizon < 1:
         raise UserError("--episodes and --horizon must be >= 1")
+    if ns.seed < 0:
+        raise UserError(f"--seed must be >= 0, got {ns.seed}")
     set_threads(ns.threads)
     predictor, domain = load_predictor_with_domain(ns.weights, ns.domain)
     if not predictor.actions:
         raise UserError(f"--weights {ns.weights}: this predictor forecasts from states alone (no actions)")
     if not callable(getattr(domain, "simulator", None)):
         raise UserError(f"the {domain.name} domain has no simulator to score against")
+    policies = getattr(domain, "policies", None) or ("mix",)
+    if ns.policy not in policies:
+        raise UserError(f"--policy must be one of {', '.join(policies)} for {domain.name}, got {ns.policy!r}")
     baseline = Predictor.from_pretrained(ns.baseline, domain=domain) if ns.baseline else None
-    try:  # the first episode's emulator, to refuse a policy the domain does not have before any work
-        domain.simulator(0, seed=ns.seed, policy=ns.policy, sticky=ns.sticky)
-    except ValueError as err:
-        raise UserError(f"--policy: {err}") from None
     result = evaluate_actions(
         predictor, domain, ns.episodes, ns.horizon, ns.seed, ns.sticky, baseline, policy=ns.policy
     )

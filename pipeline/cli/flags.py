@@ -227,15 +227,23 @@ def add_result_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def emit_result(ns: argparse.Namespace, result: dict[str, Any], print_report: Callable[[], None]) -> int:
-    """The result of a command with add_result_flags: written to --out (atomic JSON) when given, then printed as
-    one JSON object (--json) or by `print_report`. Returns the exit status, 0."""
+def emit_result(
+    ns: argparse.Namespace,
+    result: dict[str, Any],
+    print_report: Callable[[], None],
+    then_write: Callable[[], None] | None = None,
+) -> int:
+    """The result of a command with add_result_flags: written to --out (atomic JSON) when given, then
+    `then_write` (the command's other files, once the result is safe), then printed as one JSON object (--json)
+    or by `print_report`. Returns the exit status, 0."""
     import json
 
     from pipeline.utils import atomic_write_json
 
     if ns.out:
         atomic_write_json(ns.out, result)
+    if then_write is not None:
+        then_write()
     if ns.json:
         print(json.dumps(result))
     else:

@@ -125,7 +125,7 @@ def predictor_data(path: Path, seed: int, recipe: Recipe, domain: str = "shapes"
     every scenario at seed + data.get("seed_offset", 0), then each (scenarios, clips, offset[, length]) of
     `recipe.mix` (a part without a length has data's). Another domain that records data sets: its `generate`,
     `data["clips"]` clips of `data["length"]` states (after up to `data["warmup"]` steps of play, when given,
-    under `data["policy"]`, "mix" if absent), states only."""
+    under the domain's behaviour policy `data["policy"]` when given), states only."""
     from world import sequences
 
     dom = get_domain(domain)
@@ -134,7 +134,7 @@ def predictor_data(path: Path, seed: int, recipe: Recipe, domain: str = "shapes"
             written = dom.generate(  # type: ignore[attr-defined]
                 tmp, clips=recipe.data["clips"], length=recipe.data["length"], split="train", video=False,
                 seed=seed + recipe.data.get("seed_offset", 0), progress=False, warmup=recipe.data.get("warmup"),
-                policy=recipe.data.get("policy", "mix"),
+                **({"policy": recipe.data["policy"]} if "policy" in recipe.data else {}),
             )  # fmt: skip
             os.replace(written, path)
     if not path.is_file():

@@ -20,6 +20,7 @@ from pipeline.domains.atari.games import ACTIONS, GAMES, Game, LayoutAutomaton
 from pipeline.domains.atari.goals import goals_of
 from pipeline.domains.atari.record import (
     FPS,
+    POLICIES,
     Emulator,
     Policy,
     ale_available,
@@ -47,6 +48,7 @@ class AtariDomain:
     """One Atari game's states and actions (see games.py for the grammar of each)."""
 
     actions: tuple[str, ...] = ACTIONS
+    policies: tuple[str, ...] = POLICIES  # the behaviour policies `simulator` and `generate` play by
     mirror: Mapping[str, str] | None = None
     state_rate: float = float(FPS)  # states per second: one per agent step of 4 frames
     confidence_threshold: float | None = None

@@ -35,6 +35,13 @@ def test_episodes_hold_a_history_and_each_future(episodes):
     assert [e.futures for e in again] == [e.futures for e in episodes]  # seeded, and restores are exact
 
 
+def test_episodes_are_played_by_the_policy_asked_for():
+    d = get_domain("freeway")
+    mix, runs = (record_episodes(d, 6, T=8, horizon=4, seed=0, policy=p) for p in ("mix", "runs"))
+    assert [e.actions for e in mix] != [e.actions for e in runs]
+    assert [e.futures["all up"] for e in mix] != [e.futures["all up"] for e in runs]  # other histories
+
+
 def test_scores_are_one_for_the_truth_and_less_for_copy_last(episodes):
     d = get_domain("pong")
     truth = [ep.futures["logged"][1] for ep in episodes]

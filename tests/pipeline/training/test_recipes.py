@@ -104,6 +104,22 @@ def test_predictor_data_writes_every_scenario_then_the_mix_in_order(tmp_path):
     assert [len(r["states"]) for r in records[-3:]] == [6, 9, 9]
 
 
+def test_a_recording_domains_data_is_played_by_the_recipes_policy(tmp_path):
+    import json
+
+    pytest.importorskip("ale_py")
+    from pipeline.training.all import predictor_data
+
+    def actions(policy: str | None) -> list[list[str]]:
+        data = {"clips": 3, "length": 40, "warmup": 0} | ({"policy": policy} if policy else {})
+        path = predictor_data(
+            tmp_path / f"{policy}.jsonl", 0, Recipe("t", "predictor", "", "tiny", {}, data), "freeway"
+        )
+        return [json.loads(line)["actions"] for line in path.read_text().splitlines()]
+
+    assert actions(None) == actions("mix") != actions("runs")
+
+
 def test_a_bad_mix_is_refused_by_name():
     with pytest.raises(ValueError, match="mix part"):
         Recipe("bad", "predictor", "", "tiny", mix=(("memory", 0, 0),))

@@ -192,3 +192,15 @@ def test_the_runs_policy_holds_its_random_actions_for_a_while():
     assert downs["mix"] < 6 <= downs["runs"]
     with pytest.raises(ValueError, match="runs"):
         record_clip("freeway", 0, 4, policy="walks", frames=False)
+
+
+@pytest.mark.parametrize(
+    ("game", "seed", "digest"), [("freeway", 0, "9be4ae0ddf5266f1"), ("pong", 3, "3052102a65190d78")]
+)
+def test_the_mixed_policy_records_what_the_shipped_recipes_recorded(game, seed, digest):
+    # The shipped weights' recipes record their data under "mix": a change to the policies (such as "runs") must
+    # leave its draws, and so every recipe's data, as they were. The digests are of clips recorded before "runs".
+    import hashlib
+
+    c = record_clip(game, seed, 32, policy="mix", warmup=40, frames=False)
+    assert hashlib.sha256(json.dumps([c.states, c.actions]).encode()).hexdigest()[:16] == digest
