@@ -113,7 +113,9 @@ class Recipe:
     stage: "captioner", "renderer" or "predictor". model: the network's config (CaptionerConfig, RendererConfig)
     or, for the predictor, a preset name. train: fields of the stage's training arguments that differ from their
     defaults (validated when the arguments are built). data: the predictor's world data: clips of every scenario
-    (clips, length; seed_offset, 0 if absent, is added to the run's seed). mix: more clips after those, each
+    (clips, length; seed_offset, 0 if absent, is added to the run's seed), or a recording domain's clips (clips,
+    length, seed_offset; warmup, the most steps played before each; policy, its behaviour policy, "mix" if
+    absent). mix: more clips after those, each
     (scenarios, clips, seed offset) of data's length, e.g. ("memory", 1500, 0), or (scenarios, clips, seed
     offset, length) for clips of another length. init_from: the recipe whose result this one
     starts from (a fine-tune). seed_offset: added to the run's seed for this recipe's training (a later phase
@@ -125,7 +127,7 @@ class Recipe:
     summary: str
     model: CaptionerConfig | RendererConfig | str
     train: Mapping[str, Any] = field(default_factory=dict)
-    data: Mapping[str, int] = field(default_factory=dict)
+    data: Mapping[str, Any] = field(default_factory=dict)
     init_from: str | None = None
     mix: tuple[tuple[str, int, int] | tuple[str, int, int, int], ...] = ()
     seed_offset: int = 0
@@ -415,11 +417,22 @@ RECIPES: dict[str, Recipe] = _by_name(
            {"clips": 1200, "length": 256, "seed_offset": 2}, init_from="pong-predictor-screen"),
     Recipe("freeway-predictor-base", "predictor", "phase 1 of weights/freeway/predictor: Freeway states under actions",
            "small-t8-n20", _ATARI_TRAIN, {"clips": 340, "length": 256}),
-    # Phase 2, the shipped one: 2 epochs on fresh clips drawn from every phase of a whole game (a game is 2,048
-    # steps; up to 1,750 steps of play before each clip), so that late scores (10 and more) are not unseen words.
-    Recipe("freeway-predictor", "predictor", "weights/freeway/predictor: phase 2, clips from every phase of a game",
+    # Phase 2: 2 epochs on fresh clips drawn from every phase of a whole game (a game is 2,048 steps; up to 1,750
+    # steps of play before each clip), so that late scores (10 and more) are not unseen words.
+    Recipe("freeway-predictor-2", "predictor", "phase 2 of weights/freeway/predictor: clips from every phase of a game",
            "small-t8-n20", _ATARI_TRAIN | {"epochs": 2, "lr": 5e-4, "warmup_steps": 100},
            {"clips": 340, "length": 256, "seed_offset": 1, "warmup": 1750}, init_from="freeway-predictor-base"),
+    # Phases 3 and 4: 2 epochs each on fresh clips under the "runs" policy, whose random actions are held for a
+    # while: the mixed policy's crossing player only walks up, so the earlier phases never saw the chicken walked
+    # down for a stretch and then turned round, and forecast it walking on down under "up". Phase 4 is shipped.
+    Recipe("freeway-predictor-3", "predictor", "phase 3 of weights/freeway/predictor: clips with runs of held actions",
+           "small-t8-n20", _ATARI_TRAIN | {"epochs": 2, "lr": 3e-4, "warmup_steps": 100},
+           {"clips": 340, "length": 256, "seed_offset": 2, "warmup": 1750, "policy": "runs"},
+           init_from="freeway-predictor-2"),
+    Recipe("freeway-predictor", "predictor", "weights/freeway/predictor: phase 4, more clips with runs, at 2e-4",
+           "small-t8-n20", _ATARI_TRAIN | {"epochs": 2, "lr": 2e-4, "warmup_steps": 100},
+           {"clips": 340, "length": 256, "seed_offset": 3, "warmup": 1750, "policy": "runs"},
+           init_from="freeway-predictor-3"),
     # weights/pong/captioner: the tiny BLIP on Pong's frames at 160 x 160 (10 x 10 patches), every frame of 300
     # train-split clips of 64 states under the mixed policy, decoded from their MP4 files; then a second phase;
     # then a third on clips each set to a player's score drawn from 0..20 (the mixed policy seldom scores 8).
