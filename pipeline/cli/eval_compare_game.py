@@ -55,8 +55,6 @@ def _rows(result: dict[str, Any], key: str) -> list[tuple[str, list[float]]]:
 
 def markdown_tables(result: dict[str, Any]) -> str:
     """The measures by method at h = 1, 2, 4, 8, 16 and averaged, and the counterfactual rates, as Markdown."""
-    from pipeline.evaluation.game_compare import held_object
-
     hs = [h for h in (1, 2, 4, 8, 16) if h <= result["horizon"]]
     out = []
     for key, title in MEASURES:
@@ -68,7 +66,7 @@ def markdown_tables(result: dict[str, Any]) -> str:
             out.append(f"| {method} | " + " | ".join(cells) + f" | {summary[key + '_mean']:.3f} | "
                        f"{summary.get(key + '_h4+', float('nan')):.3f} |")  # fmt: skip
         out.append("")
-    out += [f"**held actions (all up, all down, all stay): the {held_object(result)} moves as in the emulator / "
+    out += [f"**held actions (all up, all down, all stay): the {result['controlled_noun']} moves as in the emulator / "
             "exact state**", "",
             "| method | direction | exact |", "|---|---|---|"]  # fmt: skip
     for method, summary in result["summary"].items():
@@ -82,8 +80,6 @@ def markdown_tables(result: dict[str, Any]) -> str:
 def print_tables(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
-
-    from pipeline.evaluation.game_compare import held_object
 
     console = Console()
     console.print(f"[bold]{result['domain']}[/]: {result['episodes']} held-out episodes, context {result['context']} "
@@ -104,7 +100,7 @@ def print_tables(result: dict[str, Any]) -> None:
             )
         console.print(table)
     table = Table(
-        title=f"held actions: the {held_object(result)} moves as in the emulator (direction) / exact state"
+        title=f"held actions: the {result['controlled_noun']} moves as in the emulator (direction) / exact state"
     )
     for column in ("method", "direction", "exact"):
         table.add_column(column)

@@ -219,8 +219,9 @@ def compare_game(
     frames: dict[str, dict[str, list[list[np.ndarray]]]] = {}
     result: dict[str, Any] = {"domain": domain.name, "episodes": len(eps), "horizon": horizon, "context": T,
                               "pixel_context": stages.pixel.context if stages.pixel else None, "seed": seed,
-                              "sticky": sticky, "controlled": domain.controlled, "logged": {},
-                              "counterfactual": {}}  # fmt: skip
+                              "sticky": sticky, "controlled": domain.controlled,
+                              "controlled_noun": getattr(domain, "controlled_noun", domain.controlled),
+                              "logged": {}, "counterfactual": {}}  # fmt: skip
     for name in eps[0].futures:
         t1 = time.perf_counter()
         frames[name] = method_frames(stages, eps, name, horizon, render_seed)
@@ -253,12 +254,6 @@ def summarise(result: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
-def held_object(result: dict[str, Any]) -> str:
-    """What the actions move, for titles: the domain's controlled field, "player" being Pong's paddle."""
-    controlled = str(result["controlled"])
-    return "player's paddle" if controlled == "player" else controlled
-
-
 # ---- figures -------------------------------------------------------------------------------------------
 def plot_game_horizons(result: dict[str, Any], path: str | Path) -> Path:
     """Exact match of the read-back frames, object distance in pixels and the counterfactual direction rate by
@@ -279,7 +274,7 @@ def plot_game_horizons(result: dict[str, Any], path: str | Path) -> Path:
                 hs, np.mean([s["controlled_direction"] for s in held.values()], axis=0), marker="o", ms=3
             )
     titles = ("state exact match of the drawn frame, read back", "objects' distance from the truth (pixels)",
-              f"held actions: the {held_object(result)} moves as in the emulator")  # fmt: skip
+              f"held actions: the {result['controlled_noun']} moves as in the emulator")  # fmt: skip
     for ax, title in zip(axes, titles):
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("horizon h (steps of 4 frames)")

@@ -65,6 +65,7 @@ class AtariDomain:
         self.max_tokens: int | None = self.game.max_tokens
         self.caption_tokens: int | None = self.game.max_tokens + 2
         self.controlled = self.game.controlled  # the parse field the actions move
+        self.controlled_noun = self.game.controlled_noun  # what it is on the screen, for titles
         self.fields: tuple[str, ...] = self.game.fields  # flat field names, for goals (pipeline.goals)
         self.goals = goals_of(self.name)  # the named goals a plan can aim at ("return the ball")
 

@@ -103,6 +103,7 @@ class Game:
     max_tokens: ClassVar[int]
     ale_actions: ClassVar[Mapping[str, str]]  # action word -> ale_py.Action member name
     controlled: ClassVar[str]  # the field of `parse` that the actions move
+    controlled_noun: ClassVar[str]  # what that field is on the screen, for titles ("the player's paddle")
     fields: ClassVar[
         tuple[str, ...]
     ]  # the flat names of parse's fields, for goals ("ball x", "score player")
@@ -191,6 +192,7 @@ class Pong(Game):
     # In the emulator's Pong RIGHT moves the player's paddle up the screen and LEFT down.
     ale_actions: ClassVar[Mapping[str, str]] = {"stay": "NOOP", "up": "RIGHT", "down": "LEFT"}
     controlled: ClassVar[str] = "player"
+    controlled_noun: ClassVar[str] = "player's paddle"
     fields: ClassVar[tuple[str, ...]] = ("ball x", "ball y", "player", "enemy", "score player", "score enemy")
     layouts: ClassVar[tuple[tuple[str, ...], ...]] = tuple(
         ("ball", *ball, "player", NUMBER, "enemy", NUMBER, "score", NUMBER, NUMBER, ".")
@@ -309,6 +311,7 @@ class Freeway(Game):
     max_tokens: ClassVar[int] = 16
     ale_actions: ClassVar[Mapping[str, str]] = {"stay": "NOOP", "up": "UP", "down": "DOWN"}
     controlled: ClassVar[str] = "chicken"
+    controlled_noun: ClassVar[str] = "chicken"
     lanes: ClassVar[int] = 10
     fields: ClassVar[tuple[str, ...]] = ("chicken", "score", *(f"cars {i}" for i in range(10)))
     layouts: ClassVar[tuple[tuple[str, ...], ...]] = (

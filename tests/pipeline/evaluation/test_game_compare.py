@@ -82,6 +82,9 @@ def test_the_command_compares_a_game_stack_and_says_what_is_missing(tmp_path, ca
         result["summary"]["semworld"]
     )
     assert all(Path(f).is_file() for f in result["figures"])
+    from pipeline.cli.eval_compare_game import markdown_tables
+
+    assert "the player's paddle moves as in the emulator" in markdown_tables(result)  # the domain's own noun
     (tmp_path / "w2").mkdir()
     assert main(["eval", "compare", "--domain", "pong", "--weights", str(tmp_path / "w2")]) == 2
     assert main(["eval", "compare"]) == 2  # the built-in world's comparison without its --data and --pixel
