@@ -25,9 +25,9 @@ from pipeline.cli.eval_actions import load_predictor_with_domain
 T, HORIZON, PLAYED, WALKED = 8, 8, 20, 12
 
 
-def chicken(state: str) -> int:
-    """The chicken's number in a Freeway state ("chicken 12 score ...")."""
-    return int(state.split()[1])
+def chicken(domain: Any, state: str) -> int | None:
+    """The chicken's number in a Freeway state, by the domain's own parse (None if the state does not parse)."""
+    return (domain.parse(state) or {}).get("chicken")
 
 
 def turnaround(predictor: Any, domain: Any, episodes: int, seed: int) -> dict[str, list[float]]:
@@ -49,7 +49,7 @@ def turnaround(predictor: Any, domain: Any, episodes: int, seed: int) -> dict[st
             # actions[i] follows history state i: the 7 logged ones inside the window, then "up" at every step
             given = actions[-(T - 1) :] + ["up"] * HORIZON
             forecast = predictor.predict_under([states[-T:]], HORIZON, [given])[0][0]
-            rows.append([chicken(f) == chicken(t) for f, t in zip(forecast, truth)])
+            rows.append([chicken(domain, f) == chicken(domain, t) for f, t in zip(forecast, truth)])
     return {case: np.mean(rows, axis=0).round(3).tolist() for case, rows in right.items()}
 
 
