@@ -465,10 +465,19 @@ RECIPES: dict[str, Recipe] = _by_name(
     # Phase 2: the UNet + text encoder (and the decoder) further on 200 fresh clips (seed + 1), each set to a score
     # drawn from 0..39 as in the captioner's third phase: play's clips hold a few scores each, too few to learn the
     # small digits from (phase 1 drew the score right in one frame of six).
-    Recipe("freeway-renderer", "renderer", "Freeway's renderer: phase 2, 5,000 UNet steps on clips of drawn scores",
+    Recipe("freeway-renderer-2", "renderer", "phase 2 of Freeway's renderer: 5,000 UNet steps on clips of drawn scores",
            _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 5000, "eval_every": 500, "clip_warmup": 1750,
                                                      "clip_score_max": 39},
            init_from="freeway-renderer-base", seed_offset=1),
+    # Phase 3, the shipped weights/freeway/renderer: the VAE refitted (encoder too) on 200 fresh clips of drawn
+    # scores, then the UNet continued on its latents. The encoder had only seen phase 1's few scores: its own
+    # reconstructions of test screens read back the score in about one frame of four, a ceiling no UNet could pass.
+    Recipe("freeway-renderer", "renderer", "weights/freeway/renderer: phase 3, the VAE refitted on drawn scores",
+           _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"refit_vae": True, "vae_steps": 1500, "vae_lr": 5e-4,
+                                                     "vae_object_pixels": "both", "unet_steps": 5000,
+                                                     "unet_lr": 3e-4, "eval_every": 500, "clip_warmup": 1750,
+                                                     "clip_score_max": 39},
+           init_from="freeway-renderer-2", seed_offset=2),
     Recipe("quick-pong-renderer", "renderer", "smoke test of an Atari renderer", _QUICK_RENDERER,
            {"clips": 2, "clip_length": 8, "vae_steps": 2, "vae_batch": 2, "unet_steps": 2, "unet_batch": 2,
             "eval_every": 2, "eval_states": 4, "pool": 1}),

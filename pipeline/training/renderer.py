@@ -260,6 +260,7 @@ RESUME_KEYS = (
     "count_weights",
     "pool",
     "init_from",
+    "refit_vae",
     "vae_lr",
     "unet_lr",
     "ema_decay",
@@ -273,8 +274,9 @@ RESUME_KEYS = (
 
 
 def _init_from(run: RendererRun, folder: Path) -> None:
-    """Start stage 2 from a saved renderer's VAE, UNet and text encoder (a fine-tune: no VAE stage). The saved
-    networks must have the shapes `run.args` describe; a mismatch is refused with the folder's name."""
+    """Start from a saved renderer's VAE, UNet and text encoder (a fine-tune): at stage 2, or at stage 1 with
+    `refit_vae`. The saved networks must have the shapes `run.args` describe; a mismatch is refused with the
+    folder's name."""
     from diffusers import StableDiffusionPipeline
 
     if not (folder / "model_index.json").is_file():
@@ -296,8 +298,8 @@ def _init_from(run: RendererRun, folder: Path) -> None:
                 f"({str(exc).splitlines()[0]})"
             ) from None
     run.pipe.vae.register_to_config(scaling_factor=saved.vae.config.scaling_factor)
-    run.stage, run.step = "unet", 0
-    logger.info("renderer: stage 2 starts from %s", folder)
+    run.stage, run.step = ("vae" if run.args.refit_vae else "unet"), 0
+    logger.info("renderer: stage %s starts from %s", run.stage, folder)
 
 
 def fit_vae(run: RendererRun, pool: Scenes, held_out: Scenes) -> None:
