@@ -46,9 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     g.add_argument(
         "--policy",
-        choices=("mix", "random", "tracking", "runs"),
-        help="a domain with actions (Atari): the behaviour policy, random play, the game's scripted player, a "
-        "per-clip mix (the default), or the mix with each random action held for a run of steps",
+        help="a domain with actions (Atari): the behaviour policy, one of the domain's policies (Atari: random "
+        "play, tracking: the game's scripted player, mix: a per-clip mix of the two, the default, or runs: the "
+        "mix with each random action held for a run of steps)",
     )
     add_sticky_flag(g, default=None)
     g.add_argument("--warmup", type=int, default=None, metavar="STEPS", help="a domain with actions (Atari): the "
@@ -120,6 +120,11 @@ def _generate(args: argparse.Namespace) -> int:
     if given and not domain.actions:
         raise UserError(
             f"{given[0]}: the {domain.name} domain has no actions (the option is for game recorders)"
+        )
+    policies = getattr(domain, "policies", ())
+    if args.policy is not None and policies and args.policy not in policies:
+        raise UserError(
+            f"--policy must be one of {', '.join(policies)} for {domain.name}, got {args.policy!r}"
         )
     path = domain.generate(args.out, **options, progress=not (args.no_progress or args.quiet))  # type: ignore[attr-defined]
     what = args.scenario if args.domain in ("shapes", "world") else args.domain
