@@ -226,7 +226,8 @@ class TrainRendererArgs(RecordedClipsArgs):
         give.
     refit_vae: with init_from, run stage 1 again first, vae_steps more steps from the saved VAE (encoder and
         decoder), before stage 2 continues the saved UNet on the new latents: for data whose objects the saved
-        encoder never saw drawn (Freeway's score digits, which its first phase saw a few of).
+        encoder never saw drawn (Freeway's score digits, which its first phase saw a few of). Without init_from it
+        changes nothing: a fresh run fits its VAE anyway.
     checkpoint_every: steps between atomic checkpoints.
     vae_minutes / unet_minutes: optional wall-clock caps per stage (0 = none; steps are the reproducible stop).
     threads: torch intra-op threads (1 leaves the other core to everyone else).
@@ -295,8 +296,6 @@ class TrainRendererArgs(RecordedClipsArgs):
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if self.vae_object_pixels not in ("truth", "both"):
             raise ValueError(f"vae_object_pixels must be 'truth' or 'both', got {self.vae_object_pixels!r}")
-        if self.refit_vae and not self.init_from:
-            raise ValueError("refit_vae needs init_from (a fresh run fits its VAE anyway)")
         if self.eval_set not in ("test", "varied"):
             raise ValueError(f"eval_set must be 'test' or 'varied', got {self.eval_set!r}")
         if self.timestep_power <= 0:

@@ -143,6 +143,24 @@ def test_a_fine_tune_starts_stage_two_from_a_saved_renderer(tmp_path):
                                  init_from=str(base / "pipeline")))  # fmt: skip
 
 
+def test_a_fine_tune_may_refit_the_saved_vae_before_stage_two(tmp_path):
+    """With refit_vae a fine-tune runs stage 1 again from the saved VAE (the encoder moves this time), then
+    stage 2 from the saved UNet."""
+    from diffusers import AutoencoderKL
+
+    base = tmp_path / "base"
+    common = dict(vae_batch=2, unet_batch=2, pool=8, eval_every=2, eval_states=2)
+    train_renderer(tiny_args(base, vae_steps=2, unet_steps=2, **common))
+    tuned = tmp_path / "tuned"
+    train_renderer(tiny_args(tuned, vae_steps=2, unet_steps=2, refit_vae=True, init_from=str(base / "pipeline"),
+                             seed=1, **common))  # fmt: skip
+    log = [json.loads(line) for line in (tuned / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if r["stage"] == "vae" and r.get("final")] == [2]
+    before = AutoencoderKL.from_pretrained(base / "pipeline" / "vae").encoder.state_dict()
+    after = AutoencoderKL.from_pretrained(tuned / "pipeline" / "vae").encoder.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
 def test_with_ema_the_saved_renderer_is_the_average_and_it_resumes(tmp_path):
     """ema_decay keeps diffusers' EMAModel of stage 2: it is checkpointed, resumed, and what pipeline/ holds."""
     from diffusers import UNet2DConditionModel
