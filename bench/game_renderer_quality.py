@@ -7,6 +7,7 @@ are scored on the same frames, side by side.
     python -m bench.game_renderer_quality --domain pong \
         --renderers weights/pong/renderer runs/pong-rend-ft/best --frames 512
     python -m bench.game_renderer_quality --domain freeway --warmup 1750 --frames 512
+    python -m bench.game_renderer_quality --domain pong --steps 1 2 4    # the same renderer at 1, 2 and 4 steps
 
 The clips are recorded once into --data (default runs/bench/<domain>-<split>-<seed>) and decoded from MP4, as the
 renderer's training reads its own.
@@ -44,6 +45,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=None,
                     help="the most steps played before a clip (default: the domain's; Freeway's renderer "
                          "trains on 1750, every phase of a game)")  # fmt: skip
+    ap.add_argument("--steps", type=int, nargs="+", default=None,
+                    help="denoising steps to draw with, each scored (default: each renderer's own)")  # fmt: skip
     add_record_flags(ap, threads=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -67,19 +70,22 @@ def main() -> None:
     results = {}
     for folder in renderers:
         renderer = Renderer.from_pretrained(folder)
-        t = time.perf_counter()
-        frames = renderer.render(held.states, generator=torch.Generator("cpu").manual_seed(args.seed))
-        seconds = time.perf_counter() - t
-        metrics = evaluate_screens(domain, held.states, frames, list(held.frames), captioner)
-        metrics["seconds_per_frame"] = seconds / len(frames)
-        results[str(folder)] = metrics
-        print(f"{folder}: round trip {metrics['roundtrip_acc']:.1%}, PSNR {metrics['psnr']:.2f} dB, "
-              f"SSIM {metrics['ssim']:.4f}, {1000 * metrics['seconds_per_frame']:.0f} ms a frame")  # fmt: skip
+        for steps in args.steps or [renderer.default_steps]:
+            t = time.perf_counter()
+            generator = torch.Generator("cpu").manual_seed(args.seed)
+            frames = renderer.render(held.states, generator=generator, steps=steps)
+            seconds = time.perf_counter() - t
+            metrics = evaluate_screens(domain, held.states, frames, list(held.frames), captioner)
+            metrics["seconds_per_frame"] = seconds / len(frames)
+            name = f"{folder} ({steps} step{'' if steps == 1 else 's'})"
+            results[name] = metrics
+            print(f"{name}: round trip {metrics['roundtrip_acc']:.1%}, PSNR {metrics['psnr']:.2f} dB, "
+                  f"SSIM {metrics['ssim']:.4f}, {1000 * metrics['seconds_per_frame']:.0f} ms a frame")  # fmt: skip
     keys = sorted({k for m in results.values() for k in m})
     print("\n| metric | " + " | ".join(str(f) for f in results) + " |")
     print("|---|" + "---|" * len(results))
     for k in keys:
-        cells = [results[str(f)].get(k) for f in results]
+        cells = [results[f].get(k) for f in results]
         print(f"| {k} | " + " | ".join("" if v is None else f"{v:.4g}" for v in cells) + " |")
     if args.out:
         write_record(args.out, args, frames=len(held), captioner_on_screens=truth_read, results=results)

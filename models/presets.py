@@ -448,9 +448,11 @@ RECIPES: dict[str, Recipe] = _by_name(
     Recipe("pong-renderer-2", "renderer", "phase 2 of weights/pong/renderer: 6,000 UNet steps on 200 fresh clips",
            _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 6000, "eval_every": 500},
            init_from="pong-renderer-base", seed_offset=1),
-    # Phase 3, the shipped weights/pong/renderer: 4,000 steps at 2e-4 on 200 fresh clips (seed + 2).
+    # Phase 3, the shipped weights/pong/renderer: 4,000 steps at 2e-4 on 200 fresh clips (seed + 2); it draws in
+    # one denoising step by default (renderer.json), its best.
     Recipe("pong-renderer", "renderer", "weights/pong/renderer: phase 3, 4,000 UNet steps at 2e-4 on fresh clips",
-           _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 4000, "unet_lr": 2e-4, "eval_every": 500},
+           _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 4000, "unet_lr": 2e-4, "eval_every": 500,
+                                                     "shipped_steps": 1},
            init_from="pong-renderer-2", seed_offset=2),
     # weights/freeway/captioner: Pong's two phases on Freeway's frames (the chicken's, the score's and the cars'
     # places from Freeway.word_places), the second on clips from every phase of a whole game (up to 1,750 steps of
@@ -476,7 +478,7 @@ RECIPES: dict[str, Recipe] = _by_name(
            _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"refit_vae": True, "vae_steps": 1500, "vae_lr": 5e-4,
                                                      "vae_object_pixels": "both", "unet_steps": 5000,
                                                      "unet_lr": 3e-4, "eval_every": 500, "clip_warmup": 1750,
-                                                     "clip_score_max": 39},
+                                                     "clip_score_max": 39, "shipped_steps": 1},
            init_from="freeway-renderer-2", seed_offset=2),
     Recipe("quick-pong-renderer", "renderer", "smoke test of an Atari renderer", _QUICK_RENDERER,
            {"clips": 2, "clip_length": 8, "vae_steps": 2, "vae_batch": 2, "unet_steps": 2, "unet_batch": 2,

@@ -213,6 +213,11 @@ class TrainRendererArgs(RecordedClipsArgs):
     pixel_weight: with prediction_type "sample", on those same steps the decoder learns from the UNet's clean-latent
         estimates instead, with this weight on the pixel loss through the decoder, which also reaches the UNet.
     sample_steps, guidance: how evaluation samples (and the defaults written to renderer.json).
+    shipped_steps: the denoising steps renderer.json gives as the saved renderer's default, when not
+        sample_steps (None). Training and its evaluations do not read it. The Atari renderers predict the clean
+        latent (prediction_type "sample") of frames their states fix: one step draws the conditional mean,
+        sharpest; each further step of the multistep solver adds noise back that the small UNet then has to
+        remove again (Pong's round trip 98 / 97 / 91% in 1 / 2 / 4 steps; docs/atari.md).
     pool: number of distinct training scenes whose latents are cached (drawn once, seeded).
     eval_every, eval_states: evaluation period (steps) and size (states drawn at each evaluation).
     eval_set: what the evaluations draw, and so what `best/` is chosen by: "test" (eval_states distinct states of
@@ -263,6 +268,7 @@ class TrainRendererArgs(RecordedClipsArgs):
     decoder_every: int = 2
     pixel_weight: float = 0.0
     sample_steps: int = 4
+    shipped_steps: int | None = None
     guidance: float = 1.0
     pool: int = 8000
     eval_every: int = 250
@@ -296,6 +302,8 @@ class TrainRendererArgs(RecordedClipsArgs):
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if self.vae_object_pixels not in ("truth", "both"):
             raise ValueError(f"vae_object_pixels must be 'truth' or 'both', got {self.vae_object_pixels!r}")
+        if self.shipped_steps is not None and self.shipped_steps < 1:
+            raise ValueError(f"shipped_steps must be >= 1 (or None: sample_steps), got {self.shipped_steps}")
         if self.eval_set not in ("test", "varied"):
             raise ValueError(f"eval_set must be 'test' or 'varied', got {self.eval_set!r}")
         if self.timestep_power <= 0:

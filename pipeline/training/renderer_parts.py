@@ -278,7 +278,9 @@ def save_renderer(
     ):  # no "Writing model shards" bar per save
         stored.save_pretrained(tmp, safe_serialization=True)
         RenderSettings(
-            steps=args.sample_steps, guidance=args.guidance, output_size=output_size or args.output_size
+            steps=args.sample_steps if args.shipped_steps is None else args.shipped_steps,
+            guidance=args.guidance,
+            output_size=output_size or args.output_size,
         ).save(tmp)
         if metrics is not None:
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")

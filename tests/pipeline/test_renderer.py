@@ -97,6 +97,25 @@ def test_a_height_and_width_output_size_is_kept_through_the_saved_settings(tmp_p
         RenderSettings(output_size=(56, 40, 3))
 
 
+def test_shipped_steps_set_the_saved_default_and_calls_may_still_ask_for_others(tmp_path, monkeypatch):
+    """shipped_steps, not the evaluations' sample_steps, is what renderer.json gives the loaded renderer; a call's
+    own steps still win."""
+    torch.manual_seed(0)
+    args = tiny_args(tmp_path / "run", shipped_steps=1)
+    save_renderer(fresh_pipeline(args), args, tmp_path / "one")
+    renderer = Renderer.from_pretrained(tmp_path / "one", device="cpu")
+    assert args.sample_steps == 2 and renderer.default_steps == 1
+    seen: list[int] = []
+    call = renderer.pipe.__class__.__call__
+    monkeypatch.setattr(renderer.pipe.__class__, "__call__",
+                        lambda pipe, **kw: seen.append(kw["num_inference_steps"]) or call(pipe, **kw))  # fmt: skip
+    renderer.render(STATES[:1])
+    renderer.render(STATES[:1], steps=3)
+    assert seen == [1, 3]
+    with pytest.raises(ValueError, match="shipped_steps must be >= 1"):
+        tiny_args(tmp_path / "bad", shipped_steps=0)
+
+
 def test_same_generator_seed_gives_the_same_frames(tiny):
     a = tiny.render(STATES, generator=torch.Generator().manual_seed(3))
     b = tiny.render(STATES, generator=torch.Generator().manual_seed(3))
