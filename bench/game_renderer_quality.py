@@ -56,8 +56,8 @@ def main() -> None:
         args.captioner or Path("weights") / args.domain / "captioner", domain=domain
     )
     warm = "" if args.warmup is None else f"-w{args.warmup}"
-    data = args.data or Path("runs/bench") / f"{args.domain}-{args.split}-{args.seed}{warm}"
     clips = -(-args.frames // CLIP_LENGTH)
+    data = args.data or Path("runs/bench") / f"{args.domain}-{args.split}-{args.seed}{warm}-{clips}clips"
     held = record_frames(
         domain, data, clips=clips, length=CLIP_LENGTH, seed=args.seed, split=args.split, warmup=args.warmup
     )

@@ -92,7 +92,14 @@ def record_frames(
     states: list[str] = []
     actions: list[str | None] = []
     starts: list[int] = []
-    for line in (folder / "states.jsonl").read_text().splitlines():
+    lines = (folder / "states.jsonl").read_text().splitlines()
+    if (
+        len(lines) < clips
+    ):  # an earlier, smaller recording: reading it would quietly give fewer frames than asked
+        raise UserError(
+            f"{folder} holds {len(lines)} clips, fewer than the {clips} asked for: remove it to record them"
+        )
+    for line in lines[:clips]:
         record = json.loads(line)
         starts.append(len(states))
         decoded = read_video(folder / record["clip"]).frames  # every frame: one per state

@@ -9,6 +9,7 @@ import pytest
 from pipeline.domain import get_domain
 from pipeline.evaluation.metrics import caption_scores
 from pipeline.training.captioner import domain_sentences, place_targets
+from pipeline.utils import UserError
 from tests.fakes import build_quick_game_stage
 
 
@@ -60,6 +61,12 @@ def test_recorded_frames_are_the_decoded_clips_one_per_state(tmp_path):
     assert (tmp_path / "d" / "states.jsonl").stat().st_mtime_ns == stamp
     assert np.array_equal(again.frames, data.frames)
     assert len(data.spread(5)) == 5 and data.spread(5).states[0] == data.states[0]
+    # fewer clips are the first ones; more than the folder holds are refused, not quietly fewer
+    assert (
+        record_frames(pong, tmp_path / "d", clips=1, length=6, seed=3, split="val").states == data.states[:6]
+    )
+    with pytest.raises(UserError, match="holds 2 clips, fewer than the 3 asked for"):
+        record_frames(pong, tmp_path / "d", clips=3, length=6, seed=3, split="val")
 
 
 @pytest.mark.integration
