@@ -475,8 +475,8 @@ RECIPES: dict[str, Recipe] = _by_name(
     # scores, then the UNet continued on its latents. The encoder had only seen phase 1's few scores: its own
     # reconstructions of test screens read back the score in about one frame of four, a ceiling no UNet could pass.
     Recipe("freeway-renderer", "renderer", "weights/freeway/renderer: phase 3, the VAE refitted on drawn scores",
-           _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"refit_vae": True, "vae_steps": 1500, "vae_lr": 5e-4,
-                                                     "vae_object_pixels": "both", "unet_steps": 5000,
+           _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"refit_vae": True, "vae_steps": 3500, "vae_lr": 5e-4,
+                                                     "vae_object_pixels": "both", "unet_steps": 4000,
                                                      "unet_lr": 3e-4, "eval_every": 500, "clip_warmup": 1750,
                                                      "clip_score_max": 39, "shipped_steps": 1},
            init_from="freeway-renderer-2", seed_offset=2),
