@@ -227,8 +227,8 @@ class TrainRendererArgs(RecordedClipsArgs):
         (diffusers' EMAModel, warmed up as (1 + step) / (10 + step)); evaluations, best/ and pipeline/ use the
         average. 0 = off. With the pixel loss, single checkpoints' round trips swing by 10-30 points.
     init_from: a saved renderer folder (e.g. weights/renderer): stage 2 starts from its VAE, UNet and text
-        encoder and the VAE stage is skipped (a fine-tune); its networks must have the shapes these arguments
-        give.
+        encoder and the VAE stage is skipped, unless refit_vae (a fine-tune); its networks must have the shapes
+        these arguments give.
     refit_vae: with init_from, run stage 1 again first, vae_steps more steps from the saved VAE (encoder and
         decoder), before stage 2 continues the saved UNet on the new latents: for data whose objects the saved
         encoder never saw drawn (Freeway's score digits, which its first phase saw a few of). Without init_from it
