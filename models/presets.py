@@ -233,20 +233,18 @@ _ATARI_TRAIN: dict[str, Any] = {
 
 
 def _game_captioner(
-    game: str, phase2: dict[str, Any], what2: str, phase3: dict[str, Any], what3: str, shipped: bool = True
+    game: str, phase2: dict[str, Any], what2: str, phase3: dict[str, Any], what3: str
 ) -> tuple[Recipe, Recipe, Recipe]:
     """A game's three captioner phases: 30 epochs from scratch; 12 at a lower rate on fresh clips (seed + 1) with
-    `phase2`'s changes; then "<game>-captioner" (shipped; "<game>-captioner-3" when a fourth phase follows), 6 at
-    half that rate on fresh clips (seed + 2) with `phase3`'s changes."""
-    third = f"{game}-captioner" if shipped else f"{game}-captioner-3"
+    `phase2`'s changes; then the shipped "<game>-captioner", 6 at half that rate on fresh clips (seed + 2) with
+    `phase3`'s changes."""
     return (
         Recipe(f"{game}-captioner-base", "captioner", f"phase 1 of weights/{game}/captioner: 30 epochs from scratch",
                _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
         Recipe(f"{game}-captioner-2", "captioner", f"phase 2 of weights/{game}/captioner: {what2}", _ATARI_CAPTIONER,
                _ATARI_CAPTIONER_TRAIN | {"epochs": 12, "lr": 4e-4, "warmup_steps": 50} | phase2,
                init_from=f"{game}-captioner-base", seed_offset=1),
-        Recipe(third, "captioner", f"{'weights/' + game + '/captioner: ' if shipped else ''}phase 3, {what3}",
-               _ATARI_CAPTIONER,
+        Recipe(f"{game}-captioner", "captioner", f"weights/{game}/captioner: phase 3, {what3}", _ATARI_CAPTIONER,
                _ATARI_CAPTIONER_TRAIN | {"epochs": 6, "lr": 2e-4, "warmup_steps": 50} | phase3,
                init_from=f"{game}-captioner-2", seed_offset=2),
     )  # fmt: skip
@@ -461,15 +459,7 @@ RECIPES: dict[str, Recipe] = _by_name(
     # play before each), where the score has two digits; then a third on such clips each set to a score drawn from
     # 0..39 (a good player's whole game makes about 30 crossings, the mixed policy's seldom 19).
     *_game_captioner("freeway", {"clip_warmup": 1750}, "12 epochs on fresh clips from every phase of a game",
-                     {"clip_warmup": 1750, "clip_score_max": 39}, "6 epochs on drawn scores 0..39", shipped=False),
-    # Phase 4, the shipped weights/freeway/captioner: 6 epochs on fresh clips of drawn scores from every moment of a
-    # game, its end too (up to 2,047 steps of play before each; a game is 2,048). In a game's last 128 steps the
-    # console draws the scores in other colours, purple then dark olive, and the phases before, whose clips end by
-    # step 1,814, misread every one of them.
-    Recipe("freeway-captioner", "captioner", "weights/freeway/captioner: phase 4, drawn scores to a game's end",
-           _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN | {"epochs": 6, "lr": 1.5e-4, "warmup_steps": 50,
-                                                       "clip_warmup": 2047, "clip_score_max": 39},
-           init_from="freeway-captioner-3", seed_offset=3),
+                     {"clip_warmup": 1750, "clip_score_max": 39}, "6 epochs on drawn scores 0..39"),
     # Freeway's renderer, phase 1: Pong's first phase on clips from every phase of a game (up to 1,750 steps of play
     # before each), 8,000 UNet steps: the cars are drawn by step 1,500, the chicken only from about 3,500.
     Recipe("freeway-renderer-base", "renderer", "phase 1 of Freeway's renderer: the VAE, then 8,000 UNet steps",
