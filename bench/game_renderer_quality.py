@@ -9,8 +9,8 @@ are scored on the same frames, side by side.
     python -m bench.game_renderer_quality --domain freeway --warmup 1750 --frames 512
     python -m bench.game_renderer_quality --domain pong --steps 1 2 4    # the same renderer at 1, 2 and 4 steps
 
-The clips are recorded once into --data (default runs/bench/<domain>-<split>-<seed>) and decoded from MP4, as the
-renderer's training reads its own.
+The clips are recorded once into --data (default runs/bench/<domain>-<split>-<seed>[-w<warmup>]-<clips>clips) and
+decoded from MP4, as the renderer's training reads its own.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from pipeline.cli.flags import add_result_flags, add_sticky_flag, emit_result
+from pipeline.cli.flags import add_result_flags, add_sticky_flag, check_policy, emit_result
 from pipeline.utils import UserError
 
 
@@ -74,9 +74,7 @@ def run_eval_actions(ns: argparse.Namespace) -> int:
         raise UserError(f"--weights {ns.weights}: this predictor forecasts from states alone (no actions)")
     if not callable(getattr(domain, "simulator", None)):
         raise UserError(f"the {domain.name} domain has no simulator to score against")
-    policies = getattr(domain, "policies", None) or ("mix",)
-    if ns.policy not in policies:
-        raise UserError(f"--policy must be one of {', '.join(policies)} for {domain.name}, got {ns.policy!r}")
+    check_policy(domain, ns.policy, default=("mix",))
     baseline = Predictor.from_pretrained(ns.baseline, domain=domain) if ns.baseline else None
     result = evaluate_actions(
         predictor, domain, ns.episodes, ns.horizon, ns.seed, ns.sticky, baseline, policy=ns.policy

@@ -274,3 +274,11 @@ def add_sticky_flag(
         help="a domain with actions (Atari): the probability that the console repeats its previous action each "
         "frame (default 0; 0.25 is the protocol for evaluating agents)",
     )
+
+
+def check_policy(domain: Any, policy: str | None, default: Collection[str] = ()) -> None:
+    """--policy against the domain's behaviour policies (`default` for a domain that names none; none at all:
+    anything goes): a UserError naming them, before any work. None (not given) passes."""
+    policies = getattr(domain, "policies", None) or default
+    if policy is not None and policies and policy not in policies:
+        raise UserError(f"--policy must be one of {', '.join(policies)} for {domain.name}, got {policy!r}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pipeline.cli.flags import add_sticky_flag
+from pipeline.cli.flags import add_sticky_flag, check_policy
 from pipeline.utils import UserError
 
 
@@ -121,11 +121,7 @@ def _generate(args: argparse.Namespace) -> int:
         raise UserError(
             f"{given[0]}: the {domain.name} domain has no actions (the option is for game recorders)"
         )
-    policies = getattr(domain, "policies", ())
-    if args.policy is not None and policies and args.policy not in policies:
-        raise UserError(
-            f"--policy must be one of {', '.join(policies)} for {domain.name}, got {args.policy!r}"
-        )
+    check_policy(domain, args.policy)
     path = domain.generate(args.out, **options, progress=not (args.no_progress or args.quiet))  # type: ignore[attr-defined]
     what = args.scenario if args.domain in ("shapes", "world") else args.domain
     print(

@@ -93,9 +93,8 @@ def record_frames(
     actions: list[str | None] = []
     starts: list[int] = []
     lines = (folder / "states.jsonl").read_text().splitlines()
-    if (
-        len(lines) < clips
-    ):  # an earlier, smaller recording: reading it would quietly give fewer frames than asked
+    # an earlier, smaller recording: reading it would quietly give fewer frames than asked
+    if len(lines) < clips:
         raise UserError(
             f"{folder} holds {len(lines)} clips, fewer than the {clips} asked for: remove it to record them"
         )
