@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pipeline.cli.flags import add_command
 from pipeline.cli.predict import (
     _positive_float,
     _positive_int,
@@ -22,16 +23,7 @@ TABLE_ROWS = 40  # the end table lists at most this many clips (every failed one
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "batch",
-        help="process folders of videos offline: one output folder per clip, resumable",
-        description="Run caption -> predict -> render on every clip of IN (folders, globs, video files, or "
-        'manifests: a .txt of paths, or a .jsonl of {"path": ..., "horizon": ..., "stride": ...}). '
-        "Each clip gets OUT/<name>/ with the files of `semworld predict`; OUT/states.jsonl feeds "
-        "`semworld train predictor`; OUT/summary.json says what happened to each clip. Rerun the same "
-        "command to finish a run that was stopped: complete clips are skipped. Exit code 0: every clip "
-        "succeeded; 1: some failed (summary.json names them); 2: bad arguments.",
-    )
+    p = add_command(sub, "batch", run_batch_command)
     p.add_argument("inputs", nargs="+", metavar="IN", help="a folder, a glob, a video file, or a manifest")
     p.add_argument("--out", type=Path, required=True, help="output folder (created if missing)")
     p.add_argument(
@@ -86,7 +78,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="log lines instead of a bar")
     p.add_argument("--dry-run", action="store_true", help="list what would be done, and do nothing")
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of the table")
-    p.set_defaults(func=run_batch_command)
 
 
 def parse_ray_stages(specs: list[str]) -> dict[str, dict[str, float | int]]:
@@ -166,6 +157,13 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def run_batch_command(args: argparse.Namespace) -> int:
+    """Process folders of videos offline: one output folder per clip, resumable.
+
+    Run caption -> predict -> render on every clip of IN (folders, globs, video files, or manifests: a .txt of
+    paths, or a .jsonl of {"path": ..., "horizon": ..., "stride": ...}). Each clip gets OUT/<name>/ with the files
+    of `semworld predict`; OUT/states.jsonl feeds `semworld train predictor`; OUT/summary.json says what happened
+    to each clip. Rerun the same command to finish a run that was stopped: complete clips are skipped. Exit code
+    0: every clip succeeded; 1: some failed (summary.json names them); 2: bad arguments."""
     from pipeline.batch.jobs import collect_jobs
     from pipeline.batch.runner import EngineOptions, make_plan, run_batch
     from pipeline.placement import resolve_placement

@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.cli.eval_actions import add_actions_parser
 from pipeline.cli.eval_plan import add_plan_parser
-from pipeline.cli.flags import add_result_flags, add_sticky_flag, emit_result
+from pipeline.cli.flags import add_command, add_result_flags, add_sticky_flag, emit_result
 from pipeline.evaluation.world import PARTS, EvalWorldArgs
 from pipeline.utils import UserError, default_weights_dir
 
@@ -30,11 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_actions_parser(ev_sub)  # `semworld eval actions`: a predictor with actions in its domain's emulator
     add_plan_parser(ev_sub)  # `semworld eval plan`: the planner playing whole games in the emulator
 
-    p = ev_sub.add_parser(
-        "predictor",
-        help="score a trained predictor on state sequences",
-        description="L_S(T), token and exact-sentence accuracy of saved predictor weights.",
-    )
+    p = add_command(ev_sub, "predictor", run_eval_predictor)
     p.add_argument(
         "--weights", required=True, help="directory with config.json, model.safetensors, tokenizer.json"
     )
@@ -54,10 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--device", default="auto", help="auto (cuda if available), cpu, cuda, ... (default %(default)s)"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run_eval_predictor)
 
 
 def run_eval_predictor(ns: argparse.Namespace) -> int:
+    """Score a trained predictor on state sequences.
+
+    L_S(T), token and exact-sentence accuracy of saved predictor weights."""
     from pipeline.evaluation.predictor import evaluate_predictor
 
     result = evaluate_predictor(ns.weights, ns.data, ns.split, ns.data_format, ns.batch_size, ns.device)
@@ -93,12 +91,7 @@ def run_eval_predictor(ns: argparse.Namespace) -> int:
 
 def add_world_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `world` to `semworld eval`; its func prints a report (or one JSON object) and returns 0."""
-    p = eval_subparsers.add_parser(
-        "world",
-        help="score the shipped (or given) models on a `world generate` directory",
-        description="Captioner exact match, predictor exact match by horizon (on the steps the history determines) and the "
-        "renderer round trip with PSNR/SSIM, on a directory made by `semworld world generate`.",
-    )
+    p = add_command(eval_subparsers, "world", run_eval_world)
     p.add_argument("--data", required=True, help="directory made by `semworld world generate`")
     p.add_argument(
         "--weights", default=None, help="weights folder (default: $SEMWORLD_WEIGHTS_DIR or weights/)"
@@ -141,11 +134,14 @@ def add_world_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Ar
         help="the domain of the data (default: the one the weights' model_index.json names)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run_eval_world)
     return p
 
 
 def run_eval_world(ns: argparse.Namespace) -> int:
+    """Score the shipped (or given) models on a `world generate` directory.
+
+    Captioner exact match, predictor exact match by horizon (on the steps the history determines) and the
+    renderer round trip with PSNR/SSIM, on a directory made by `semworld world generate`."""
     args = EvalWorldArgs(
         data=ns.data,
         weights=ns.weights or str(default_weights_dir()),
@@ -248,13 +244,7 @@ def write_report(result: dict[str, Any]) -> None:
 
 def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `compare` to `semworld eval`: semworld, semworld on true states, the pixel model, copy-last, truth."""
-    p = eval_subparsers.add_parser(
-        "compare", help="semworld against the pixel-space predictor, on world test clips or a game's episodes",
-        description="From the same context frames, h = 1..H: state exact match and object accuracy of each "
-                    "method's frames read back by the captioner, PSNR/SSIM/MSE/MAE per pixel, by family. With "
-                    "--domain GAME (pong): held-out emulator episodes under the logged actions and under each "
-                    "action held, the objects' distance from the truth in pixels, and the counterfactual rate.",
-    )  # fmt: skip
+    p = add_command(eval_subparsers, "compare", run_eval_compare)
     p.add_argument(
         "--domain",
         default="shapes",
@@ -301,11 +291,16 @@ def add_compare_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
     p.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
     add_result_flags(p)
     p.add_argument("--markdown", default=None, help="also write the tables as Markdown to this file")
-    p.set_defaults(func=run_eval_compare)
     return p
 
 
 def run_eval_compare(ns: argparse.Namespace) -> int:
+    """Semworld against the pixel-space predictor, on world test clips or a game's episodes.
+
+    From the same context frames, h = 1..H: state exact match and object accuracy of each method's frames read
+    back by the captioner, PSNR/SSIM/MSE/MAE per pixel, by family. With --domain GAME (pong): held-out emulator
+    episodes under the logged actions and under each action held, the objects' distance from the truth in pixels,
+    and the counterfactual rate."""
     from pipeline.evaluation.compare import CompareArgs, compare
 
     if ns.domain != "shapes":

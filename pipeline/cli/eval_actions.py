@@ -7,19 +7,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from pipeline.cli.flags import add_result_flags, add_sticky_flag, check_policy, emit_result
+from pipeline.cli.flags import add_command, add_result_flags, add_sticky_flag, check_policy, emit_result
 from pipeline.utils import UserError
 
 
 def add_actions_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `eval actions`."""
-    p = eval_subparsers.add_parser(
-        "actions",
-        help="score a predictor with actions in its domain's emulator (Atari), under logged and held actions",
-        description="Forecast held-out test episodes of the domain's emulator from T true states and actions, "
-        "under the logged actions and under each action held throughout; every forecast state is compared with "
-        "the emulator's. Copy-last and constant-velocity references (and --baseline) read the same histories.",
-    )
+    p = add_command(eval_subparsers, "actions", run_eval_actions)
     add_game_weights_flags(p, baseline="another predictor folder (the 1-D baseline) scored beside")
     p.add_argument("--episodes", type=int, default=200, help="test episodes (default %(default)s)")
     p.add_argument("--horizon", type=int, default=16, help="forecast steps (default %(default)s)")
@@ -30,7 +24,6 @@ def add_actions_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.
                    "while; default %(default)s)")  # fmt: skip
     p.add_argument("--figure", default=None, help="write the horizon plot to this PNG")
     add_result_flags(p)
-    p.set_defaults(func=run_eval_actions)
     return p
 
 
@@ -60,6 +53,11 @@ def load_predictor_with_domain(weights: str, domain: str | None) -> tuple[Any, A
 
 
 def run_eval_actions(ns: argparse.Namespace) -> int:
+    """Score a predictor with actions in its domain's emulator (Atari), under logged and held actions.
+
+    Forecast held-out test episodes of the domain's emulator from T true states and actions, under the logged
+    actions and under each action held throughout; every forecast state is compared with the emulator's.
+    Copy-last and constant-velocity references (and --baseline) read the same histories."""
     from pipeline.evaluation.actions import evaluate_actions, plot_horizons
     from pipeline.placement import set_threads
     from pipeline.predictor import Predictor

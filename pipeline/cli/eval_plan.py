@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.cli.eval_actions import add_game_weights_flags, load_predictor_with_domain
-from pipeline.cli.flags import add_result_flags, add_sticky_flag, emit_result
+from pipeline.cli.flags import add_command, add_result_flags, add_sticky_flag, emit_result
 from pipeline.cli.plan import add_search_flags, search_config
 from pipeline.utils import UserError
 
@@ -21,16 +21,7 @@ VIDEO_STEPS = 450  # --video: the first 30 s of the planner's first game (15 sta
 
 def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `eval plan`."""
-    p = eval_subparsers.add_parser(
-        "plan",
-        help="play whole games in the domain's emulator with the planner (closed loop), beside scripted players",
-        description="The planner plays held-out games in the emulator from their reset: each step it reads the "
-        "true state (RAM, in words; with --frames a second planner reads each screen through the captioner; --no-ram plays only the others), "
-        "plans towards --goal with the predictor and the emulator executes the "
-        "first action. Beside it, the same games under --references (the game's scripted player reading RAM, "
-        "random play, always 'up') and, with --baseline, the planner with another predictor. Pong reports points "
-        "and the share of balls reaching the paddle that it returns; Freeway crossings and knock-backs.",
-    )
+    p = add_command(eval_subparsers, "plan", run_eval_plan)
     add_game_weights_flags(p, baseline="another predictor folder to plan with, scored beside")
     p.add_argument("--goal", default=None, help="the planner's goal (default: the domain's first named goal)")
     p.add_argument("--frames", action="store_true",
@@ -54,7 +45,6 @@ def add_plan_parser(eval_subparsers: argparse._SubParsersAction) -> argparse.Arg
     )
     add_search_flags(p)
     add_result_flags(p)
-    p.set_defaults(func=run_eval_plan)
     return p
 
 
@@ -70,6 +60,14 @@ def screen_reader(weights: str, domain: Any) -> Callable[[np.ndarray], str]:
 
 
 def run_eval_plan(ns: argparse.Namespace) -> int:
+    """Play whole games in the domain's emulator with the planner (closed loop), beside scripted players.
+
+    The planner plays held-out games in the emulator from their reset: each step it reads the true state (RAM,
+    in words; with --frames a second planner reads each screen through the captioner; --no-ram plays only the
+    others), plans towards --goal with the predictor and the emulator executes the first action. Beside it, the
+    same games under --references (the game's scripted player reading RAM, random play, always 'up') and, with
+    --baseline, the planner with another predictor. Pong reports points and the share of balls reaching the
+    paddle that it returns; Freeway crossings and knock-backs."""
     from pipeline.evaluation.plan import (
         Controller,
         PlannerSpec,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import re
 import types
 import typing
@@ -218,6 +219,23 @@ def check_pydantic_flags(
         if sep and name in model.model_fields:
             raise UserError(f"{(flags or {}).get(name, (flag_name(name),))[0]}: {rest}") from None
         raise UserError(str(err)) from None
+
+
+def add_command(
+    sub: argparse._SubParsersAction, name: str, run: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """Add the subcommand `name`, run by `run`, whose docstring is its help: the first paragraph is its line in the
+    parent's list (lower case, without the period, as argparse's own lines are), the whole its --help
+    description. So a command's handler and its help text say what it does once."""
+    doc = inspect.getdoc(run)
+    if not doc:
+        raise ValueError(f"{run.__qualname__} has no docstring to describe `{name}` with")
+    summary = " ".join(doc.split("\n\n")[0].split()).rstrip(".").replace("%", "%%")  # argparse %-formats help
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=summary[:1].lower() + summary[1:], description=doc
+    )
+    parser.set_defaults(func=run)
+    return parser
 
 
 def add_result_flags(parser: argparse.ArgumentParser) -> None:

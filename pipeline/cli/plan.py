@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pipeline.cli.flags import add_command
 from pipeline.cli.predict import add_history_flags
 from pipeline.utils import UserError, default_weights_dir
 from pipeline.wordfiles import read_actions_file, read_states_file
@@ -37,16 +38,7 @@ def search_config(ns: argparse.Namespace) -> Any:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `plan`."""
-    p = sub.add_parser(
-        "plan",
-        help="plan actions towards a goal in words with a predictor that forecasts under actions",
-        description="Read CLIP as states (or start from --states), then plan --steps actions towards --goal: at each "
-        "step the planner rolls out candidate action sequences with the predictor, scores each forecast against "
-        "the goal, takes the first action of the best and plans again from the state it leads to. Prints the plan "
-        "and its states; with --out, writes plan.json and, when the weights have a renderer, the planned frames. "
-        "A goal is a domain's named goal ('return the ball'), a condition on a field ('player < 20', 'player = "
-        "ball y - 2'), a partial state with '*' for any word, or several joined by 'and' (docs/planning.md).",
-    )
+    p = add_command(sub, "plan", run_plan)
     add_history_flags(p)
     p.add_argument("--goal", required=True, help="the goal in words, e.g. 'return the ball'")
     p.add_argument("--steps", type=int, default=8, help="actions to plan (default %(default)s)")
@@ -58,10 +50,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--threads", type=int, default=None, help="torch CPU threads (default: one fewer than the cores)"
     )
     p.add_argument("--json", action="store_true", help="print the plan as JSON instead of text")
-    p.set_defaults(func=run_plan)
 
 
 def run_plan(ns: argparse.Namespace) -> int:
+    """Plan actions towards a goal in words with a predictor that forecasts under actions.
+
+    Read CLIP as states (or start from --states), then plan --steps actions towards --goal: at each step the
+    planner rolls out candidate action sequences with the predictor, scores each forecast against the goal, takes
+    the first action of the best and plans again from the state it leads to. Prints the plan and its states; with
+    --out, writes plan.json and, when the weights have a renderer, the planned frames. A goal is a domain's named
+    goal ('return the ball'), a condition on a field ('player < 20', 'player = ball y - 2'), a partial state with
+    '*' for any word, or several joined by 'and' (docs/planning.md)."""
     from pipeline.goals import parse_goal
     from pipeline.loading import named_stages
     from pipeline.placement import set_threads

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.cli.flags import add_pydantic_flags, check_pydantic_flags
+from pipeline.cli.flags import add_command, add_pydantic_flags, check_pydantic_flags
 from pipeline.utils import UserError, default_weights_dir, read_model_index
 from pipeline.wordfiles import read_actions_file, read_states_file
 
@@ -183,16 +183,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def register_predict(sub: argparse._SubParsersAction) -> None:
     """Add `predict`: a clip (or states in words) in, the next states and their frames out."""
-    p = sub.add_parser(
-        "predict",
-        help="read a clip (or states in words), forecast the next states and draw them",
-        description="Read CLIP as states (or start from --states), predict the next --horizon states, draw them, "
-        "and write into --out: predicted_NNN.png (one per predicted state), observed_NNN.png (the clip's sampled "
-        "frames), predicted.mp4 (the forecast, H.264), context_forecast.mp4 (the observed frames, or the drawn "
-        "given states, then the forecast), forecast_vs_truth.mp4 (with --truth, for weights of the built-in "
-        "world: the forecast beside the true frames), states.json (every state, its confidence and what changed) "
-        "and strip.png (all of it in one picture).",
-    )
+    p = add_command(sub, "predict", run_predict)
     add_history_flags(p, ", then one per forecast step")
     p.add_argument("--out", type=Path, required=True, help="output directory (created if missing)")
     add_param_flags(p, {"context": "hold the rest out, e.g. for --truth"})
@@ -227,18 +218,11 @@ def register_predict(sub: argparse._SubParsersAction) -> None:
         "whose frames are shown)",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
-    p.set_defaults(func=run_predict)
 
 
 def register_serve(sub: argparse._SubParsersAction) -> None:
     """Add `serve`: the HTTP API and web page, its most common settings as flags."""
-    s = sub.add_parser(
-        "serve",
-        help="run the HTTP API and web page (uvicorn, one worker: one process owns the models)",
-        description="Serve api.main:app with uvicorn. Settings come from SEMWORLD_* environment variables "
-        "(see docs/api.md); the flags below override the most common ones. Alone it is for loopback and trusted "
-        "networks (uvicorn does not cut off slow clients); elsewhere run it behind docker/nginx.conf (docs/reliability.md).",
-    )
+    s = add_command(sub, "serve", run_serve)
     s.add_argument("--host", default=os.environ.get("SEMWORLD_HOST", "127.0.0.1"),
                    help="address to listen on; a non-loopback one needs SEMWORLD_API_KEY (SEMWORLD_HOST; "
                    "default %(default)s)")  # fmt: skip
@@ -277,7 +261,6 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
         help=f"listen on a non-loopback address without SEMWORLD_API_KEY: anyone who reaches the port may use "
         f"the service ({WITHOUT_KEY_ENV}=1)",
     )  # fmt: skip
-    s.set_defaults(func=run_serve)
 
 
 @dataclass
@@ -347,6 +330,14 @@ def read_inputs(args: argparse.Namespace) -> PredictInputs:
 
 
 def run_predict(args: argparse.Namespace) -> int:
+    """Read a clip (or states in words), forecast the next states and draw them.
+
+    Read CLIP as states (or start from --states), predict the next --horizon states, draw them, and write into
+    --out: predicted_NNN.png (one per predicted state), observed_NNN.png (the clip's sampled frames),
+    predicted.mp4 (the forecast, H.264), context_forecast.mp4 (the observed frames, or the drawn given states,
+    then the forecast), forecast_vs_truth.mp4 (with --truth, for weights of the built-in world: the forecast
+    beside the true frames), states.json (every state, its confidence and what changed) and strip.png (all of it
+    in one picture)."""
     from pipeline.outputs import state_fields, write_outputs
     from pipeline.placement import set_threads
     from pipeline.world_model import WorldModelPipeline
@@ -466,6 +457,11 @@ def check_bind(host: str, has_key: bool, without_key: bool) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    """Run the HTTP API and web page (uvicorn, one worker: one process owns the models).
+
+    Serve api.main:app with uvicorn. Settings come from SEMWORLD_* environment variables (see docs/api.md); the
+    flags below override the most common ones. Alone it is for loopback and trusted networks (uvicorn does not cut
+    off slow clients); elsewhere run it behind docker/nginx.conf (docs/reliability.md)."""
     # The CLI is the outermost layer: it may start the API (api never imports the CLI).
     import uvicorn
 

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from models.presets import PRESETS, parameter_counts
+from pipeline.cli.flags import add_command
 
 
 def _rows() -> list[dict]:
@@ -28,6 +29,7 @@ def _millions(n: int | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """List the named model presets and their parameter counts."""
     rows = _rows()
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -53,6 +55,5 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `semworld presets` to the CLI."""
-    p = sub.add_parser("presets", help="list the named model presets and their parameter counts")
+    p = add_command(sub, "presets", run)
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    p.set_defaults(func=run)

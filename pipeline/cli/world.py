@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pipeline.cli.flags import add_sticky_flag, check_policy
+from pipeline.cli.flags import add_command, add_sticky_flag, check_policy
 from pipeline.utils import UserError
 
 
@@ -22,10 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p.set_defaults(func=usage)
 
-    what = "DIR/clips/*.mp4, DIR/frames/<clip>/<k>.png and DIR/states.jsonl (same arguments, same bytes)"
-    g = wsub.add_parser("generate", help="write MP4 clips, PNG frames at the state instants and states.jsonl",
-                        description=f"Write seeded clips of a domain (the built-in shapes world unless --domain "
-                        f"says otherwise): {what}.")  # fmt: skip
+    g = add_command(wsub, "generate", _generate)
     g.add_argument("--domain", default="shapes", help="the domain to record (default: shapes; `semworld domains` "
                    "lists them)")  # fmt: skip
     g.add_argument(
@@ -63,27 +60,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a domain with actions (Atari): states.jsonl only, no MP4 clips (training corpora)",
     )
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    g.set_defaults(func=_generate)
 
-    s = wsub.add_parser("show", help="draw a state sentence as the domain's true frame, to a PNG")
+    s = add_command(wsub, "show", _show)
     s.add_argument("--domain", default="shapes", help="the domain the state is written in (default: shapes)")
     s.add_argument("state", help='a state, e.g. "red ball top left , lamp on ."')
     s.add_argument("--out", type=Path, required=True, help="PNG file to write")
     s.add_argument("--size", type=int, default=128, help="frame side in pixels (default 128)")
-    s.set_defaults(func=_show)
     register_domains(sub)
 
 
 def register_domains(sub: argparse._SubParsersAction) -> None:
     """Add `domains`: every domain name the registry resolves, with what each gives."""
-    p = sub.add_parser("domains", help="list the domains (state languages) this installation knows",
-                       description="List the domains a weights folder's model_index.json may name (\"domain\"), "
-                       "with what each gives: a grammar, a projection, a mirror, actions, sample clips, a data "
-                       "set generator.")  # fmt: skip
-    p.set_defaults(func=_domains)
+    add_command(sub, "domains", _domains)
 
 
 def _domains(args: argparse.Namespace) -> int:
+    """List the domains (state languages) this installation knows.
+
+    The domains a weights folder's model_index.json may name ("domain"), with what each gives: a grammar, a
+    projection, a mirror, actions, sample clips, a data set generator."""
     from pipeline.domain import can_generate, get_domain, known_domains
 
     for name in known_domains():
@@ -96,6 +91,10 @@ def _domains(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    """Write MP4 clips, PNG frames at the state instants and states.jsonl.
+
+    Seeded clips of a domain (the built-in shapes world unless --domain says otherwise): DIR/clips/*.mp4,
+    DIR/frames/<clip>/<k>.png and DIR/states.jsonl (same arguments, same bytes)."""
     from pipeline.domain import can_generate, get_domain
 
     domain = get_domain(args.domain)
@@ -131,6 +130,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    """Draw a state sentence as the domain's true frame, to a PNG."""
     from pipeline.domain import get_domain
     from pipeline.outputs import png_bytes
 

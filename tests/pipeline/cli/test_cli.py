@@ -6,6 +6,7 @@ import re
 import pytest
 
 from pipeline import cli
+from pipeline.cli.flags import add_command
 from pipeline.utils import UserError
 
 
@@ -37,6 +38,30 @@ def test_every_subcommand_help_renders():
         assert text.startswith("usage: semworld " + " ".join(path)), path
     predictor = dict(leaves)[("train", "predictor")].format_help()
     assert "l % n == 0" in predictor
+
+
+def test_a_command_is_described_by_its_handlers_docstring():
+    parser = argparse.ArgumentParser(prog="tool")
+    sub = parser.add_subparsers()
+
+    def run(ns: argparse.Namespace) -> int:
+        """Draw 50% of the frames.
+
+        Every other frame of the clip, the rest left out."""
+        return 0
+
+    command = add_command(sub, "draw", run)
+    assert command.get_default("func") is run
+    assert "draw 50% of the frames\n" in parser.format_help()  # its line in the list: lower case, no period
+    assert (
+        "Draw 50% of the frames. Every other frame of the clip, the rest left out." in command.format_help()
+    )
+
+    def undocumented(ns: argparse.Namespace) -> int:
+        return 0
+
+    with pytest.raises(ValueError, match="no docstring"):
+        add_command(sub, "bare", undocumented)
 
 
 def test_user_error_is_one_line(capsys, monkeypatch):
