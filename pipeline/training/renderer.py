@@ -187,7 +187,7 @@ def train_renderer(args: TrainRendererArgs) -> dict[str, Any]:
     captioner = _load_captioner(args, domain)
     run.started = time.time()
     if run.stage == "vae":
-        fit_vae(run, pool, held_out)
+        fit_vae(run, pool, held_out, captioner)
     best = fit_unet(run, pool, held_out, captioner)
     with run.averaged():  # what ships is the average when there is one
         final = _eval_unet(run.pipe, held_out, args, captioner, run.out, run.step)
@@ -302,9 +302,11 @@ def _init_from(run: RendererRun, folder: Path) -> None:
     logger.info("renderer: stage %s starts from %s", run.stage, folder)
 
 
-def fit_vae(run: RendererRun, pool: Scenes, held_out: Scenes) -> None:
+def fit_vae(run: RendererRun, pool: Scenes, held_out: Scenes, captioner: Any = None) -> None:
     """Stage 1: the VAE learns to reconstruct frames (batches drawn from the seeded pool); then its latents'
-    scaling factor is fixed and the run moves to stage 2."""
+    scaling factor is fixed and the run moves to stage 2. With a captioner its evaluations read the VAE's own
+    reconstructions back ("roundtrip_acc"): the most the UNet's frames, decoded by this VAE, can read back, known
+    before stage 2's hour is spent."""
     from tqdm import tqdm
 
     args, vae = run.args, run.pipe.vae
@@ -329,11 +331,13 @@ def fit_vae(run: RendererRun, pool: Scenes, held_out: Scenes) -> None:
         run.vae_opt.step()
         run.after_step(bar, loss=loss.item(), rec=rec.item(), kl=kl.item())
         if run.step % args.eval_every == 0:
-            write_log(run.out, {"stage": "vae", "step": run.step, "eval": _eval_vae(vae, held_out)})
+            write_log(
+                run.out, {"stage": "vae", "step": run.step, "eval": _eval_vae(vae, held_out, captioner)}
+            )
         if run.checkpoint_due():
             run.checkpoint()
     bar.close()
-    metrics = _eval_vae(vae, held_out)
+    metrics = _eval_vae(vae, held_out, captioner)
     write_log(run.out, {"stage": "vae", "step": run.step, "eval": metrics, "final": True})
     logger.info("vae done at step %d: %s", run.step, metrics)
     vae.register_to_config(scaling_factor=_scaling_factor(vae, pool))
@@ -467,7 +471,7 @@ def _unet_step(
     return loss.item()
 
 
-def _eval_vae(vae, held_out: Scenes) -> dict[str, float]:
+def _eval_vae(vae, held_out: Scenes, captioner: Any = None) -> dict[str, float]:
     was_training = vae.training
     vae.eval()
     with torch.no_grad():
@@ -475,7 +479,7 @@ def _eval_vae(vae, held_out: Scenes) -> dict[str, float]:
                            for idx in _chunks(len(held_out), 64)])  # fmt: skip
     vae.train(was_training)
     frames = ((recon.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
-    return held_out.evaluate(list(frames))
+    return held_out.evaluate(list(frames), captioner)
 
 
 def _chunks(n: int, size: int) -> list[range]:

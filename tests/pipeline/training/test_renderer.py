@@ -77,6 +77,26 @@ def test_training_runs_checkpoints_resumes_and_saves_a_loadable_renderer(tmp_pat
     assert json.loads((out / "pipeline" / "metrics.json").read_text())["psnr"] > 0
 
 
+def test_with_a_captioner_the_vae_stage_reads_its_own_reconstructions_back(tmp_path, monkeypatch):
+    """The VAE's round trip is the ceiling of the renderer's: it is logged at the end of stage 1, before the UNet."""
+    import pipeline.training.renderer as trainer
+
+    args = tiny_args(tmp_path / "run", vae_steps=1, unet_steps=1, vae_batch=2, unet_batch=2, pool=8, eval_every=1,
+                     eval_states=2)  # fmt: skip
+    truth = validation_states(args)
+
+    class ReadsTheTruth:  # a captioner that reads back the held-out states, in the order they are drawn
+        def caption(self, frames):
+            assert len(frames) == len(truth)
+            return list(truth)
+
+    monkeypatch.setattr(trainer, "_load_captioner", lambda args, domain: ReadsTheTruth())
+    train_renderer(args)
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    (vae_final,) = [r for r in log if r["stage"] == "vae" and r.get("final")]
+    assert vae_final["eval"]["roundtrip_acc"] == 1.0
+
+
 def test_a_resumed_run_keeps_best_unless_it_beats_the_score_best_was_saved_with(tmp_path):
     """best/ is chosen over the whole run: a run resumed from its checkpoint compares its evaluations with the one
     best/ holds, instead of replacing it with the first evaluation after the restart."""
