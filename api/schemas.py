@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.settings import STATES_LIMIT
 from pipeline.outputs import png_bytes, state_fields
-from pipeline.params import HORIZON_MAX, SEED_MAX, Guidance, Steps
+from pipeline.params import HORIZON_MAX, Guidance, Horizon, Seed, Steps
 from pipeline.world_model import WorldModelOutput
 
 THUMB_SIDE = 192  # observed frames come back scaled down to this longest side
@@ -110,8 +110,8 @@ class RolloutRequest(BaseModel):
     states: list[str] = Field(
         min_length=1, max_length=STATES_LIMIT, description="one state per step, oldest first"
     )
-    horizon: int = Field(8, ge=1, le=HORIZON_MAX, description="states to predict")
-    seed: int | None = Field(0, ge=0, le=SEED_MAX, description="renderer seed; null for a random one")
+    horizon: Horizon = 8
+    seed: Seed | None = Field(0, description="renderer seed; null for a random one")
     steps: Steps = None
     guidance: Guidance = None
     render: bool = Field(True, description="draw the predicted states")
@@ -276,7 +276,7 @@ class PlanRequest(BaseModel):
         "shooting", description="random shooting or the cross-entropy method"
     )
     iterations: int = Field(2, ge=1, le=8, description="rounds of the cross-entropy method")
-    seed: int = Field(0, ge=0, le=SEED_MAX, description="the search's random draws (and the renderer's)")
+    seed: Seed = Field(0, description="the search's random draws (and the renderer's)")
     render: bool | None = Field(
         None, description="draw the planned states (null: when the weights have a renderer)"
     )

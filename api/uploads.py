@@ -12,7 +12,7 @@ from fastapi import Form, HTTPException, Request, UploadFile, status
 from api.jobs import JobParams
 from api.schemas import ErrorResponse, OutputFormat
 from api.settings import Settings
-from pipeline.params import GUIDANCE_MAX, HORIZON_MAX, SEED_MAX, STATE_RATE_MAX, STEPS_MAX, STRIDE_MAX
+from pipeline.params import ForecastParams
 from pipeline.world_model import WorldModelPipeline, check_call
 
 # Declared types a clip may come with; browsers and curl send application/octet-stream or nothing when unsure.
@@ -53,32 +53,27 @@ JSON_RUN_RESPONSES: dict[int | str, dict[str, Any]] = {
 FORM_FIELDS = ("horizon", "stride", "state_rate", "seed", "steps", "guidance", "output", "actions")
 
 
+def _form(name: str, **more: Any) -> Any:
+    """Form() for the ForecastParams field `name`: its limits and description come from the one model of the call
+    parameters (pipeline.params), so the form declares none of its own."""
+    field = ForecastParams.model_fields[name]
+    limits = {
+        key: getattr(rule, key)
+        for rule in field.metadata
+        for key in ("gt", "ge", "lt", "le", "allow_inf_nan")
+        if getattr(rule, key, None) is not None
+    }
+    return Form(description=field.description, **limits, **more)
+
+
 async def predict_params(
     request: Request,
-    horizon: Annotated[int, Form(ge=1, le=HORIZON_MAX, description="states to predict", examples=[8])] = 8,
-    stride: Annotated[
-        int | None, Form(ge=1, le=STRIDE_MAX, description="take every K-th frame (default 1)")
-    ] = None,
-    state_rate: Annotated[
-        float | None,
-        Form(
-            gt=0,
-            le=STATE_RATE_MAX,
-            allow_inf_nan=False,
-            description=f"or: take frames this many times a second (at most {STATE_RATE_MAX:g})",
-        ),
-    ] = None,
-    seed: Annotated[int, Form(ge=0, le=SEED_MAX, description="renderer seed", examples=[0])] = 0,
-    steps: Annotated[
-        int | None,
-        Form(ge=1, le=STEPS_MAX, description="denoising steps (default: the renderer's)"),
-    ] = None,
-    guidance: Annotated[
-        float | None,
-        Form(
-            ge=0, le=GUIDANCE_MAX, allow_inf_nan=False, description="guidance scale (default: the renderer's)"
-        ),
-    ] = None,
+    horizon: Annotated[int, _form("horizon", examples=[8])] = 8,
+    stride: Annotated[int | None, _form("stride")] = None,
+    state_rate: Annotated[float | None, _form("state_rate")] = None,
+    seed: Annotated[int, _form("seed", examples=[0])] = 0,
+    steps: Annotated[int | None, _form("steps")] = None,
+    guidance: Annotated[float | None, _form("guidance")] = None,
     output: Annotated[OutputFormat, Form(description="json, mp4 or zip")] = OutputFormat.json,
     actions: Annotated[
         str | None,

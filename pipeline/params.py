@@ -20,8 +20,10 @@ STEPS_MAX = 1000  # renderer denoising steps
 GUIDANCE_MAX = 50.0  # renderer guidance scale
 
 
-# The renderer's knobs as types, so that every model of a request that takes them (ForecastParams, the service's
-# rollout body) declares them once: `steps: Steps = None`.
+# The parameters that more than one model of a request takes (ForecastParams, the service's rollout and plan
+# bodies), as types, so that each declares them once: `steps: Steps = None`.
+Horizon = Annotated[int, Field(ge=1, le=HORIZON_MAX, description="states to predict")]
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX, description="renderer seed")]
 Steps = Annotated[
     int | None, Field(ge=1, le=STEPS_MAX, description="denoising steps (default: the renderer's)")
 ]
@@ -36,7 +38,7 @@ class ForecastParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    horizon: int = Field(8, ge=1, le=HORIZON_MAX, description="states to predict")
+    horizon: Horizon = 8
     stride: int | None = Field(None, ge=1, le=STRIDE_MAX, description="take every K-th frame of the clip")
     state_rate: float | None = Field(
         None,
@@ -46,7 +48,7 @@ class ForecastParams(BaseModel):
         description="or: take frames this many times a second",
     )
     context: int | None = Field(None, ge=1, description="observe only the first N sampled states of the clip")
-    seed: int = Field(0, ge=0, le=SEED_MAX, description="renderer seed")
+    seed: Seed = 0
     steps: Steps = None
     guidance: Guidance = None
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import logging
-import math
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ import cv2
 import numpy as np
 
 from pipeline.domain import Domain
+from pipeline.params import check_params
 from pipeline.utils import UserError, atomic_write_bytes
 
 logger = logging.getLogger(__name__)
@@ -108,13 +108,12 @@ def _scale_down(frame: np.ndarray, side: int | None) -> np.ndarray:
 
 
 def check_sampling(stride: int | None, state_rate: float | None) -> None:
-    """How frames are picked: every `stride`-th one, or `state_rate` per second, or (neither) all of them."""
-    if stride is not None and state_rate is not None:
-        raise UserError("give either stride or state_rate, not both")
-    if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int) or stride < 1):
-        raise UserError(f"stride must be >= 1, got {stride}")
-    if state_rate is not None and not (math.isfinite(state_rate) and state_rate > 0):
-        raise UserError(f"state_rate must be a finite number > 0 Hz, got {state_rate}")
+    """How frames are picked: every `stride`-th one, or `state_rate` per second, or (neither) all of them; checked
+    by the one model of the call parameters (pipeline.params), a UserError naming the bad one otherwise."""
+    try:
+        check_params(stride=stride, state_rate=state_rate)
+    except ValueError as err:
+        raise UserError(str(err)) from None
 
 
 def read_video(

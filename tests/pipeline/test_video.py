@@ -86,7 +86,7 @@ def test_missing_path_and_bad_arguments():
     with pytest.raises(VideoError, match="^/nope.mp4: no such file$"):
         read_video("/nope.mp4")
     # the argument, not the clip, is wrong: no file name, and not a VideoError (an API names no upload field)
-    with pytest.raises(UserError, match="^stride must be >= 1, got 0$") as err:
+    with pytest.raises(UserError, match="^stride: Input should be greater than or equal to 1, got 0$") as err:
         read_video(ASSET, stride=0)
     assert not isinstance(err.value, VideoError)
     with pytest.raises(UserError, match="^give either stride or state_rate"):
