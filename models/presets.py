@@ -268,33 +268,33 @@ RECIPES: dict[str, Recipe] = _by_name(
             "pool": 8000, "eval_every": 250}),
     # Phase 2: stage 2 again on crowded scenes (45% with 3 objects, a 16,000-scene pool), with the pixel loss
     # through the decoder, best/ chosen by the round trip on the varied 1/2/3-object set.
-    Recipe("renderer-r1", "renderer", "phase 2 of weights/renderer: stage 2 on crowded scenes",
+    Recipe("renderer-2", "renderer", "phase 2 of weights/renderer: stage 2 on crowded scenes",
            _RENDERER,
            {"unet_steps": 4000, "unet_lr": 3e-4, "vae_lr": 6e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.18, 0.35, 0.45), "pool": 16000, "eval_every": 250, "eval_set": "varied",
             "eval_states": 240}, init_from="renderer-base"),
     # Phase 3: phase 2 again from its best/, with an exponential moving average of the weights (decay 0.998),
     # which steadies the evaluations between checkpoints.
-    Recipe("renderer-r2", "renderer", "phase 3 of weights/renderer: phase 2 again with a moving average",
+    Recipe("renderer-3", "renderer", "phase 3 of weights/renderer: phase 2 again with a moving average",
            _RENDERER,
            {"unet_steps": 3000, "unet_lr": 3e-4, "vae_lr": 6e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.18, 0.35, 0.45), "pool": 16000, "eval_every": 250, "eval_set": "varied",
-            "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-r1"),
+            "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-2"),
     # Phase 4, the shipped weights/renderer: 3,000 more steps at half the rate on a fresh pool of scenes (seed + 1),
     # half of them with 3 objects; the moving average as in phase 3.
-    Recipe("renderer-r3", "renderer",
+    Recipe("renderer-4", "renderer",
            "phase 4 of weights/renderer: half the rate on a fresh, more crowded pool",
            _RENDERER,
            {"unet_steps": 3000, "unet_lr": 1.5e-4, "vae_lr": 3e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.13, 0.35, 0.5), "pool": 16000, "eval_every": 250, "eval_set": "varied",
-            "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-r2", seed_offset=1),
+            "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-3", seed_offset=1),
     # Phase 5, the last of `make weights`: lower rates on another fresh pool (seed + 2), 60% of it 3-object scenes.
     # A from-scratch chain needs it to come near the shipped files (phase 4), whose phase 1 was a longer run.
     Recipe("renderer", "renderer", "make weights' renderer: phase 5, a lower rate on a fresh pool, 60% 3-object",
            _RENDERER,
            {"unet_steps": 3000, "unet_lr": 1e-4, "vae_lr": 2e-4, "pixel_weight": 1.0,
             "count_weights": (0.02, 0.08, 0.3, 0.6), "pool": 16000, "eval_every": 250, "eval_set": "varied",
-            "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-r3", seed_offset=2),
+            "eval_states": 240, "ema_decay": 0.998}, init_from="renderer-4", seed_offset=2),
     # weights/predictor: the 4-tensor model with the tensor memory (docs/tensor-memory.md), trained from scratch
     # with the loss on S(T), then fine-tuned phase by phase on fresh clips: weighted to the scenes the phase before
     # got wrong, with an 8-state window from phase 4, on short histories from phase 5, with a third layer in
@@ -304,56 +304,56 @@ RECIPES: dict[str, Recipe] = _by_name(
                      "lr_schedule": "cosine", "warmup_steps": 200, "min_lr_ratio": 0.02, "target_slices": "last",
                      "memory": _MEMORY, "bptt_windows": 8}, {"clips": 3000, "length": 20},
            mix=(("memory", 1500, 0),)),
-    Recipe("predictor-mf5", "predictor", "phase 2 of weights/predictor: 15,000 fresh clips, more collide, occlude, memory",
+    Recipe("predictor-2", "predictor", "phase 2 of weights/predictor: 15,000 fresh clips, more collide, occlude, memory",
            "small", {"model": "four_tensor", "epochs": 2, "batch_size": 32, "lr": 5e-4, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 100, "min_lr_ratio": 0.02, "target_slices": "last",
                      "memory": _MEMORY, "bptt_windows": 8},
            {"clips": 10000, "length": 20, "seed_offset": 3}, init_from="predictor-base",
            mix=(("collide,occlude", 3000, 4), ("memory", 2000, 5))),
     # Phase 3: one short epoch at a low rate on 7,000 more fresh clips weighted to bounce, appear and hide.
-    Recipe("predictor-mf6", "predictor", "phase 3 of weights/predictor: 7,000 fresh clips, more bounce, appear, hide",
+    Recipe("predictor-3", "predictor", "phase 3 of weights/predictor: 7,000 fresh clips, more bounce, appear, hide",
            "small", {"model": "four_tensor", "epochs": 1, "batch_size": 32, "lr": 2e-4, "val_fraction": 0.05,
                      "lr_schedule": "cosine", "warmup_steps": 50, "min_lr_ratio": 0.05, "target_slices": "last",
                      "memory": _MEMORY, "bptt_windows": 8},
-           {"clips": 4000, "length": 20, "seed_offset": 6}, init_from="predictor-mf5",
+           {"clips": 4000, "length": 20, "seed_offset": 6}, init_from="predictor-2",
            mix=(("bounce", 1500, 7), ("appear", 1000, 8), ("hide", 500, 9))),
     # Phase 4: the same network with an 8-state window (preset small-t8: no weight depends on T, so phase 3's
     # weights carry over), with front-padded windows so that histories of 4-7 states are trained as predict lays
     # them out. hide's walker is behind the screen 6 states: in the window.
-    Recipe("predictor-t8", "predictor", "phase 4 of weights/predictor: the 8-state window",
+    Recipe("predictor-4", "predictor", "phase 4 of weights/predictor: the 8-state window",
            "small-t8", _T8_TRAIN | {"epochs": 2, "lr": 3e-4, "warmup_steps": 100},
-           {"clips": 5000, "length": 20, "seed_offset": 12}, init_from="predictor-mf6",
+           {"clips": 5000, "length": 20, "seed_offset": 12}, init_from="predictor-3",
            mix=(("hide", 1000, 13), ("bounce", 500, 14), ("collide", 500, 15))),
     # Phases 5-7: one epoch each on 12-state clips, so that half the windows are short histories (4-7 true
     # states); each a lower rate than the last.
-    Recipe("predictor-t8b", "predictor", "phase 5 of weights/predictor: short histories",
+    Recipe("predictor-5", "predictor", "phase 5 of weights/predictor: short histories",
            "small-t8", _T8_TRAIN | {"lr": 2e-4, "warmup_steps": 50},
-           {"clips": 7000, "length": 12, "seed_offset": 20}, init_from="predictor-t8",
+           {"clips": 7000, "length": 12, "seed_offset": 20}, init_from="predictor-4",
            mix=(("occlude", 2000, 21), ("hide", 1000, 22))),
-    Recipe("predictor-t8c", "predictor", "phase 6 of weights/predictor: short histories of collide",
+    Recipe("predictor-6", "predictor", "phase 6 of weights/predictor: short histories of collide",
            "small-t8", _T8_TRAIN | {"lr": 1.5e-4, "warmup_steps": 30},
-           {"clips": 3000, "length": 12, "seed_offset": 30}, init_from="predictor-t8b",
+           {"clips": 3000, "length": 12, "seed_offset": 30}, init_from="predictor-5",
            mix=(("collide", 2000, 31), ("occlude", 1000, 32))),
-    Recipe("predictor-t8d", "predictor", "phase 7 of weights/predictor: short histories of every scenario",
+    Recipe("predictor-7", "predictor", "phase 7 of weights/predictor: short histories of every scenario",
            "small-t8", _T8_TRAIN | {"lr": 1e-4, "warmup_steps": 30},
-           {"clips": 5000, "length": 12, "seed_offset": 40}, init_from="predictor-t8c",
+           {"clips": 5000, "length": 12, "seed_offset": 40}, init_from="predictor-6",
            mix=(("hide", 1000, 41), ("bounce", 1000, 42), ("collide", 500, 43), ("occlude", 500, 44))),
     # Phases 8-9: lower rates still, weighted to the short histories of occlude and collide. Phase 9's clips are
     # mostly 8 states long, so that every window of them is a short history; its 12-state parts keep the longer
     # ones.
-    Recipe("predictor-t8e", "predictor", "phase 8 of weights/predictor: short histories, lr 7e-5",
+    Recipe("predictor-8", "predictor", "phase 8 of weights/predictor: short histories, lr 7e-5",
            "small-t8", _T8_TRAIN | {"lr": 7e-5, "warmup_steps": 30},
-           {"clips": 4000, "length": 12, "seed_offset": 50}, init_from="predictor-t8d",
+           {"clips": 4000, "length": 12, "seed_offset": 50}, init_from="predictor-7",
            mix=(("hide", 1500, 51), ("occlude", 1000, 52), ("fast", 500, 53), ("collide", 500, 54))),
-    Recipe("predictor-t8f", "predictor", "phase 9 of weights/predictor: 8-state clips of occlude and collide",
+    Recipe("predictor-9", "predictor", "phase 9 of weights/predictor: 8-state clips of occlude and collide",
            "small-t8", _T8_TRAIN | {"lr": 7e-5, "warmup_steps": 30},
-           {"clips": 3000, "length": 8, "seed_offset": 60}, init_from="predictor-t8e",
+           {"clips": 3000, "length": 8, "seed_offset": 60}, init_from="predictor-8",
            mix=(("occlude", 1500, 61), ("collide", 1000, 62), ("all", 2000, 63, 12), ("hide", 500, 64, 12))),
     # Phase 10: one more epoch at lr 5e-5 on 9,000 fresh clips, mostly 8 states long, weighted to occlude, bounce
     # and hide.
-    Recipe("predictor-t8j", "predictor", "phase 10 of weights/predictor: short histories of occlude, bounce, hide",
+    Recipe("predictor-10", "predictor", "phase 10 of weights/predictor: short histories of occlude, bounce, hide",
            "small-t8", _T8_TRAIN | {"lr": 5e-5, "warmup_steps": 30},
-           {"clips": 3000, "length": 8, "seed_offset": 100}, init_from="predictor-t8f",
+           {"clips": 3000, "length": 8, "seed_offset": 100}, init_from="predictor-9",
            mix=(("occlude", 2000, 101), ("bounce", 1000, 102), ("all", 2000, 103, 12), ("hide", 1000, 104, 12))),
     # Phase 11, the shipped weights/predictor: phase 10 grown to three layers. The new middle layer starts as the
     # identity (--grow-layer 1), the memory taps stay on the two trained layers (every 2nd layer: 0 and 2), and
@@ -362,17 +362,17 @@ RECIPES: dict[str, Recipe] = _by_name(
     Recipe("predictor", "predictor", "weights/predictor: phase 11, phase 10 grown to three layers",
            "small-t8-l3", _T8_TRAIN | {"lr": 1e-4, "warmup_steps": 100, "epochs": 3, "grow_layer": 1,
                                        "memory": _MEMORY | {"memory_every_n_layers": 2}},
-           {"clips": 3000, "length": 8, "seed_offset": 120}, init_from="predictor-t8j",
+           {"clips": 3000, "length": 8, "seed_offset": 120}, init_from="predictor-10",
            mix=(("collide", 2000, 121, 6), ("bounce", 2000, 122, 6), ("occlude", 2000, 123, 6),
                 ("gravity", 1000, 124, 6), ("fast", 500, 125, 6), ("all", 3000, 126, 12), ("hide", 1500, 127, 12))),
-    # The predictor without memory (the former default): the 4-tensor model on world state sequences of every
+    # The reference predictor without a tensor memory: the 4-tensor model on world state sequences of every
     # scenario (train split), 5% of the clips held out for the section 8.2 stopping rule. Phase 1 is the paper's
     # rule on 3,000 clips; phase 2 fine-tunes it on 24,000 clips (the first 3,000 are phase 1's) with a cosine
     # schedule, the loss on S(T) alone and state-level scheduled sampling.
-    Recipe("predictor-plain-base", "predictor", "phase 1 of the former default: the paper's rule on 3,000 clips",
+    Recipe("predictor-plain-base", "predictor", "phase 1 of the predictor without memory: the paper's rule on 3,000 clips",
            "small", {"model": "four_tensor", "causal_slices": False, "max_windows": None, "epochs": 8,
                      "batch_size": 32, "lr": 1e-3, "val_fraction": 0.05}, {"clips": 3000, "length": 20}),
-    Recipe("predictor-plain", "predictor", "the former default: phase 2, a rollout-aware fine-tune on 24,000 clips",
+    Recipe("predictor-plain", "predictor", "the predictor without memory: phase 2, a rollout-aware fine-tune on 24,000 clips",
            "small", {"model": "four_tensor", "causal_slices": False, "max_windows": None, "epochs": 3,
                      "batch_size": 64, "lr": 1e-3, "val_fraction": 0.05, "lr_schedule": "cosine",
                      "warmup_steps": 200, "min_lr_ratio": 0.02, "target_slices": "last", "rollout_steps": 3,

@@ -81,7 +81,7 @@ def stage_resources(
     cluster's CPUs.
 
     Every model stage takes the same `batch_size` by default. A stage bundles its input blocks up to its batch
-    size and returns one block per bundle, so a larger batch downstream (the predictor's former 16) merges the
+    size and returns one block per bundle, so a larger batch downstream (say 16 for the predictor) merges the
     blocks for good: the stages after it then get 16 clips per task, the first clips wait for the sixteenth, and
     one write task writes all sixteen in a row while the other core idles.
     """

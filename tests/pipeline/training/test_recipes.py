@@ -59,14 +59,14 @@ def test_the_shipped_recipes_cover_every_stage_and_the_finetune_names_its_base()
     assert {RECIPES[s].stage for s in STAGES} == set(STAGES)
     assert {RECIPES[f"quick-{s}"].stage for s in STAGES} == set(STAGES)
     assert get_recipe("captioner").init_from == "captioner-base"
-    assert get_recipe("predictor").init_from == "predictor-t8j"
-    assert get_recipe("predictor-t8j").init_from == "predictor-t8f"
-    assert get_recipe("predictor-t8f").init_from == "predictor-t8e"
+    assert get_recipe("predictor").init_from == "predictor-10"
+    assert get_recipe("predictor-10").init_from == "predictor-9"
+    assert get_recipe("predictor-9").init_from == "predictor-8"
     assert get_recipe("quick-predictor").init_from == "quick-predictor-base"
-    assert get_recipe("renderer").init_from == "renderer-r3"
-    assert get_recipe("renderer-r3").init_from == "renderer-r2"
-    assert get_recipe("renderer-r2").init_from == "renderer-r1"
-    assert get_recipe("renderer-r1").init_from == "renderer-base"
+    assert get_recipe("renderer").init_from == "renderer-4"
+    assert get_recipe("renderer-4").init_from == "renderer-3"
+    assert get_recipe("renderer-3").init_from == "renderer-2"
+    assert get_recipe("renderer-2").init_from == "renderer-base"
     assert get_recipe("quick-renderer").init_from == "quick-renderer-base"
     assert (
         get_recipe("renderer").model == get_recipe("renderer-base").model == RendererConfig()
@@ -140,21 +140,21 @@ def test_the_predictor_recipe_is_the_run_that_made_the_shipped_predictor():
     )["args"]  # in the flat format (memory a bool beside its knobs), which from_dict reads too
     shipped = TrainArgs.from_dict(summary)
     recipe = get_recipe("predictor")
-    assert recipe.init_from == "predictor-t8j" and shipped.init_from is not None
+    assert recipe.init_from == "predictor-10" and shipped.init_from is not None
     run = {k: v for k, v in asdict(shipped).items() if k not in recipe.train and k != "preset"}
     assert args_from_recipe(recipe, **run) == shipped  # every field, each memory knob included
     assert TrainArgs.from_dict(asdict(shipped)) == shipped  # and the format asdict writes now
     assert [r.name for r in recipe_chain(recipe)] == [
         "predictor-base",
-        "predictor-mf5",
-        "predictor-mf6",
-        "predictor-t8",
-        "predictor-t8b",
-        "predictor-t8c",
-        "predictor-t8d",
-        "predictor-t8e",
-        "predictor-t8f",
-        "predictor-t8j",
+        "predictor-2",
+        "predictor-3",
+        "predictor-4",
+        "predictor-5",
+        "predictor-6",
+        "predictor-7",
+        "predictor-8",
+        "predictor-9",
+        "predictor-10",
         "predictor",
     ]
     base = get_recipe("predictor-base")
@@ -227,12 +227,12 @@ def test_a_renderer_chain_trains_every_phase_in_order_each_from_the_last_shipped
 def test_a_recipe_seed_offset_moves_the_run_seed_and_defaults_to_zero():
     from pipeline.training.args import args_from_recipe
 
-    shifted = args_from_recipe(get_recipe("renderer-r3"), out="x", seed=5)
-    assert get_recipe("renderer-r3").seed_offset == 1 and shifted.seed == 6
+    shifted = args_from_recipe(get_recipe("renderer-4"), out="x", seed=5)
+    assert get_recipe("renderer-4").seed_offset == 1 and shifted.seed == 6
     assert (
         args_from_recipe(get_recipe("renderer"), out="x", seed=0).seed == 2
     )  # phase 5: the pool of --seed 2
-    assert args_from_recipe(get_recipe("renderer-r2"), out="x", seed=5).seed == 5
+    assert args_from_recipe(get_recipe("renderer-3"), out="x", seed=5).seed == 5
     quick = get_recipe("quick-predictor")
     assert quick.seed_offset == 0 and args_from_recipe(quick, data="d", out="x", seed=5).seed == 5
 
