@@ -1,5 +1,6 @@
-"""docker-compose.yml: valid against the compose-spec schema, and its `batch` service shares the server's image
-and GPU reservation, reads the input folder read-only and writes to a volume."""
+"""docker-compose.yml's services: `batch` shares the server's image and GPU reservation, reads the input folder
+read-only and writes to a volume; the scale profile runs Ray Serve on PostgreSQL beside the plain stack. (Its
+validity against the compose-spec schema is checked with the Dockerfiles, in tests/api/test_deploy.py.)"""
 
 from __future__ import annotations
 

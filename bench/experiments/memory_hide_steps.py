@@ -1,4 +1,4 @@
-"""Where a predictor fails on `hide`: its predictable steps split by what happens at them (docs/tensor-memory.md).
+"""Where a predictor fails on `hide`: its predictable steps split by what happens at them (docs/history.md reports what it found).
 
 In `hide` an object peeks out from behind the screen at intervals and hides again. A step is *appears* when the
 target has more objects than the state before it (the hidden object comes back: which object, in which row, on

@@ -1,7 +1,7 @@
 """The tensor memory alone learns to recall: a key chunk, `gap` chunks of noise, a cue chunk; a linear head on the
 cue's memory read must name the key (8 keys, chance 12.5%). Trains the interface + head with Adam for 600 steps.
 
-    python -m bench.experiments.memory_unit_recall GAP FORGET_BIAS  # e.g. 1 0, 8 0 (docs/tensor-memory.md)
+    python -m bench.experiments.memory_unit_recall GAP FORGET_BIAS  # e.g. 1 0, 8 0 (docs/history.md reports what it found)
 """
 
 from __future__ import annotations

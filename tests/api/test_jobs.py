@@ -14,7 +14,7 @@ import pytest
 from api.jobs import JobParams, JobState, JobStore
 from pipeline.world_model import WorldModelPipeline
 from tests.api.conftest import REAL_CLIP, STORES, database_for, wait_job, wait_state
-from tests.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer
+from tests.fakes import BrightnessCaptioner, EchoPredictor, NoiseRenderer, UnsureCaptioner
 
 
 @pytest.fixture(params=STORES)
@@ -250,13 +250,6 @@ def test_crash_recovery_retries_then_fails(tmp_path, make_client, make_store):
     failed = client.get(f"/v1/jobs/{spent.id}").json()
     assert failed["state"] == "failed" and "interrupted 2 times" in failed["error"]
     assert wait_job(client, queued.id)["state"] == "succeeded"
-
-
-class UnsureCaptioner(BrightnessCaptioner):
-    """Scores every read far below the threshold, as the shipped captioner does on real footage."""
-
-    def caption_scored(self, frames):
-        return [("red ball top left .", -0.5) for _ in frames]
 
 
 def test_a_finished_job_says_its_warning(make_client):
