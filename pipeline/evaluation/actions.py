@@ -6,12 +6,20 @@ the logged one (the policy's) and the counterfactual ones (each action held thro
 all "stay"). The predictor forecasts each future from the same history under the same actions; every forecast
 state is compared with the emulator's.
 
-Reported by horizon h = 1..H: exact state match under the logged actions (all targets, and the targets with no
-serve in the steps before them: where the ball comes back into play is the console's draw, not a consequence of
-the history and the actions), per-field accuracy and mean position error (RAM units, about a pixel each), the
+Reported by horizon h = 1..H: exact state match under the logged actions (all targets, and the targets the
+history and the actions determine), per-field accuracy and mean position error (RAM units, about a pixel each), the
 same for references that read the same history (copy-last; constant velocity: every number moves on by its last
 step), and under each counterfactual sequence the exact rate, the controlled object's exact rate and whether it
 moved the way the emulator's did (same sign of its change from the last history state).
+
+A target is not determined when a serve came before it (where the ball comes back into play is the console's
+draw), or when another console that reads exactly as the history did went on to another state there. A state
+holds positions in bins of QUANTUM RAM units, so where inside its bin each object is, hidden from the history,
+can decide the next bin. The test moves the positions within their bins at the history's first state (every
+combination, or a sample of `variants` of them), replays the history's actions, keeps the consoles whose every
+history state reads the same, and plays each on under the logged actions. It finds only the hidden differences
+that such moves reach (not those of other hidden bytes: speeds, timers), so it undercounts what the history leaves
+open, and the determined-only rate errs towards the strict side.
 """
 
 from __future__ import annotations
@@ -40,6 +48,9 @@ class Episode:
     # name -> (actions, states) or, recorded with screens, (actions, states, screens)
     futures: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     context: list[np.ndarray] = field(default_factory=list)
+    # per step of the logged future: whether a console that reads as this history does, but with some position
+    # elsewhere within its bin, went on to another state under the same actions (the history does not determine it)
+    hidden: list[bool] = field(default_factory=list)
 
 
 def record_episodes(
@@ -51,12 +62,22 @@ def record_episodes(
     sticky: float = 0.0,
     screens: bool = False,
     policy: str = "mix",
+    variants: int = 256,
 ) -> list[Episode]:
     """n test episodes of `domain.simulator` under its behaviour `policy`, each with the logged future and the
-    counterfactual ones (and with `screens`, the emulator's screens of the history and of every future)."""
+    counterfactual ones (and with `screens`, the emulator's screens of the history and of every future). With
+    `variants` and a simulator that has them (no sticky actions), each episode's `hidden` steps: those where one
+    of up to `variants` consoles that differ from the episode's first only within the state's bins and read the
+    same through the whole history went on to another state under the logged actions."""
     episodes = []
     for i in range(n):
         emu, act = domain.simulator(i, seed=seed, policy=policy, sticky=sticky)
+        first = emu.clone()
+        others = (
+            emu.variants(variants, np.random.default_rng([seed, i]))
+            if variants and not sticky and hasattr(emu, "variants")
+            else []
+        )
         ep = Episode([], [])
         for t in range(T):
             ep.history.append(emu.state())
@@ -77,8 +98,32 @@ def record_episodes(
                 if screens:
                     shown.append(emu.screen())
             ep.futures[name] = (acts, states, shown) if screens else (acts, states)
+        if others:
+            ep.hidden = _hidden_steps(emu, first, others, ep)
         episodes.append(ep)
     return episodes
+
+
+def _hidden_steps(emu: Any, first: Any, variants: Sequence[dict[int, int]], ep: Episode) -> list[bool]:
+    """Per step of the logged future: whether a variant of the console at the history's first state (RAM writes
+    that leave every history state reading the same) reached another state there under the same actions."""
+    acts, truth = ep.futures["logged"][:2]
+    differs = [False] * len(truth)
+    for writes in variants:
+        emu.restore(first)
+        emu.write_ram(writes)
+        alike = emu.state() == ep.history[0]
+        for t, action in enumerate(ep.actions):
+            if not alike:
+                break
+            emu.step(action)
+            alike = emu.state() == ep.history[t + 1]
+        if not alike:
+            continue
+        for h, action in enumerate(acts):
+            emu.step(action)
+            differs[h] = differs[h] or emu.state() != truth[h]
+    return differs
 
 
 def constant_velocity(history: Sequence[str], h: int) -> str:
@@ -120,11 +165,12 @@ def _position(key: str) -> bool:
 def score_forecasts(
     domain: Any, episodes: Sequence[Episode], forecasts: Sequence[Sequence[str]], quantum: int
 ) -> dict[str, Any]:
-    """Exact rate, determined-only exact rate, per-field accuracy (over the targets that have the field), per
+    """Exact rate, determined-only exact rate (and the shares not determined: all, and those found by the hidden
+    positions' test), per-field accuracy (over the targets that have the field), per
     position field the rate within one quantisation step, and the mean position error, by horizon."""
     H = len(forecasts[0])
     exact = np.zeros(H)
-    det_hits, det_n = np.zeros(H), np.zeros(H)
+    det_hits, det_n, hidden_n = np.zeros(H), np.zeros(H), np.zeros(H)
     field_hits: dict[str, np.ndarray] = {}
     field_n: dict[str, np.ndarray] = {}
     near: dict[str, np.ndarray] = {}
@@ -136,9 +182,11 @@ def score_forecasts(
             served = served or (
                 " none " in f" {truth[h - 1] if h else ep.history[-1]} " and " none " not in f" {truth[h]} "
             )
+            hidden = bool(ep.hidden) and ep.hidden[h]
+            hidden_n[h] += hidden
             ok = domain.spell(pred[h]) == domain.spell(truth[h])
             exact[h] += ok
-            if not served:
+            if not served and not hidden:
                 det_hits[h] += ok
                 det_n[h] += 1
             t, p = _fields(domain, truth[h]), _fields(domain, pred[h])
@@ -160,6 +208,7 @@ def score_forecasts(
         "exact": (exact / n).round(4).tolist(),
         "exact_determined": (det_hits / np.maximum(det_n, 1)).round(4).tolist(),
         "undetermined_share": (1 - det_n / n).round(4).tolist(),
+        "hidden_share": (hidden_n / n).round(4).tolist(),
         "fields": {k: (v / np.maximum(field_n[k], 1)).round(4).tolist() for k, v in field_hits.items()},
         "fields_within_one": {k: (v / np.maximum(field_n[k], 1)).round(4).tolist() for k, v in near.items()},
         "position_error": (err_sum / np.maximum(err_n, 1)).round(3).tolist(),
@@ -224,11 +273,14 @@ def evaluate_actions(
     baseline: Any | None = None,
     quantum: int = 4,
     policy: str = "mix",
+    variants: int = 256,
 ) -> dict[str, Any]:
     """Every number above for `predictor` (a pipeline.predictor.Predictor with actions) on `episodes` test
     episodes of `domain` played by its behaviour `policy`; `baseline`, another such predictor (the 1-D model), is
-    scored beside it."""
-    eps = record_episodes(domain, episodes, predictor.T, horizon, seed=seed, sticky=sticky, policy=policy)
+    scored beside it. `variants`: as record_episodes'."""
+    eps = record_episodes(
+        domain, episodes, predictor.T, horizon, seed=seed, sticky=sticky, policy=policy, variants=variants
+    )
     names = list(eps[0].futures)
 
     def model(p: Any) -> Callable[[list[list[str]], int, list[list[str | None]]], list[list[str]]]:
@@ -259,6 +311,7 @@ def evaluate_actions(
         "sticky": sticky,
         "seed": seed,
         "policy": policy,
+        "variants": variants if not sticky else 0,
         "logged": logged,
         "counterfactual": score_counterfactuals(domain, eps, {n: ours[n] for n in names if n != "logged"}),
         "predicted_states_per_s": round(states / max(t_predict, 1e-9), 1),
@@ -283,7 +336,7 @@ def plot_horizons(result: dict[str, Any], path: str | Path) -> Path:
         result["logged"]["semworld"]["exact_determined"],
         ls="--",
         color="C0",
-        label="semworld, nothing new in play",
+        label="semworld, determined targets",
     )
     a.set(
         title=f"{result['domain']}: logged actions",

@@ -60,7 +60,7 @@ def record_screen_episodes(
 ) -> list[ScreenEpisode]:
     """n test episodes of `domain.simulator` with their screens (actions.record_episodes), the context's passed
     through H.264 as a user's clip would be."""
-    episodes = record_episodes(domain, n, T, horizon, seed=seed, sticky=sticky, screens=True)
+    episodes = record_episodes(domain, n, T, horizon, seed=seed, sticky=sticky, screens=True, variants=0)
     for ep in episodes:
         ep.context = as_clip(ep.context, domain.state_rate)
     return episodes

@@ -104,6 +104,9 @@ class Game:
     ale_actions: ClassVar[Mapping[str, str]]  # action word -> ale_py.Action member name
     controlled: ClassVar[str]  # the field of `parse` that the actions move
     controlled_noun: ClassVar[str]  # what that field is on the screen, for titles ("the player's paddle")
+    # The RAM addresses of the positions a state quantises: within a bin their value is hidden from the state,
+    # so two histories that read alike may go on differently (pipeline.evaluation.actions' determined targets).
+    positions: ClassVar[tuple[int, ...]]
     fields: ClassVar[
         tuple[str, ...]
     ]  # the flat names of parse's fields, for goals ("ball x", "score player")
@@ -198,6 +201,7 @@ class Pong(Game):
         ("ball", *ball, "player", NUMBER, "enemy", NUMBER, "score", NUMBER, NUMBER, ".")
         for ball in ((NUMBER, NUMBER), ("none",))
     )
+    positions: ClassVar[tuple[int, ...]] = (49, 54, 51, 50)  # ball x, ball y, player, enemy
     aim: ClassVar[int] = 8  # RAM units from paddle_y to the point of the paddle the scripted player aims with
     enemy_hidden: ClassVar[int] = 32  # the computer's paddle y at and above which (smaller y) it is not drawn
 
@@ -313,6 +317,7 @@ class Freeway(Game):
     controlled: ClassVar[str] = "chicken"
     controlled_noun: ClassVar[str] = "chicken"
     lanes: ClassVar[int] = 10
+    positions: ClassVar[tuple[int, ...]] = (14, *range(108, 118))  # the chicken, the cars lane by lane
     fields: ClassVar[tuple[str, ...]] = ("chicken", "score", *(f"cars {i}" for i in range(10)))
     layouts: ClassVar[tuple[tuple[str, ...], ...]] = (
         ("chicken", NUMBER, "score", NUMBER, "cars", *(NUMBER,) * 10, "."),

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.domains.atari.games import ACTIONS, GAMES, Game
+from pipeline.domains.atari.games import ACTIONS, GAMES, QUANTUM, Game
 from pipeline.utils import UserError
 
 logger = logging.getLogger(__name__)
@@ -109,6 +109,35 @@ class Emulator:
         writes = self.game.score_bytes(score)
         if writes is None:
             raise ValueError(f"the {self.game.name} recorder cannot set the score")
+        self.write_ram(writes)
+
+    def variants(self, limit: int, rng: np.random.Generator) -> list[dict[int, int]]:
+        """Up to `limit` RAM writes (address -> value), each moving some of the game's positions within their
+        bins, so that the state reads as it does now: other consoles that this state could be. All of them when
+        there are no more than `limit`, else a random sample."""
+        ram, now = self.ram(), self.state()
+        options = []  # per position address: the values that read the same
+        for address in self.game.positions:
+            same, at = [], int(ram[address])
+            for value in range(max(0, at - QUANTUM + 1), min(255, at + QUANTUM)):
+                moved = ram.copy()
+                moved[address] = value
+                if self.game.spell(self.game.read(moved)) == now:
+                    same.append(value)
+            options.append(same)
+        sizes = [len(o) for o in options]
+        total = int(np.prod(sizes))
+        picks = range(total) if total <= limit + 1 else rng.choice(total, size=limit + 1, replace=False)
+        out = []
+        for pick in picks:
+            values = np.unravel_index(int(pick), sizes)
+            moves = zip(self.game.positions, options, values, strict=True)
+            writes = {a: o[i] for a, o, i in moves if o[i] != ram[a]}
+            if writes:  # not the console as it is
+                out.append(writes)
+        return out[:limit]
+
+    def write_ram(self, writes: dict[int, int]) -> None:
         for address, value in writes.items():
             self.ale.setRAM(address, value)
 

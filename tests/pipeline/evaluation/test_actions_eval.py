@@ -1,9 +1,14 @@
 """`semworld eval actions`: episodes with counterfactual futures from the real emulator, and the scoring."""
 
+import dataclasses
+
+import numpy as np
 import pytest
 
 from pipeline.domain import get_domain
+from pipeline.domains.atari.games import QUANTUM
 from pipeline.evaluation.actions import (
+    _hidden_steps,
     constant_velocity,
     record_episodes,
     score_counterfactuals,
@@ -81,3 +86,46 @@ def test_cli_scores_a_game_predictor_and_refuses_one_without_actions(tmp_path, c
     assert err.count("\n") == 1 and "--policy" in err and "runs" in err
     assert main([*argv, "--policy", "runs", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["policy"] == "runs"
+
+
+def test_variants_read_as_the_console_does_with_positions_moved_inside_their_bins():
+    pytest.importorskip("ale_py")
+    pong = get_domain("pong")
+    emu, _ = pong.simulator(0, seed=0)
+    ram, now, snapshot = emu.ram().copy(), emu.state(), emu.clone()
+    variants = emu.variants(1000, np.random.default_rng(0))
+    assert len(variants) > 20 and len({tuple(sorted(v.items())) for v in variants}) == len(variants)
+    for writes in variants:
+        assert set(writes) <= set(pong.game.positions)
+        assert all(0 < abs(value - int(ram[a])) < QUANTUM for a, value in writes.items())
+        emu.restore(snapshot)
+        emu.write_ram(writes)
+        assert emu.state() == now
+    assert len(emu.variants(5, np.random.default_rng(0))) == 5  # a sample when there are more
+
+
+def test_hidden_steps_come_only_from_consoles_that_read_as_the_history():
+    pytest.importorskip("ale_py")
+    pong = get_domain("pong")
+    eps = record_episodes(pong, 12, T=8, horizon=8, seed=0, variants=64)
+    assert all(len(ep.hidden) == 8 for ep in eps)
+    first_step, last_step = (sum(ep.hidden[h] for ep in eps) for h in (0, -1))
+    assert 0 < last_step and first_step <= last_step  # what the bins hide tells more the longer it plays
+    assert all(ep.hidden == [] for ep in record_episodes(pong, 2, T=8, horizon=8, seed=0, variants=0))
+    # a console whose ball is a bin away reads otherwise from the first state on: it is no evidence
+    ep = eps[0]
+    emu, _ = pong.simulator(0, seed=0)
+    first = emu.clone()
+    moved = {54: int(emu.ram()[54]) + QUANTUM} if emu.ram()[54] else {51: int(emu.ram()[51]) + QUANTUM}
+    assert _hidden_steps(emu, first, [moved], ep) == [False] * 8
+
+
+def test_targets_not_determined_are_scored_apart(episodes):
+    d = get_domain("pong")
+    wrong = "ball 1 1 player 1 enemy 1 score 0 0 ."
+    forecasts = [[wrong] * 6] + [ep.futures["logged"][1] for ep in episodes[1:]]
+    hidden = [[True] * 6] + [[False] * 6] * (len(episodes) - 1)
+    apart = [dataclasses.replace(ep, hidden=h) for ep, h in zip(episodes, hidden, strict=True)]
+    r = score_forecasts(d, apart, forecasts, quantum=4)
+    assert r["exact"][0] == 0.75 and r["exact_determined"][0] == 1.0
+    assert r["hidden_share"] == [0.25] * 6 and r["undetermined_share"][0] >= 0.25
