@@ -412,9 +412,18 @@ RECIPES: dict[str, Recipe] = _by_name(
     Recipe("pong-predictor-screen", "predictor", "phase 4 of weights/pong/predictor: an epoch of fresh clips, screen bins",
            "small-t8", _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": 3e-4, "warmup_steps": 100},
            {"clips": 1200, "length": 256, "seed_offset": 1}, init_from="pong-predictor-wide"),
-    Recipe("pong-predictor", "predictor", "weights/pong/predictor: phase 5, an epoch of fresh clips at 2e-4",
+    Recipe("pong-predictor-screen-2", "predictor", "phase 5 of weights/pong/predictor: an epoch of fresh clips at 2e-4",
            "small-t8", _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": 2e-4, "warmup_steps": 100},
            {"clips": 1200, "length": 256, "seed_offset": 2}, init_from="pong-predictor-screen"),
+    # Phases 6 and 7: a third layer, inserted as the identity between the two trained ones (--grow-layer 1), two
+    # epochs of fresh clips at 3e-4 (seed + 3), then one more epoch of fresh clips at 1.5e-4 (seed + 4).
+    Recipe("pong-predictor-l3", "predictor", "phase 6 of weights/pong/predictor: phase 5 grown to three layers",
+           "small-t8-l3", _ATARI_TRAIN | {"epochs": 2, "max_windows": None, "lr": 3e-4, "warmup_steps": 100,
+                                          "grow_layer": 1},
+           {"clips": 1200, "length": 256, "seed_offset": 3}, init_from="pong-predictor-screen-2"),
+    Recipe("pong-predictor", "predictor", "weights/pong/predictor: phase 7, an epoch of fresh clips at 1.5e-4",
+           "small-t8-l3", _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": 1.5e-4, "warmup_steps": 100},
+           {"clips": 1200, "length": 256, "seed_offset": 4}, init_from="pong-predictor-l3"),
     Recipe("freeway-predictor-base", "predictor", "phase 1 of weights/freeway/predictor: Freeway states under actions",
            "small-t8-n20", _ATARI_TRAIN, {"clips": 340, "length": 256}),
     # Phase 2: 2 epochs on fresh clips drawn from every phase of a whole game (a game is 2,048 steps; up to 1,750
