@@ -72,12 +72,12 @@ def record_episodes(
     episodes = []
     for i in range(n):
         emu, act = domain.simulator(i, seed=seed, policy=policy, sticky=sticky)
-        first = emu.clone()
         others = (
             emu.variants(variants, np.random.default_rng([seed, i]))
             if variants and not sticky and hasattr(emu, "variants")
             else []
         )
+        first = emu.clone() if others else None  # the console the variants are of, replayed by _hidden_steps
         ep = Episode([], [])
         for t in range(T):
             ep.history.append(emu.state())

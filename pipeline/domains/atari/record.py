@@ -119,7 +119,7 @@ class Emulator:
         options = []  # per position address: the values that read the same
         for address in self.game.positions:
             same, at = [], int(ram[address])
-            for value in range(max(0, at - QUANTUM + 1), min(255, at + QUANTUM)):
+            for value in range(max(0, at - QUANTUM + 1), min(256, at + QUANTUM)):  # a byte's values
                 moved = ram.copy()
                 moved[address] = value
                 if self.game.spell(self.game.read(moved)) == now:
