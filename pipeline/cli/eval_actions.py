@@ -104,11 +104,22 @@ def format_report(result: dict[str, Any]) -> str:
     ]
     for name, r in rows:
         lines.append(f"| {name} | " + " | ".join(f"{r['exact'][h - 1]:.3f}" for h in shown) + " |")
-    lines += ["", "semworld per field (h=1 / h=8) and mean position error in RAM units:", ""]
+    lines += ["", "semworld per field (h=1 / h=8), all targets; then the determined targets alone; and mean position "
+              "error in RAM units:", ""]  # fmt: skip
     h8 = min(8, H) - 1
-    near = sem["fields_within_one"]
-    lines += [f"- {k}: {v[0]:.3f} / {v[h8]:.3f}" + (f" (within one step: {near[k][0]:.3f} / {near[k][h8]:.3f})"
-              if k in near else "") for k, v in sem["fields"].items()]  # fmt: skip
+
+    def pair(rates: list[float]) -> str:
+        return f"{rates[0]:.3f} / {rates[h8]:.3f}"
+
+    near, det, det_near = (
+        sem[k] for k in ("fields_within_one", "fields_determined", "fields_within_one_determined")
+    )
+    for k, v in sem["fields"].items():
+        line = f"- {k}: {pair(v)}" + (f" (within one step: {pair(near[k])})" if k in near else "")
+        if k in det:
+            line += f"; determined: {pair(det[k])}"
+            line += f" (within one step: {pair(det_near[k])})" if k in det_near else ""
+        lines.append(line)
     lines.append(f"- position error: {sem['position_error'][0]:.2f} / {sem['position_error'][h8]:.2f} "
                  f"(copy-last {result['logged']['copy-last']['position_error'][h8]:.2f}, constant velocity "
                  f"{result['logged']['constant velocity']['position_error'][h8]:.2f} at h={h8 + 1})")  # fmt: skip

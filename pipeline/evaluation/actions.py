@@ -166,14 +166,17 @@ def score_forecasts(
     domain: Any, episodes: Sequence[Episode], forecasts: Sequence[Sequence[str]], quantum: int
 ) -> dict[str, Any]:
     """Exact rate, determined-only exact rate (and the shares not determined: all, and those found by the hidden
-    positions' test), per-field accuracy (over the targets that have the field), per
-    position field the rate within one quantisation step, and the mean position error, by horizon."""
+    positions' test), per-field accuracy (over the targets that have the field), per position field the rate
+    within one quantisation step, the last two also over the determined targets alone (`*_determined`), and the
+    mean position error, by horizon."""
     H = len(forecasts[0])
     exact = np.zeros(H)
     det_hits, det_n, hidden_n = np.zeros(H), np.zeros(H), np.zeros(H)
     field_hits: dict[str, np.ndarray] = {}
     field_n: dict[str, np.ndarray] = {}
     near: dict[str, np.ndarray] = {}
+    # the same counts over the determined targets alone: field -> (hits, within one step, targets) by horizon
+    det_fields: dict[str, np.ndarray] = {}
     err_sum, err_n = np.zeros(H), np.zeros(H)
     for ep, pred in zip(episodes, forecasts, strict=True):
         truth = ep.futures["logged"][1]
@@ -186,7 +189,8 @@ def score_forecasts(
             hidden_n[h] += hidden
             ok = domain.spell(pred[h]) == domain.spell(truth[h])
             exact[h] += ok
-            if not served and not hidden:
+            determined = not served and not hidden
+            if determined:
                 det_hits[h] += ok
                 det_n[h] += 1
             t, p = _fields(domain, truth[h]), _fields(domain, pred[h])
@@ -198,8 +202,12 @@ def score_forecasts(
                     continue
                 field_hits.setdefault(k, np.zeros(H))[h] += pf.get(k) == v
                 field_n.setdefault(k, np.zeros(H))[h] += 1
-                if _position(k) and isinstance(v, int):  # within one quantisation step
-                    near.setdefault(k, np.zeros(H))[h] += isinstance(pf.get(k), int) and abs(pf[k] - v) <= 1
+                position = _position(k) and isinstance(v, int)
+                close = position and isinstance(pf.get(k), int) and abs(pf[k] - v) <= 1  # within one step
+                if position:
+                    near.setdefault(k, np.zeros(H))[h] += close
+                if determined:
+                    det_fields.setdefault(k, np.zeros((3, H)))[:, h] += (pf.get(k) == v, close, 1)
                 if _position(k) and isinstance(v, int) and isinstance(pf.get(k), int):
                     err_sum[h] += abs(pf[k] - v) * quantum
                     err_n[h] += 1
@@ -211,6 +219,12 @@ def score_forecasts(
         "hidden_share": (hidden_n / n).round(4).tolist(),
         "fields": {k: (v / np.maximum(field_n[k], 1)).round(4).tolist() for k, v in field_hits.items()},
         "fields_within_one": {k: (v / np.maximum(field_n[k], 1)).round(4).tolist() for k, v in near.items()},
+        "fields_determined": {
+            k: (v[0] / np.maximum(v[2], 1)).round(4).tolist() for k, v in det_fields.items()
+        },
+        "fields_within_one_determined": {
+            k: (v[1] / np.maximum(v[2], 1)).round(4).tolist() for k, v in det_fields.items() if k in near
+        },
         "position_error": (err_sum / np.maximum(err_n, 1)).round(3).tolist(),
     }
 

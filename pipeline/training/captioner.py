@@ -311,6 +311,7 @@ class CaptionerRun:
     )
     start_epoch: int = 0
     best: dict[str, Any] = field(default_factory=lambda: {"exact_match": -1.0})
+    hard: np.ndarray | None = None  # indices into pool of the frames read worst (rank_hard)
 
     @property
     def run_dir(self) -> Path:
@@ -354,6 +355,9 @@ def train_captioner(args: TrainCaptionerArgs) -> dict[str, float]:
     for epoch in range(run.start_epoch, args.epochs):
         if args.target is not None and run.best["exact_match"] >= args.target:
             break
+        hard_due = run.hard is None or epoch % args.hard_every == 0
+        if run.pool is not None and args.hard_share > 0 and hard_due:
+            run.hard = rank_hard(run)
         t0 = time.time()
         losses, last_step = fit_epoch(run, epoch)
         train_s = time.time() - t0
@@ -460,7 +464,11 @@ def fit_epoch(run: CaptionerRun, epoch: int) -> tuple[list[float], int]:
                                            rescale_prob=rescale_prob, noise_prob=noise_prob,
                                            jitter_prob=jitter_prob, resize_prob=resize_prob)  # fmt: skip
         else:  # recorded frames, already H.264's; a JPEG round trip on some, as for the world's
-            frames, states = run.pool.sample(rng, args.batch_size)
+            n_hard = round(args.batch_size * args.hard_share) if run.hard is not None else 0
+            frames, states = run.pool.sample(rng, args.batch_size - n_hard)
+            if n_hard and run.hard is not None:
+                hard_frames, hard_states = run.pool.take(rng.choice(run.hard, size=n_hard))
+                frames, states = frames + hard_frames, states + hard_states
             frames = [degrade(f, rng, (60, 95)) if rng.random() < args.degrade_prob else f for f in frames]
         batch = {k: v.to(device) for k, v in encode_batch(run.processor, frames, states).items()}
         for group in run.optimizer.param_groups:
@@ -473,6 +481,40 @@ def fit_epoch(run: CaptionerRun, epoch: int) -> tuple[list[float], int]:
         losses.append(loss.item())
         bar.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", refresh=False)
     return losses, step
+
+
+@torch.inference_mode()
+def frame_losses(run: CaptionerRun, batch: int = 128) -> np.ndarray:
+    """The model's mean token loss on each frame of the training pool, teacher-forced: (F,)."""
+    model, pool = run.model, run.pool
+    assert pool is not None
+    model.eval()
+    losses = np.empty(len(pool), dtype=np.float32)
+    for i in range(0, len(pool), batch):
+        states = pool.states[i : i + batch]
+        inputs = {k: v.to(run.device) for k, v in encode_batch(run.processor, list(pool.frames[i : i + batch]),
+                                                                  states).items()}  # fmt: skip
+        image = model.vision_model(pixel_values=inputs["pixel_values"]).last_hidden_state  # (B, 1+P, d)
+        out = model.text_decoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                 encoder_hidden_states=image, labels=inputs["labels"], reduction="none",
+                                 return_dict=True)  # (B,) summed over each caption's tokens  # fmt: skip
+        # the decoder predicts tokens 1..L-1
+        tokens = (inputs["labels"][:, 1:] != -100).sum(dim=1).clamp(min=1)  # (B,)
+        losses[i : i + len(states)] = (out.loss / tokens).float().cpu().numpy()
+    model.train()
+    return losses
+
+
+def rank_hard(run: CaptionerRun) -> np.ndarray:
+    """Indices of the top `hard_top` share of the training pool by the model's loss (frame_losses)."""
+    assert run.pool is not None
+    t0 = time.time()
+    losses = frame_losses(run)
+    k = max(1, round(run.args.hard_top * len(losses)))
+    hard = np.argsort(losses, kind="stable")[-k:]  # (k,)
+    logger.info("hard frames: %d of %d, mean loss %.4f (pool %.4f), ranked in %.0fs", k, len(losses),
+                float(losses[hard].mean()), float(losses.mean()), time.time() - t0)  # fmt: skip
+    return hard
 
 
 def _loss(run: CaptionerRun, batch: dict[str, torch.Tensor], states: list[str]) -> torch.Tensor:

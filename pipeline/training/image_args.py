@@ -111,6 +111,11 @@ class TrainCaptionerArgs(AdamWArgs, RecordedClipsArgs):
         long plateau. Used for the built-in world when the ViT grid equals its grid (image_size / patch_size
         == 5), and for a recording domain that says where each word is read (an Atari game's word_places: the
         ball's numbers on the ball, a paddle's on the paddle); 0 turns it off.
+    hard_share / hard_top / hard_every: a recording domain's training frames the model reads worst, drawn more
+        often: every `hard_every` epochs the pool is ranked by the model's mean token loss on each frame (one
+        teacher-forced pass), the top `hard_top` of it is the hard set, and `hard_share` of each batch comes from
+        that set (the rest uniformly from the pool). For the last few misreads of a nearly right model: a
+        paddle half behind a wall, a position a pixel from the edge of its bin. 0 (the default) turns it off.
     target: stop early once held-out exact match reaches this; None (the default) trains the whole schedule,
         whose low-learning-rate end makes the model steadier on degraded frames than stopping at the first
         perfect evaluation.
@@ -141,6 +146,9 @@ class TrainCaptionerArgs(AdamWArgs, RecordedClipsArgs):
     init_from: str | None = None
     eval_frames: int = 800
     attn_weight: float = 1.0
+    hard_share: float = 0.0
+    hard_top: float = 0.05
+    hard_every: int = 4
     target: float | None = None
     test_clips: int = 200
     # the machine
@@ -154,11 +162,21 @@ class TrainCaptionerArgs(AdamWArgs, RecordedClipsArgs):
             self.model = CaptionerConfig(**self.model)
         self.count_weights = tuple(float(w) for w in self.count_weights)
         check_at_least(self, ("epochs", "steps_per_epoch", "batch_size", "eval_frames", "threads", "clips",
-                              "clip_length"))  # fmt: skip
+                              "clip_length", "hard_every"))  # fmt: skip
         if self.target is not None and not 0 < self.target <= 1:
             raise ValueError(f"target must be in (0, 1] or None, got {self.target}")
         self.check_optimizer()
-        for name in ("degrade_prob", "rescale_prob", "noise_prob", "jitter_prob", "resize_prob"):
+        if not 0 < self.hard_top <= 1:
+            raise ValueError(f"hard_top must be in (0, 1], got {self.hard_top}")
+        probabilities = (
+            "degrade_prob",
+            "rescale_prob",
+            "noise_prob",
+            "jitter_prob",
+            "resize_prob",
+            "hard_share",
+        )
+        for name in probabilities:
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if len(self.count_weights) < 1 or min(self.count_weights) < 0 or sum(self.count_weights) <= 0:

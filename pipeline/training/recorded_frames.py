@@ -45,7 +45,10 @@ class RecordedFrames:
 
     def sample(self, rng: np.random.Generator, n: int) -> tuple[list[np.ndarray], list[str]]:
         """`n` frames drawn uniformly with replacement, with their states."""
-        picked = rng.integers(len(self.states), size=n)
+        return self.take(rng.integers(len(self.states), size=n))
+
+    def take(self, picked: np.ndarray) -> tuple[list[np.ndarray], list[str]]:
+        """The frames at indices `picked`, with their states."""
         return [self.frames[i] for i in picked], [self.states[i] for i in picked]
 
     def spread(self, n: int) -> RecordedFrames:

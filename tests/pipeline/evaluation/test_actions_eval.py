@@ -129,3 +129,6 @@ def test_targets_not_determined_are_scored_apart(episodes):
     r = score_forecasts(d, apart, forecasts, quantum=4)
     assert r["exact"][0] == 0.75 and r["exact_determined"][0] == 1.0
     assert r["hidden_share"] == [0.25] * 6 and r["undetermined_share"][0] >= 0.25
+    # by field too: the wrong paddle of the hidden episode counts over all targets, not over the determined ones
+    assert r["fields"]["player"][0] < 1.0 and r["fields_determined"]["player"][0] == 1.0
+    assert r["fields_within_one"]["player"][0] < 1.0 and r["fields_within_one_determined"]["player"][0] == 1.0

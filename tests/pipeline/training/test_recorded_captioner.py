@@ -85,3 +85,50 @@ def test_train_all_builds_a_game_captioner_that_loads_for_its_game(tmp_path):
     assert set(pong.vocabulary) <= vocab
     (read,) = captioner.caption([np.zeros((210, 160, 3), dtype=np.uint8)])
     assert isinstance(read, str)
+
+
+def _tiny_run(frames: np.ndarray, states: list[str], **args):
+    """A CaptionerRun of a tiny random BLIP over an in-memory pool of Pong frames."""
+    import torch
+
+    from models.captioner import build_blip, build_processor
+    from models.presets import get_recipe
+    from pipeline.training.captioner import CaptionerRun, build_tokenizer
+    from pipeline.training.image_args import TrainCaptionerArgs
+    from pipeline.training.recorded_frames import RecordedFrames
+
+    pong = get_domain("pong")
+    config = get_recipe("quick-pong-captioner").model
+    torch.manual_seed(0)
+    tokenizer = build_tokenizer(domain_sentences(pong))
+    model, processor = build_blip(config, tokenizer), build_processor(tokenizer, config.image_size)
+    targs = TrainCaptionerArgs(out="unused", model=config, domain="pong", lr=1e-3, **args)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return CaptionerRun(targs, model, processor, optimizer, torch.device("cpu"), pong,
+                        pool=RecordedFrames(frames, states))  # fmt: skip
+
+
+def test_hard_frames_are_those_of_highest_loss_and_fill_their_share_of_each_batch(monkeypatch):
+    import torch
+
+    from pipeline.training import captioner as training
+
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, size=(10, 210, 160, 3), dtype=np.uint8)
+    states = [f"ball {i} {i + 3} player {20 + i} enemy 12 score {i} 0 ." for i in range(9)]
+    states.append("ball none player 30 enemy 12 score 1 2 .")
+    run = _tiny_run(frames, states, hard_share=0.5, hard_top=0.2, batch_size=4, steps_per_epoch=3)
+    losses = training.frame_losses(run, batch=3)
+    run.model.eval()  # each frame's loss is the model's own (mean over the caption's tokens), batch by batch
+    for i in (0, 9):
+        one = training.encode_batch(run.processor, [frames[i]], [states[i]])
+        with torch.no_grad():
+            assert abs(run.model(**one).loss.item() - losses[i]) < 1e-4
+    run.hard = training.rank_hard(run)
+    assert sorted(run.hard) == sorted(np.argsort(losses)[-2:])  # the top 20%
+    seen: list[list[str]] = []
+    encode = training.encode_batch
+    monkeypatch.setattr(training, "encode_batch", lambda p, f, s: seen.append(list(s)) or encode(p, f, s))
+    training.fit_epoch(run, 0)
+    hard_states = {states[i] for i in run.hard}
+    assert len(seen) == 3 and all(sum(s in hard_states for s in batch[2:]) == 2 for batch in seen)
