@@ -325,7 +325,7 @@ def evaluate_actions(
         "sticky": sticky,
         "seed": seed,
         "policy": policy,
-        "variants": variants if not sticky else 0,
+        "variants": variants if any(ep.hidden for ep in eps) else 0,  # 0 where no episode was tested
         "logged": logged,
         "counterfactual": score_counterfactuals(domain, eps, {n: ours[n] for n in names if n != "logged"}),
         "predicted_states_per_s": round(states / max(t_predict, 1e-9), 1),

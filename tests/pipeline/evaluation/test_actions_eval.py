@@ -62,6 +62,12 @@ def test_scores_are_one_for_the_truth_and_less_for_copy_last(episodes):
     assert swapped["all up"]["controlled_exact"][-1] < 1.0
 
 
+def _report(result: dict) -> str:
+    from pipeline.cli.eval_actions import format_report
+
+    return format_report(result)
+
+
 def test_cli_scores_a_game_predictor_and_refuses_one_without_actions(tmp_path, capsys, tiny_weights):
     import json
 
@@ -86,6 +92,10 @@ def test_cli_scores_a_game_predictor_and_refuses_one_without_actions(tmp_path, c
     assert err.count("\n") == 1 and "--policy" in err and "runs" in err
     assert main([*argv, "--policy", "runs", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["policy"] == "runs"
+    # the report says how many variants were tried: none under sticky actions, where there is no such test
+    assert got["variants"] == 256 and "; determined: " in _report(got)
+    assert main([*argv, "--sticky", "0.25", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["variants"] == 0
 
 
 def test_variants_read_as_the_console_does_with_positions_moved_inside_their_bins():
