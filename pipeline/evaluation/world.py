@@ -170,10 +170,18 @@ def score_captioner(
 
     read: list[str] = []
     by_count: dict[str, list[bool]] = {}
+    unshown = getattr(domain, "unshown", None)
+    hidden: list[bool] = []  # frames that cannot show their state (a domain's `unshown`)
     t0 = time.perf_counter()
     for i in range(0, len(pairs), batch_size):
         chunk = pairs[i : i + batch_size]
-        read += captioner.caption([frame(p, k) for p, k, _ in chunk])
+        frames = [frame(p, k) for p, k, _ in chunk]
+        read += captioner.caption(frames)
+        if callable(unshown):
+            for j, (f, (p, k, s)) in enumerate(zip(frames, chunk)):
+                before = pairs[i + j - 1] if i + j > 0 else None
+                same_clip = before is not None and before[0] == p and k > 0
+                hidden.append(bool(unshown(f, s, before[2] if same_clip and before else None)))
     truths = [canonical_state(s) for _, _, s in pairs]
     read = [canonical_state(r) for r in read]
     for r, s in zip(read, truths):
@@ -181,6 +189,9 @@ def score_captioner(
         if count is not None:
             by_count.setdefault(f"objects={count}", []).append(r == s)
     out: dict[str, Any] = {"exact_match": _rate([r == s for r, s in zip(read, truths)]), "frames": len(read)}
+    if hidden:  # the rate on the frames that show their state, and the share that do not
+        out["exact_match_shown"] = _rate([r == s for r, s, h in zip(read, truths, hidden) if not h])
+        out["unshown_share"] = _rate(hidden)
     if by_count:
         out["by_objects"] = {k: _rate(v) for k, v in sorted(by_count.items())}
     if domain is not None and domain.name != "shapes":
