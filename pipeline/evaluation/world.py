@@ -178,10 +178,7 @@ def score_captioner(
         frames = [frame(p, k) for p, k, _ in chunk]
         read += captioner.caption(frames)
         if callable(unshown):
-            for j, (f, (p, k, s)) in enumerate(zip(frames, chunk)):
-                before = pairs[i + j - 1] if i + j > 0 else None
-                same_clip = before is not None and before[0] == p and k > 0
-                hidden.append(bool(unshown(f, s, before[2] if same_clip and before else None)))
+            hidden += [bool(unshown(f, s)) for f, (_, _, s) in zip(frames, chunk)]
     truths = [canonical_state(s) for _, _, s in pairs]
     read = [canonical_state(r) for r in read]
     for r, s in zip(read, truths):

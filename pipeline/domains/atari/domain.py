@@ -103,10 +103,10 @@ class AtariDomain:
         """Where the objects are drawn on a 210 x 160 screen, read from its pixels (games.Game.locate)."""
         return self.game.locate(frame)
 
-    def unshown(self, frame: np.ndarray, state: str, previous: str | None) -> bool:
-        """Whether the screen `frame` cannot show `state`, the state after `previous` (games.Game.unshown): a
-        captioner's misread of such a frame is no fault of the model."""
-        return self.game.unshown(frame, self.spell(state), None if previous is None else self.spell(previous))
+    def unshown(self, frame: np.ndarray, state: str) -> bool:
+        """Whether the screen `frame` cannot show `state` (games.Game.unshown): a captioner's misread of such a
+        frame is no fault of the model."""
+        return self.game.unshown(frame, self.spell(state))
 
     def simulator(
         self, index: int, seed: int = 0, policy: str = "mix", sticky: float = 0.0

@@ -145,9 +145,9 @@ class Game:
         the true frame has them. None when the game does not say."""
         return None
 
-    def unshown(self, frame: np.ndarray, state: str, previous: str | None) -> bool:
-        """Whether the 210 x 160 `frame` cannot show `state` (the state after `previous` in a clip; None for a
-        clip's first), so that no captioner can read it: False unless the game says otherwise."""
+    def unshown(self, frame: np.ndarray, state: str) -> bool:
+        """Whether the 210 x 160 `frame` cannot show `state`, so that no captioner can read it from the frame:
+        False unless the game says otherwise."""
         return False
 
     @property
@@ -297,22 +297,20 @@ class Pong(Game):
             "enemy": middle(orange[:, 16:20], 16),
         }
 
-    def unshown(self, frame: np.ndarray, state: str, previous: str | None) -> bool:
-        """The first state of a new score (the console draws the new digits a step after its RAM holds them: in
-        16,000 frames of test play the screen showed the old score at every one of 179 changes), and a ball in
-        play that no pixel of the court shows (inside the top wall, as white as the ball: 33 of 192 balls in the
-        wall's bin, y = 11). The ball is looked for by brightness alone, for a clip's frames: H.264 blends the 2 x 3
-        ball's colour with the court's, but not its brightness (luma over 180, where the paddles' is under 150)."""
+    def unshown(self, frame: np.ndarray, state: str) -> bool:
+        """A ball in play that no pixel of the court shows: inside the top wall, as white as the ball (33 of 192
+        balls in the wall's bin, y = 11, in test play). Every other state the screen determines (over 16,000
+        frames of test play, frames whose ball, paddles and score digits look alike had one state but for such
+        balls and one frame in 16,000). The ball is looked for by brightness alone, for a clip's frames: H.264
+        blends the 2 x 3 ball's colour with the court's, but not its brightness (luma over 180, the paddles' is
+        under 150)."""
         try:
-            now = self.parse(state)
-            before = self.parse(previous) if previous is not None else None
+            ball = self.parse(state)["ball"]
         except ValueError:
             return False
-        if before is not None and before["score"] != now["score"]:
-            return True
         court = np.asarray(frame[34:194], dtype=np.float32)  # (160, 160, 3)
         luma = court @ np.array([0.299, 0.587, 0.114], dtype=np.float32)  # (160, 160)
-        return now["ball"] is not None and not bool((luma > 180).any())
+        return ball is not None and not bool((luma > 180).any())
 
     def track(self, ram: np.ndarray) -> str:
         if int(ram[54]) == 0:
