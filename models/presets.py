@@ -201,6 +201,12 @@ _ATARI_CAPTIONER_TRAIN: dict[str, Any] = {
     "rescale_prob": 0.0, "noise_prob": 0.0,
 }  # fmt: skip
 
+# Pong's captioner from its fourth phase on: 12 epochs of fresh clips of drawn scores, twice as many, each phase's
+# best chosen on twice as many val-split frames (at 99% a thousand frames hardly tell two epochs apart).
+_PONG_CAPTIONER_LATE: dict[str, Any] = _ATARI_CAPTIONER_TRAIN | {
+    "epochs": 12, "warmup_steps": 50, "clip_score_max": 20, "clips": 600, "eval_frames": 2048,
+}  # fmt: skip
+
 # The Atari renderers: the screen drawn as a 160 x 160 square (the captioner's view of it; the renderer hands it out
 # at 210 x 160) through a VAE that halves it three times, to a 20 x 20 x 4 latent: Pong's ball is 2 x 3 pixels, and
 # a 16x VAE (10 x 10) lost it in half the frames it encoded and drew it too faint to be read back. Pong's frames
@@ -233,19 +239,25 @@ _ATARI_TRAIN: dict[str, Any] = {
 
 
 def _game_captioner(
-    game: str, phase2: dict[str, Any], what2: str, phase3: dict[str, Any], what3: str
+    game: str,
+    phase2: dict[str, Any],
+    what2: str,
+    phase3: dict[str, Any],
+    what3: str,
+    name3: str | None = None,
 ) -> tuple[Recipe, Recipe, Recipe]:
-    """A game's three captioner phases: 30 epochs from scratch; 12 at a lower rate on fresh clips (seed + 1) with
-    `phase2`'s changes; then the shipped "<game>-captioner", 6 at half that rate on fresh clips (seed + 2) with
-    `phase3`'s changes."""
+    """A game's first three captioner phases: 30 epochs from scratch; 12 at a lower rate on fresh clips (seed + 1)
+    with `phase2`'s changes; then `name3` (default: the shipped "<game>-captioner"), 6 at half that rate on fresh
+    clips (seed + 2) with `phase3`'s changes."""
     return (
         Recipe(f"{game}-captioner-base", "captioner", f"phase 1 of weights/{game}/captioner: 30 epochs from scratch",
                _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN),
         Recipe(f"{game}-captioner-2", "captioner", f"phase 2 of weights/{game}/captioner: {what2}", _ATARI_CAPTIONER,
                _ATARI_CAPTIONER_TRAIN | {"epochs": 12, "lr": 4e-4, "warmup_steps": 50} | phase2,
                init_from=f"{game}-captioner-base", seed_offset=1),
-        Recipe(f"{game}-captioner", "captioner", f"weights/{game}/captioner: phase 3, {what3}", _ATARI_CAPTIONER,
-               _ATARI_CAPTIONER_TRAIN | {"epochs": 6, "lr": 2e-4, "warmup_steps": 50} | phase3,
+        Recipe(name3 or f"{game}-captioner", "captioner",
+               f"phase 3 of weights/{game}/captioner: {what3}" if name3 else f"weights/{game}/captioner: phase 3, {what3}",
+               _ATARI_CAPTIONER, _ATARI_CAPTIONER_TRAIN | {"epochs": 6, "lr": 2e-4, "warmup_steps": 50} | phase3,
                init_from=f"{game}-captioner-2", seed_offset=2),
     )  # fmt: skip
 
@@ -415,15 +427,19 @@ RECIPES: dict[str, Recipe] = _by_name(
     Recipe("pong-predictor-screen-2", "predictor", "phase 5 of weights/pong/predictor: an epoch of fresh clips at 2e-4",
            "small-t8", _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": 2e-4, "warmup_steps": 100},
            {"clips": 1200, "length": 256, "seed_offset": 2}, init_from="pong-predictor-screen"),
-    # Phases 6 and 7: a third layer, inserted as the identity between the two trained ones (--grow-layer 1), two
-    # epochs of fresh clips at 3e-4 (seed + 3), then one more epoch of fresh clips at 1.5e-4 (seed + 4).
+    # Phases 6 to 8: a third layer, inserted as the identity between the two trained ones (--grow-layer 1), two
+    # epochs of fresh clips at 3e-4 (seed + 3), then one more epoch of fresh clips at 1.5e-4 (seed + 4) and one at
+    # 1e-4 (seed + 5).
     Recipe("pong-predictor-l3", "predictor", "phase 6 of weights/pong/predictor: phase 5 grown to three layers",
            "small-t8-l3", _ATARI_TRAIN | {"epochs": 2, "max_windows": None, "lr": 3e-4, "warmup_steps": 100,
                                           "grow_layer": 1},
            {"clips": 1200, "length": 256, "seed_offset": 3}, init_from="pong-predictor-screen-2"),
-    Recipe("pong-predictor", "predictor", "weights/pong/predictor: phase 7, an epoch of fresh clips at 1.5e-4",
+    Recipe("pong-predictor-7", "predictor", "phase 7 of weights/pong/predictor: an epoch of fresh clips at 1.5e-4",
            "small-t8-l3", _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": 1.5e-4, "warmup_steps": 100},
            {"clips": 1200, "length": 256, "seed_offset": 4}, init_from="pong-predictor-l3"),
+    Recipe("pong-predictor", "predictor", "weights/pong/predictor: phase 8, an epoch of fresh clips at 1e-4",
+           "small-t8-l3", _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": 1e-4, "warmup_steps": 100},
+           {"clips": 1200, "length": 256, "seed_offset": 5}, init_from="pong-predictor-7"),
     Recipe("freeway-predictor-base", "predictor", "phase 1 of weights/freeway/predictor: Freeway states under actions",
            "small-t8-n20", _ATARI_TRAIN, {"clips": 340, "length": 256}),
     # Phase 2: 2 epochs on fresh clips drawn from every phase of a whole game (a game is 2,048 steps; up to 1,750
@@ -446,7 +462,19 @@ RECIPES: dict[str, Recipe] = _by_name(
     # train-split clips of 64 states under the mixed policy, decoded from their MP4 files; then a second phase;
     # then a third on clips each set to a player's score drawn from 0..20 (the mixed policy seldom scores 8).
     *_game_captioner("pong", {}, "12 epochs on 300 fresh clips", {"clip_score_max": 20},
-                     "6 epochs on drawn scores 0..20"),
+                     "6 epochs on drawn scores 0..20", name3="pong-captioner-3"),
+    # Phases 4 to 6: 12 epochs each on 600 fresh clips of drawn scores at falling rates, the best of each chosen on
+    # 2,048 val-split frames; from phase 5 on a quarter of each batch comes from the twentieth of the training
+    # frames the model reads worst (hard_share): the last misreads are a paddle half behind a wall or a position
+    # a pixel from the edge of its bin, frames too few in a uniform draw.
+    Recipe("pong-captioner-4", "captioner", "phase 4 of weights/pong/captioner: 12 epochs on 600 fresh clips",
+           _ATARI_CAPTIONER, _PONG_CAPTIONER_LATE | {"lr": 2e-4}, init_from="pong-captioner-3", seed_offset=3),
+    Recipe("pong-captioner-5", "captioner", "phase 5 of weights/pong/captioner: the same, hard frames drawn more",
+           _ATARI_CAPTIONER, _PONG_CAPTIONER_LATE | {"lr": 1.5e-4, "hard_share": 0.25},
+           init_from="pong-captioner-4", seed_offset=4),
+    Recipe("pong-captioner", "captioner", "weights/pong/captioner: phase 6, as phase 5 at a lower rate",
+           _ATARI_CAPTIONER, _PONG_CAPTIONER_LATE | {"lr": 1e-4, "hard_share": 0.25},
+           init_from="pong-captioner-5", seed_offset=5),
     # weights/pong/renderer, phase 1: the VAE, then the UNet + text encoder on every frame of 200 train-split clips
     # of 64 states (decoded MP4), best/ chosen by the round trip through weights/pong/captioner on 256 val-split
     # frames.
