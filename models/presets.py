@@ -262,6 +262,16 @@ def _game_captioner(
     )  # fmt: skip
 
 
+def _pong_fresh_epoch(
+    name: str, summary: str, preset: str, lr: float, seed_offset: int, init_from: str
+) -> Recipe:
+    """A later phase of weights/pong/predictor: one epoch of every window of 1,200 fresh clips (the run's seed +
+    `seed_offset`) at `lr`, from `init_from`."""
+    return Recipe(name, "predictor", summary, preset,
+                  _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": lr, "warmup_steps": 100},
+                  {"clips": 1200, "length": 256, "seed_offset": seed_offset}, init_from=init_from)  # fmt: skip
+
+
 RECIPES: dict[str, Recipe] = _by_name(
     # weights/captioner: 36 epochs from scratch (the defaults), then a short fine-tune on jittered and natively
     # resized frames, so that the model reads frames that are not pixel-perfect world renders.
@@ -421,12 +431,10 @@ RECIPES: dict[str, Recipe] = _by_name(
            {"clips": 1200, "length": 256}, init_from="pong-predictor-mid"),
     # Phases 4 and 5: the paddles binned as the screen shows them (pipeline.domains.atari.games.Pong), each an
     # epoch of every window of 1,200 fresh clips (seed + 1, seed + 2), the second at a lower rate.
-    Recipe("pong-predictor-screen", "predictor", "phase 4 of weights/pong/predictor: an epoch of fresh clips, screen bins",
-           "small-t8", _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": 3e-4, "warmup_steps": 100},
-           {"clips": 1200, "length": 256, "seed_offset": 1}, init_from="pong-predictor-wide"),
-    Recipe("pong-predictor-screen-2", "predictor", "phase 5 of weights/pong/predictor: an epoch of fresh clips at 2e-4",
-           "small-t8", _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": 2e-4, "warmup_steps": 100},
-           {"clips": 1200, "length": 256, "seed_offset": 2}, init_from="pong-predictor-screen"),
+    _pong_fresh_epoch("pong-predictor-screen", "phase 4 of weights/pong/predictor: an epoch of fresh clips, screen bins",
+                      "small-t8", 3e-4, 1, "pong-predictor-wide"),
+    _pong_fresh_epoch("pong-predictor-screen-2", "phase 5 of weights/pong/predictor: an epoch of fresh clips at 2e-4",
+                      "small-t8", 2e-4, 2, "pong-predictor-screen"),
     # Phases 6 to 8: a third layer, inserted as the identity between the two trained ones (--grow-layer 1), two
     # epochs of fresh clips at 3e-4 (seed + 3), then one more epoch of fresh clips at 1.5e-4 (seed + 4) and one at
     # 1e-4 (seed + 5).
@@ -434,12 +442,10 @@ RECIPES: dict[str, Recipe] = _by_name(
            "small-t8-l3", _ATARI_TRAIN | {"epochs": 2, "max_windows": None, "lr": 3e-4, "warmup_steps": 100,
                                           "grow_layer": 1},
            {"clips": 1200, "length": 256, "seed_offset": 3}, init_from="pong-predictor-screen-2"),
-    Recipe("pong-predictor-7", "predictor", "phase 7 of weights/pong/predictor: an epoch of fresh clips at 1.5e-4",
-           "small-t8-l3", _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": 1.5e-4, "warmup_steps": 100},
-           {"clips": 1200, "length": 256, "seed_offset": 4}, init_from="pong-predictor-l3"),
-    Recipe("pong-predictor", "predictor", "weights/pong/predictor: phase 8, an epoch of fresh clips at 1e-4",
-           "small-t8-l3", _ATARI_TRAIN | {"epochs": 1, "max_windows": None, "lr": 1e-4, "warmup_steps": 100},
-           {"clips": 1200, "length": 256, "seed_offset": 5}, init_from="pong-predictor-7"),
+    _pong_fresh_epoch("pong-predictor-7", "phase 7 of weights/pong/predictor: an epoch of fresh clips at 1.5e-4",
+                      "small-t8-l3", 1.5e-4, 4, "pong-predictor-l3"),
+    _pong_fresh_epoch("pong-predictor", "weights/pong/predictor: phase 8, an epoch of fresh clips at 1e-4",
+                      "small-t8-l3", 1e-4, 5, "pong-predictor-7"),
     Recipe("freeway-predictor-base", "predictor", "phase 1 of weights/freeway/predictor: Freeway states under actions",
            "small-t8-n20", _ATARI_TRAIN, {"clips": 340, "length": 256}),
     # Phase 2: 2 epochs on fresh clips drawn from every phase of a whole game (a game is 2,048 steps; up to 1,750

@@ -203,12 +203,13 @@ def score_forecasts(
                 field_hits.setdefault(k, np.zeros(H))[h] += pf.get(k) == v
                 field_n.setdefault(k, np.zeros(H))[h] += 1
                 position = _position(k) and isinstance(v, int)
-                close = position and isinstance(pf.get(k), int) and abs(pf[k] - v) <= 1  # within one step
+                placed = position and isinstance(pf.get(k), int)  # a position the forecast gives too
+                close = placed and abs(pf[k] - v) <= 1  # within one quantisation step
                 if position:
                     near.setdefault(k, np.zeros(H))[h] += close
                 if determined:
                     det_fields.setdefault(k, np.zeros((3, H)))[:, h] += (pf.get(k) == v, close, 1)
-                if _position(k) and isinstance(v, int) and isinstance(pf.get(k), int):
+                if placed:
                     err_sum[h] += abs(pf[k] - v) * quantum
                     err_n[h] += 1
     n = len(episodes)

@@ -483,6 +483,15 @@ def fit_epoch(run: CaptionerRun, epoch: int) -> tuple[list[float], int]:
     return losses, step
 
 
+def _decode(model: Any, batch: dict[str, torch.Tensor], **options: Any) -> Any:
+    """The computation of model(**batch) spelled out, so that the text decoder takes `options` (its loss's
+    reduction, its attention maps): the decoder's output."""
+    image = model.vision_model(pixel_values=batch["pixel_values"]).last_hidden_state  # (B, 1+P, d)
+    return model.text_decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                              encoder_hidden_states=image, labels=batch["labels"], return_dict=True,
+                              **options)  # fmt: skip
+
+
 @torch.inference_mode()
 def frame_losses(run: CaptionerRun, batch: int = 128) -> np.ndarray:
     """The model's mean token loss on each frame of the training pool, teacher-forced: (F,)."""
@@ -494,10 +503,7 @@ def frame_losses(run: CaptionerRun, batch: int = 128) -> np.ndarray:
         states = pool.states[i : i + batch]
         inputs = {k: v.to(run.device) for k, v in encode_batch(run.processor, list(pool.frames[i : i + batch]),
                                                                   states).items()}  # fmt: skip
-        image = model.vision_model(pixel_values=inputs["pixel_values"]).last_hidden_state  # (B, 1+P, d)
-        out = model.text_decoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                                 encoder_hidden_states=image, labels=inputs["labels"], reduction="none",
-                                 return_dict=True)  # (B,) summed over each caption's tokens  # fmt: skip
+        out = _decode(model, inputs, reduction="none")  # loss (B,): summed over each caption's tokens
         # the decoder predicts tokens 1..L-1
         tokens = (inputs["labels"][:, 1:] != -100).sum(dim=1).clamp(min=1)  # (B,)
         losses[i : i + len(states)] = (out.loss / tokens).float().cpu().numpy()
@@ -522,11 +528,7 @@ def _loss(run: CaptionerRun, batch: dict[str, torch.Tensor], states: list[str]) 
     model = run.model
     if not run.supervise_attention:
         return model(**batch).loss
-    # The same computation as model(**batch), keeping the decoder's cross-attention maps.
-    image = model.vision_model(pixel_values=batch["pixel_values"]).last_hidden_state  # (B, 1+P, d)
-    dec = model.text_decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             encoder_hidden_states=image, labels=batch["labels"],
-                             output_attentions=True, return_dict=True)  # fmt: skip
+    dec = _decode(model, batch, output_attentions=True)  # keeping the decoder's cross-attention maps
     attn = torch.stack(dec.cross_attentions).mean(dim=(0, 2))  # (layers, B, H, L, 1+P) -> (B, L, 1+P)
     grid = run.args.model.image_size // run.args.model.patch_size
     if run.pool is None:

@@ -301,9 +301,9 @@ class Pong(Game):
         """A ball in play that no pixel of the court shows: inside the top wall, as white as the ball (33 of 192
         balls in the wall's bin, y = 11, in test play). Every other state the screen determines (over 16,000
         frames of test play the paddles' pixels told their bins apart in every frame, and frames alike in the
-        ball's pixels and the score's digits had one score but for one). The ball is looked for by brightness alone, for a clip's frames: H.264
-        blends the 2 x 3 ball's colour with the court's, but not its brightness (luma over 180, the paddles' is
-        under 150)."""
+        ball's pixels and the score's digits had one score but for one). The ball is looked for by brightness
+        alone, for a clip's frames: H.264 blends the 2 x 3 ball's colour with the court's, but not its brightness
+        (luma over 180, the paddles' is under 150)."""
         try:
             ball = self.parse(state)["ball"]
         except ValueError:
