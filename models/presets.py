@@ -435,17 +435,19 @@ RECIPES: dict[str, Recipe] = _by_name(
                       "small-t8", 3e-4, 1, "pong-predictor-wide"),
     _pong_fresh_epoch("pong-predictor-screen-2", "phase 5 of weights/pong/predictor: an epoch of fresh clips at 2e-4",
                       "small-t8", 2e-4, 2, "pong-predictor-screen"),
-    # Phases 6 to 8: a third layer, inserted as the identity between the two trained ones (--grow-layer 1), two
-    # epochs of fresh clips at 3e-4 (seed + 3), then one more epoch of fresh clips at 1.5e-4 (seed + 4) and one at
-    # 1e-4 (seed + 5).
+    # Phases 6 to 9: a third layer, inserted as the identity between the two trained ones (--grow-layer 1), two
+    # epochs of fresh clips at 3e-4 (seed + 3), then one more epoch of fresh clips at 1.5e-4 (seed + 4) and two at
+    # 1e-4 (seed + 5, seed + 6).
     Recipe("pong-predictor-l3", "predictor", "phase 6 of weights/pong/predictor: phase 5 grown to three layers",
            "small-t8-l3", _ATARI_TRAIN | {"epochs": 2, "max_windows": None, "lr": 3e-4, "warmup_steps": 100,
                                           "grow_layer": 1},
            {"clips": 1200, "length": 256, "seed_offset": 3}, init_from="pong-predictor-screen-2"),
     _pong_fresh_epoch("pong-predictor-7", "phase 7 of weights/pong/predictor: an epoch of fresh clips at 1.5e-4",
                       "small-t8-l3", 1.5e-4, 4, "pong-predictor-l3"),
-    _pong_fresh_epoch("pong-predictor", "weights/pong/predictor: phase 8, an epoch of fresh clips at 1e-4",
+    _pong_fresh_epoch("pong-predictor-8", "phase 8 of weights/pong/predictor: an epoch of fresh clips at 1e-4",
                       "small-t8-l3", 1e-4, 5, "pong-predictor-7"),
+    _pong_fresh_epoch("pong-predictor", "weights/pong/predictor: phase 9, one more epoch of fresh clips at 1e-4",
+                      "small-t8-l3", 1e-4, 6, "pong-predictor-8"),
     Recipe("freeway-predictor-base", "predictor", "phase 1 of weights/freeway/predictor: Freeway states under actions",
            "small-t8-n20", _ATARI_TRAIN, {"clips": 340, "length": 256}),
     # Phase 2: 2 epochs on fresh clips drawn from every phase of a whole game (a game is 2,048 steps; up to 1,750

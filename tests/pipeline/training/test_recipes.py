@@ -161,6 +161,23 @@ def test_the_predictor_recipe_is_the_run_that_made_the_shipped_predictor():
     assert base.train["memory"] and base.mix == (("memory", 1500, 0),)
 
 
+def test_the_pong_predictor_recipe_is_the_run_that_made_the_shipped_pong_predictor():
+    """Every training argument the recipe sets is the shipped run's (its summary), and its chain is the nine
+    phases in order, the last two one epoch each of fresh clips at 1e-4 (seed + 5, seed + 6)."""
+    import json
+
+    from pipeline.training.all import recipe_chain
+
+    weights = Path(__file__).resolve().parents[3] / "weights" / "pong" / "predictor"
+    shipped = TrainArgs.from_dict(json.loads((weights / "training_summary.json").read_text())["args"])
+    recipe = get_recipe("pong-predictor")
+    run = {k: v for k, v in asdict(shipped).items() if k not in recipe.train and k != "preset"}
+    assert args_from_recipe(recipe, **run) == shipped
+    chain = recipe_chain(recipe)
+    assert [r.name for r in chain][-3:] == ["pong-predictor-7", "pong-predictor-8", "pong-predictor"]
+    assert len(chain) == 9 and [r.data["seed_offset"] for r in chain[-2:]] == [5, 6]
+
+
 def test_a_fine_tune_is_trained_from_its_whole_chain_of_recipes(monkeypatch):
     from pipeline.training import all as ta
 
