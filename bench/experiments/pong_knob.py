@@ -25,7 +25,7 @@ import torch
 
 from bench.record import add_record_flags, write_record
 from pipeline.cli.eval_actions import load_predictor_with_domain
-from pipeline.evaluation.actions import Episode, record_episodes
+from pipeline.evaluation.actions import Episode, play_on_if_alike, record_episodes
 
 T, HORIZON = 8, 1
 STEP = 4 * 23_000  # ALE's knob travel in one agent step of 4 frames at full strength
@@ -35,10 +35,9 @@ OFFSETS = (250, 500, 1000, 2000, 3000)  # knob units, each way: up to 0.8 RAM un
 def knob_open(domain: Any, index: int, seed: int, ep: Episode) -> list[bool]:
     """Per step of the logged future: whether a console whose knob moved by one of OFFSETS (either way) during
     the history's first step, and which reads as the history did, went on to another state there."""
-    acts, truth = ep.futures["logged"][:2]
     direction = {"up": -1.0, "down": 1.0, "stay": 0.0}  # the knob's travel per full-strength step, in STEPs
     codes = {word: getattr(ale_py.Action, name) for word, name in domain.game.ale_actions.items()}
-    differs = [False] * len(truth)
+    differs = [False] * len(ep.futures["logged"][1])
     emu, _ = domain.simulator(index, seed=seed)
     first = emu.clone()  # the history's first state
     for offset in (sign * d for d in OFFSETS for sign in (1, -1)):
@@ -46,18 +45,8 @@ def knob_open(domain: Any, index: int, seed: int, ep: Episode) -> list[bool]:
         if abs(travel) > 1:
             continue  # more than a full-strength step
         emu.restore(first)
-        emu.ale.act(codes["up" if travel < 0 else "down"], abs(travel))
-        alike = emu.state() == ep.history[1]
-        for t, action in enumerate(ep.actions[1:], start=2):
-            if not alike:
-                break
-            emu.step(action)
-            alike = emu.state() == ep.history[t]
-        if not alike:
-            continue
-        for h, action in enumerate(acts):
-            emu.step(action)
-            differs[h] = differs[h] or emu.state() != truth[h]
+        emu.ale.act(codes["up" if travel < 0 else "down"], abs(travel))  # to history state 1, knob turned
+        play_on_if_alike(emu, ep, 1, differs)
     return differs
 
 

@@ -107,23 +107,30 @@ def record_episodes(
 def _hidden_steps(emu: Any, first: Any, variants: Sequence[dict[int, int]], ep: Episode) -> list[bool]:
     """Per step of the logged future: whether a variant of the console at the history's first state (RAM writes
     that leave every history state reading the same) reached another state there under the same actions."""
-    acts, truth = ep.futures["logged"][:2]
-    differs = [False] * len(truth)
+    differs = [False] * len(ep.futures["logged"][1])
     for writes in variants:
         emu.restore(first)
         emu.write_ram(writes)
-        alike = emu.state() == ep.history[0]
-        for t, action in enumerate(ep.actions):
-            if not alike:
-                break
-            emu.step(action)
-            alike = emu.state() == ep.history[t + 1]
-        if not alike:
-            continue
-        for h, action in enumerate(acts):
-            emu.step(action)
-            differs[h] = differs[h] or emu.state() != truth[h]
+        play_on_if_alike(emu, ep, 0, differs)
     return differs
+
+
+def play_on_if_alike(emu: Any, ep: Episode, at: int, differs: list[bool]) -> None:
+    """With `emu` at history state `at` of `ep` (another console, however it got there): if it and every later
+    history state read as the history's under its actions, play it on under the logged actions and mark in
+    `differs` the future steps where it reached another state than the episode's."""
+    acts, truth = ep.futures["logged"][:2]
+    alike = emu.state() == ep.history[at]
+    for t in range(at, len(ep.actions)):
+        if not alike:
+            return
+        emu.step(ep.actions[t])
+        alike = emu.state() == ep.history[t + 1]
+    if not alike:
+        return
+    for h, action in enumerate(acts):
+        emu.step(action)
+        differs[h] = differs[h] or emu.state() != truth[h]
 
 
 def constant_velocity(history: Sequence[str], h: int) -> str:
