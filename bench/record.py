@@ -15,6 +15,21 @@ def add_record_flags(parser: argparse.ArgumentParser, threads: int = 1) -> None:
     parser.add_argument("--out", type=Path, default=None, help="also write the numbers as one JSON file here")
 
 
+def episode_bench_args(doc: str, weights: str, episodes: int, seed: int) -> argparse.Namespace:
+    """The command line of a benchmark over a game's held-out test episodes: --weights, --episodes, --seed (the
+    test episodes' seed) and the record flags, parsed, with torch set to --threads."""
+    import torch
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--weights", default=weights)
+    ap.add_argument("--episodes", type=int, default=episodes)
+    ap.add_argument("--seed", type=int, default=seed, help="test episode seed (default %(default)s)")
+    add_record_flags(ap, threads=1)
+    ns = ap.parse_args()
+    torch.set_num_threads(ns.threads)
+    return ns
+
+
 def write_record(path: Path, args: argparse.Namespace, **numbers: Any) -> None:
     """{"args": every argument as a string, **numbers} as JSON at `path` (its folder made if missing)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
-OPTIONAL = {"ray"}  # extras a bench may need that the test environment need not have
+OPTIONAL = {"ray", "ale_py"}  # extras a bench may need that the test environment need not have
 MODULES = sorted(".".join(p.relative_to(REPO).with_suffix("").parts) for p in BENCH.rglob("*.py")
                  if p.name != "__init__.py")  # fmt: skip
 

@@ -12,14 +12,12 @@ horizon. The mixed policy's crossing player only walks up, so the walk down and 
 
 from __future__ import annotations
 
-import argparse
 import json
 from typing import Any
 
 import numpy as np
-import torch
 
-from bench.record import add_record_flags, write_record
+from bench.record import episode_bench_args, write_record
 from pipeline.cli.eval_actions import load_predictor_with_domain
 
 T, HORIZON, PLAYED, WALKED = 8, 8, 20, 12
@@ -54,13 +52,7 @@ def turnaround(predictor: Any, domain: Any, episodes: int, seed: int) -> dict[st
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--weights", default="weights/freeway")
-    ap.add_argument("--episodes", type=int, default=48)
-    ap.add_argument("--seed", type=int, default=7, help="test episode seed (default %(default)s)")
-    add_record_flags(ap, threads=1)
-    ns = ap.parse_args()
-    torch.set_num_threads(ns.threads)
+    ns = episode_bench_args(__doc__, "weights/freeway", episodes=48, seed=7)
     predictor, domain = load_predictor_with_domain(ns.weights, None)
     shares = turnaround(predictor, domain, ns.episodes, ns.seed)
     for case, by_h in shares.items():

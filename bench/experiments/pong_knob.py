@@ -15,15 +15,13 @@ misses, field by field, and how many of those the knob leaves open; and the shar
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import Counter
 from typing import Any
 
 import ale_py
-import torch
 
-from bench.record import add_record_flags, write_record
+from bench.record import episode_bench_args, write_record
 from pipeline.cli.eval_actions import load_predictor_with_domain
 from pipeline.evaluation.actions import Episode, play_on_if_alike, record_episodes
 
@@ -79,13 +77,7 @@ def knob_probe(predictor: Any, domain: Any, episodes: int, seed: int, variants: 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--weights", default="weights/pong")
-    ap.add_argument("--episodes", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=0, help="test episode seed (default %(default)s)")
-    add_record_flags(ap, threads=1)
-    ns = ap.parse_args()
-    torch.set_num_threads(ns.threads)
+    ns = episode_bench_args(__doc__, "weights/pong", episodes=200, seed=0)
     predictor, domain = load_predictor_with_domain(ns.weights, None)
     result = knob_probe(predictor, domain, ns.episodes, ns.seed)
     print(json.dumps(result))
