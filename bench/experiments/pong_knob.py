@@ -23,7 +23,7 @@ import ale_py
 
 from bench.record import episode_bench_args, write_record
 from pipeline.cli.eval_actions import load_predictor_with_domain
-from pipeline.evaluation.actions import Episode, play_on_if_alike, record_episodes
+from pipeline.evaluation.actions import Episode, came_into_play, play_on_if_alike, record_episodes
 
 T, HORIZON = 8, 1
 STEP = 4 * 23_000  # ALE's knob travel in one agent step of 4 frames at full strength
@@ -57,7 +57,7 @@ def knob_probe(predictor: Any, domain: Any, episodes: int, seed: int, variants: 
     open_misses: Counter[str] = Counter()
     determined = knob_opened = 0
     for i, (ep, pred) in enumerate(zip(eps, forecast, strict=True)):
-        served = " none " in f" {ep.history[-1]} " and " none " not in f" {ep.futures['logged'][1][0]} "
+        served = came_into_play(ep.history[-1], ep.futures["logged"][1][0])
         opened = knob_open(domain, i, seed, ep)[0]
         knob_opened += opened
         if served or (ep.hidden and ep.hidden[0]):

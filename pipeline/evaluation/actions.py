@@ -133,6 +133,12 @@ def play_on_if_alike(emu: Any, ep: Episode, at: int, differs: list[bool]) -> Non
         differs[h] = differs[h] or emu.state() != truth[h]
 
 
+def came_into_play(before: str, after: str) -> bool:
+    """Whether an object absent ("none") from state `before` is in play in `after`: a serve, where the ball comes
+    back is the console's draw, so no target from there on is determined by the history."""
+    return " none " in f" {before} " and " none " not in f" {after} "
+
+
 def constant_velocity(history: Sequence[str], h: int) -> str:
     """Every number of the last state moved on by h times its last step (clamped to 0..63); a state whose
     words do not line up with the one before (an object came or went) is copied."""
@@ -189,9 +195,7 @@ def score_forecasts(
         truth = ep.futures["logged"][1]
         served = False
         for h in range(H):
-            served = served or (
-                " none " in f" {truth[h - 1] if h else ep.history[-1]} " and " none " not in f" {truth[h]} "
-            )
+            served = served or came_into_play(truth[h - 1] if h else ep.history[-1], truth[h])
             hidden = bool(ep.hidden) and ep.hidden[h]
             hidden_n[h] += hidden
             ok = domain.spell(pred[h]) == domain.spell(truth[h])
