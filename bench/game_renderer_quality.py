@@ -8,6 +8,7 @@ are scored on the same frames, side by side.
         --renderers weights/pong/renderer runs/pong-rend-ft/best --frames 512
     python -m bench.game_renderer_quality --domain freeway --warmup 1750 --frames 512
     python -m bench.game_renderer_quality --domain pong --steps 1 2 4    # the same renderer at 1, 2 and 4 steps
+    python -m bench.game_renderer_quality --domain freeway --warmup 1750 --strip docs/img/freeway_renderer_strip.png
 
 The clips are recorded once into --data (default runs/bench/<domain>-<split>-<seed>[-w<warmup>]-<clips>clips) and
 decoded from MP4, as the renderer's training reads its own.
@@ -20,7 +21,9 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
+from PIL import Image
 
 from bench.record import add_record_flags, write_record
 from pipeline.captioner import Captioner
@@ -30,6 +33,22 @@ from pipeline.renderer import Renderer
 from pipeline.training.recorded_frames import record_frames
 
 CLIP_LENGTH = 64
+
+
+def write_strip(path: Path, screens: list[np.ndarray], drawn: list[np.ndarray], columns: int = 8) -> None:
+    """A PNG of `columns` frames spread through the set: the recorded screens in the top row, the same states
+    drawn in the bottom one, 4 white pixels apart."""
+    picks = np.linspace(0, len(screens) - 1, columns).round().astype(int)
+
+    def row(frames: list[np.ndarray]) -> np.ndarray:  # (H, columns * W + gaps, 3)
+        gap = np.full((frames[0].shape[0], 4, 3), 255, np.uint8)
+        return np.concatenate([x for i in picks for x in (gap, frames[i])][1:], axis=1)
+
+    top, bottom = row(screens), row(drawn)
+    strip = np.concatenate([top, np.full((4, top.shape[1], 3), 255, np.uint8), bottom], axis=0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(strip).save(path)
+    print(f"strip: {path}")
 
 
 def main() -> None:
@@ -47,6 +66,8 @@ def main() -> None:
                          "trains on 1750, every phase of a game)")  # fmt: skip
     ap.add_argument("--steps", type=int, nargs="+", default=None,
                     help="denoising steps to draw with, each scored (default: each renderer's own)")  # fmt: skip
+    ap.add_argument("--strip", type=Path, default=None,
+                    help="write a PNG of 8 of the frames: recorded screens above, the last renderer's below")  # fmt: skip
     add_record_flags(ap, threads=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -79,8 +100,11 @@ def main() -> None:
             metrics["seconds_per_frame"] = seconds / len(frames)
             name = f"{folder} ({steps} step{'' if steps == 1 else 's'})"
             results[name] = metrics
+            drawn = frames
             print(f"{name}: round trip {metrics['roundtrip_acc']:.1%}, PSNR {metrics['psnr']:.2f} dB, "
                   f"SSIM {metrics['ssim']:.4f}, {1000 * metrics['seconds_per_frame']:.0f} ms a frame")  # fmt: skip
+    if args.strip:
+        write_strip(args.strip, list(held.frames), drawn)
     keys = sorted({k for m in results.values() for k in m})
     print("\n| metric | " + " | ".join(str(f) for f in results) + " |")
     print("|---|" + "---|" * len(results))
