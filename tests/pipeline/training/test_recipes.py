@@ -178,6 +178,22 @@ def test_the_pong_predictor_recipe_is_the_run_that_made_the_shipped_pong_predict
     assert len(chain) == 9 and [r.data["seed_offset"] for r in chain[-2:]] == [5, 6]
 
 
+def test_the_freeway_renderer_is_five_phases_the_last_two_on_fresh_clips_of_drawn_scores():
+    from pipeline.training.all import recipe_chain
+
+    chain = recipe_chain(get_recipe("freeway-renderer"))
+    assert [r.name for r in chain] == [
+        "freeway-renderer-base",
+        "freeway-renderer-2",
+        "freeway-renderer-3",
+        "freeway-renderer-4",
+        "freeway-renderer",
+    ]
+    assert [r.seed_offset for r in chain] == [0, 1, 2, 3, 4]  # every phase records fresh clips
+    assert [r.train.get("refit_vae", False) for r in chain] == [False, False, True, False, False]
+    assert all(r.train["clip_score_max"] == 39 for r in chain[1:])
+
+
 def test_a_fine_tune_is_trained_from_its_whole_chain_of_recipes(monkeypatch):
     from pipeline.training import all as ta
 
