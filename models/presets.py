@@ -223,6 +223,11 @@ _ATARI_RENDERER_TRAIN: dict[str, Any] = {
     "vae_object_pixels": "truth", "unet_steps": 6000, "unet_batch": 16, "unet_lr": 5e-4, "timestep_power": 2.0,
     "decoder_every": 2, "pixel_weight": 1.0, "ema_decay": 0.998, "eval_every": 250, "eval_states": 256,
 }  # fmt: skip
+# Freeway's later renderer phases: the UNet (and the decoder) on fresh clips of drawn scores from every phase of a
+# game, at 2e-4, saved to draw in one step.
+_FREEWAY_RENDERER_LATE: dict[str, Any] = _ATARI_RENDERER_TRAIN | {
+    "unet_lr": 2e-4, "eval_every": 500, "clip_warmup": 1750, "clip_score_max": 39, "shipped_steps": 1,
+}  # fmt: skip
 
 # The Atari predictors' arguments: 4 epochs of 40,000 windows at 1e-3, cosine, the loss on S(T).
 _ATARI_TRAIN: dict[str, Any] = {
@@ -530,13 +535,11 @@ RECIPES: dict[str, Recipe] = _by_name(
     # estimates through the pixel loss (decoder_every, pixel_weight), so together they draw digits that the
     # encoder's own latents carry only blurred: the round trip passes the refitted VAE's own read-back.
     Recipe("freeway-renderer-4", "renderer", "phase 4 of Freeway's renderer: 5,000 UNet steps on fresh drawn scores",
-           _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 5000, "unet_lr": 2e-4, "eval_every": 500,
-                                                     "clip_warmup": 1750, "clip_score_max": 39, "shipped_steps": 1},
-           init_from="freeway-renderer-3", seed_offset=3),
+           _ATARI_RENDERER, _FREEWAY_RENDERER_LATE | {"unet_steps": 5000}, init_from="freeway-renderer-3",
+           seed_offset=3),
     Recipe("freeway-renderer", "renderer", "weights/freeway/renderer: phase 5, 6,000 more UNet steps, fresh clips",
-           _ATARI_RENDERER, _ATARI_RENDERER_TRAIN | {"unet_steps": 6000, "unet_lr": 2e-4, "eval_every": 500,
-                                                     "clip_warmup": 1750, "clip_score_max": 39, "shipped_steps": 1},
-           init_from="freeway-renderer-4", seed_offset=4),
+           _ATARI_RENDERER, _FREEWAY_RENDERER_LATE | {"unet_steps": 6000}, init_from="freeway-renderer-4",
+           seed_offset=4),
     Recipe("quick-pong-renderer", "renderer", "smoke test of an Atari renderer", _QUICK_RENDERER,
            {"clips": 2, "clip_length": 8, "vae_steps": 2, "vae_batch": 2, "unet_steps": 2, "unet_batch": 2,
             "eval_every": 2, "eval_states": 4, "pool": 1}),
